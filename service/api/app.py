@@ -1,0 +1,39 @@
+"""The FastAPI application factory; routers are one module per resource."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from service.api.errors import install_error_handlers
+from service.api.routes import health, sweeps, tables, winners
+from service.config import Settings, get_settings
+from service.db.session import session_factory
+
+API_DESCRIPTION = """Tunebase: sweeps of kernel variants timed per dispatch, winners with their margins,
+and generated dispatch tables. Authenticate with `Authorization: Bearer <token>` (`tunebase token create`)."""
+
+
+def create_app(settings: Settings | None = None, start_embedded_worker: bool = True) -> FastAPI:
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        worker = None
+        if settings.embedded and start_embedded_worker:
+            from workers.embedded import start_embedded_worker as start
+
+            worker = start(settings, app.state.session_factory)
+        yield
+        if worker is not None:
+            worker.stop()
+
+    app = FastAPI(title="Tunebase", version="0.1.0", description=API_DESCRIPTION, lifespan=lifespan)
+    app.state.settings = settings
+    app.state.session_factory = session_factory(settings.resolved_database_url)
+    install_error_handlers(app)
+    for module in (health, sweeps, winners, tables):
+        app.include_router(module.router)
+    return app

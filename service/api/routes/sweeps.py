@@ -1,0 +1,85 @@
+"""Sweep routes: thin wrappers over service.sweeps.service."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Header, HTTPException, Query
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from service.api.deps import Caller, get_session, require_scope
+from service.db.models import Sweep
+from service.sweeps.service import IdempotencyConflict, cancel_sweep, submit_sweep, sweep_status_body
+from service.sweeps.spec import SweepSpec
+
+router = APIRouter(prefix="/v1/sweeps", tags=["sweeps"])
+
+
+@router.post("", status_code=202)
+def create_sweep(
+    spec: SweepSpec,
+    idempotency_key: str | None = Header(None, alias="Idempotency-Key", max_length=200),
+    caller: Caller = Depends(require_scope("submit")),
+    session: Session = Depends(get_session),
+) -> Any:
+    problems = spec.problems()
+    if problems:
+        raise RequestValidationError(
+            [{"loc": ("body", *p.location), "msg": p.message, "type": "value_error"} for p in problems]
+        )
+    try:
+        sweep, created = submit_sweep(session, spec, idempotency_key, caller.name)
+    except IdempotencyConflict as error:
+        raise HTTPException(409, str(error)) from None
+    session.commit()
+    body = sweep_status_body(session, sweep)
+    body["created"] = created
+    return JSONResponse(status_code=202 if created else 200, content=body)
+
+
+@router.get("")
+def list_sweeps(
+    status: str | None = Query(None, pattern="^(queued|running|done|failed|cancelled)$"),
+    arch: str | None = None,
+    limit: int = Query(50, ge=1, le=500),
+    offset: int = Query(0, ge=0),
+    _caller: Caller = Depends(require_scope("read")),
+    session: Session = Depends(get_session),
+) -> dict[str, Any]:
+    query = select(Sweep)
+    if status:
+        query = query.where(Sweep.status == status)
+    if arch:
+        query = query.where(Sweep.arch == arch)
+    total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
+    sweeps = session.scalars(query.order_by(Sweep.id.desc()).limit(limit).offset(offset)).all()
+    return {"total": total, "limit": limit, "offset": offset, "items": [sweep_status_body(session, s) for s in sweeps]}
+
+
+def _get_sweep(session: Session, sweep_id: int) -> Sweep:
+    sweep = session.get(Sweep, sweep_id)
+    if sweep is None:
+        raise HTTPException(404, f"sweep {sweep_id} not found")
+    return sweep
+
+
+@router.get("/{sweep_id}")
+def get_sweep(
+    sweep_id: int, _caller: Caller = Depends(require_scope("read")), session: Session = Depends(get_session)
+) -> dict[str, Any]:
+    return sweep_status_body(session, _get_sweep(session, sweep_id))
+
+
+@router.post("/{sweep_id}/cancel")
+def cancel(
+    sweep_id: int, _caller: Caller = Depends(require_scope("submit")), session: Session = Depends(get_session)
+) -> dict[str, Any]:
+    sweep = _get_sweep(session, sweep_id)
+    cancelled = cancel_sweep(session, sweep)
+    session.commit()
+    body = sweep_status_body(session, sweep)
+    body["cancelled_tasks"] = cancelled
+    return body

@@ -1,0 +1,100 @@
+"""Table versions: generate from winners, list, read, fetch the .inc text."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, HTTPException, Query
+from fastapi.responses import PlainTextResponse
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from service.api.deps import Caller, get_session, require_scope
+from service.db.models import TableVersion
+from service.tables.dialects import DIALECTS
+from service.tables.validate import TableValidationError
+from service.tables.versions import NoWinners, generate_and_store, latest_version, table_item
+
+router = APIRouter(prefix="/v1/tables", tags=["tables"])
+
+
+class TableRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    arch: str = Field(min_length=1, max_length=32, examples=["gfx906"])
+    phase: str = Field("decode", pattern="^(decode|prefill)$")
+    dialect: str = Field("llaminar-rocm-decode", examples=["llaminar-rocm-decode"])
+
+
+@router.post("", status_code=201)
+def generate_table(
+    request: TableRequest, _caller: Caller = Depends(require_scope("submit")), session: Session = Depends(get_session)
+) -> dict[str, Any]:
+    if request.dialect not in DIALECTS:
+        from fastapi.exceptions import RequestValidationError
+
+        raise RequestValidationError(
+            [{"loc": ("body", "dialect"), "msg": f"unknown dialect; known: {sorted(DIALECTS)}", "type": "value_error"}]
+        )
+    try:
+        version = generate_and_store(session, request.arch, request.phase, request.dialect)
+    except NoWinners as error:
+        raise HTTPException(404, str(error)) from None
+    except (TableValidationError, ValueError) as error:
+        raise HTTPException(409, f"table failed validation: {error}") from None
+    session.commit()
+    return table_item(version)
+
+
+@router.get("")
+def list_tables(
+    arch: str | None = None,
+    phase: str | None = None,
+    dialect: str | None = None,
+    limit: int = Query(50, ge=1, le=500),
+    offset: int = Query(0, ge=0),
+    _caller: Caller = Depends(require_scope("read")),
+    session: Session = Depends(get_session),
+) -> dict[str, Any]:
+    query = select(TableVersion)
+    for column, value in ((TableVersion.arch, arch), (TableVersion.phase, phase), (TableVersion.dialect, dialect)):
+        if value is not None:
+            query = query.where(column == value)
+    total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
+    rows = session.scalars(query.order_by(TableVersion.id.desc()).limit(limit).offset(offset)).all()
+    return {"total": total, "limit": limit, "offset": offset, "items": [table_item(v) for v in rows]}
+
+
+@router.get("/latest", response_class=PlainTextResponse)
+def latest_inc(
+    arch: str, phase: str = "decode", dialect: str = "llaminar-rocm-decode",
+    _caller: Caller = Depends(require_scope("read")), session: Session = Depends(get_session),
+) -> PlainTextResponse:
+    version = latest_version(session, arch, phase, dialect)
+    if version is None:
+        raise HTTPException(404, f"no table for arch={arch} phase={phase} dialect={dialect}")
+    return PlainTextResponse(version.content, headers={"X-Table-Id": str(version.id), "ETag": version.sha256})
+
+
+def _get(session: Session, table_id: int) -> TableVersion:
+    version = session.get(TableVersion, table_id)
+    if version is None:
+        raise HTTPException(404, f"table {table_id} not found")
+    return version
+
+
+@router.get("/{table_id}")
+def get_table(
+    table_id: int, _caller: Caller = Depends(require_scope("read")), session: Session = Depends(get_session)
+) -> dict[str, Any]:
+    version = _get(session, table_id)
+    return {**table_item(version), "entries": version.entries, "metrics": version.metrics}
+
+
+@router.get("/{table_id}/inc", response_class=PlainTextResponse)
+def get_table_inc(
+    table_id: int, _caller: Caller = Depends(require_scope("read")), session: Session = Depends(get_session)
+) -> PlainTextResponse:
+    version = _get(session, table_id)
+    return PlainTextResponse(version.content, headers={"ETag": version.sha256})

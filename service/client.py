@@ -1,0 +1,54 @@
+"""A small HTTP client for the CLI (and CI scripts): one place that knows the routes and the error body."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, body: Any):
+        self.status = status
+        self.body = body
+        error = body.get("error", {}) if isinstance(body, dict) else {}
+        super().__init__(f"HTTP {status}: {error.get('message') or body}")
+
+
+class TunebaseClient:
+    def __init__(self, base_url: str, token: str | None, timeout: float = 30.0):
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout)
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = self._http.request(method, path, **kwargs)
+        body: Any = response.json() if "json" in response.headers.get("content-type", "") else response.text
+        if response.status_code >= 400:
+            raise ApiError(response.status_code, body)
+        return body
+
+    def submit_sweep(self, spec: dict[str, Any], idempotency_key: str | None = None) -> dict[str, Any]:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        result: dict[str, Any] = self._call("POST", "/v1/sweeps", json=spec, headers=headers)
+        return result
+
+    def sweep(self, sweep_id: int) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", f"/v1/sweeps/{sweep_id}")
+        return result
+
+    def cancel_sweep(self, sweep_id: int) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("POST", f"/v1/sweeps/{sweep_id}/cancel")
+        return result
+
+    def winners(self, **filters: Any) -> list[dict[str, Any]]:
+        params = {k: v for k, v in filters.items() if v is not None}
+        items: list[dict[str, Any]] = self._call("GET", "/v1/winners", params=params)["items"]
+        return items
+
+    def generate_table(self, arch: str, phase: str, dialect: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("POST", "/v1/tables", json={"arch": arch, "phase": phase, "dialect": dialect})
+        return result
+
+    def table_inc(self, table_id: int) -> str:
+        text: str = self._call("GET", f"/v1/tables/{table_id}/inc")
+        return text

@@ -1,0 +1,27 @@
+"""Run Alembic programmatically so `tunebase db upgrade` works from any directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+
+
+def alembic_config(url: str) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return config
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    command.upgrade(alembic_config(url), revision)
+
+
+def downgrade(url: str, revision: str = "base") -> None:
+    command.downgrade(alembic_config(url), revision)

@@ -1,0 +1,129 @@
+"""Sweep lifecycle over the database: submit (idempotent), status with progress, cancel."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from service.db.models import Sweep, Task, utcnow
+from service.sweeps.planning import plan_tasks
+from service.sweeps.spec import SweepSpec
+
+TASK_STATES = ("queued", "running", "done", "failed", "cancelled")
+
+
+class IdempotencyConflict(Exception):
+    """The same Idempotency-Key was used before with a different spec."""
+
+
+def spec_fingerprint(spec: SweepSpec) -> str:
+    return hashlib.sha256(json.dumps(spec.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
+
+
+def submit_sweep(session: Session, spec: SweepSpec, idempotency_key: str | None, submitted_by: str) -> tuple[Sweep, bool]:
+    """Create the sweep and its tasks in one transaction; returns (sweep, created)."""
+    if idempotency_key:
+        existing = session.scalar(select(Sweep).where(Sweep.idempotency_key == idempotency_key))
+        if existing is not None:
+            return _same_or_conflict(existing, spec), False
+    spec_json = spec.model_dump(mode="json")
+    spec_json["fingerprint"] = spec_fingerprint(spec)
+    sweep = Sweep(
+        idempotency_key=idempotency_key or None,
+        arch=spec.arch,
+        phase=spec.phase,
+        strategy=spec.strategy,
+        spec=spec_json,
+        labels=dict(spec.labels),
+        status="queued",
+        submitted_by=submitted_by,
+    )
+    variants = spec.resolved_variants()
+    sweep.tasks = [
+        Task(arch=spec.arch, phase=spec.phase, format=t.format, shape=t.shape, n=t.n, k=t.k, m=t.m, variants=variants)
+        for t in plan_tasks(spec)
+    ]
+    session.add(sweep)
+    try:
+        session.flush()
+    except IntegrityError:  # a concurrent request with the same key won the race
+        session.rollback()
+        existing = session.scalar(select(Sweep).where(Sweep.idempotency_key == idempotency_key))
+        if existing is None:
+            raise
+        return _same_or_conflict(existing, spec), False
+    return sweep, True
+
+
+def _same_or_conflict(existing: Sweep, spec: SweepSpec) -> Sweep:
+    if existing.spec.get("fingerprint") != spec_fingerprint(spec):
+        raise IdempotencyConflict(f"Idempotency-Key already used for sweep {existing.id} with a different spec")
+    return existing
+
+
+def task_counts(session: Session, sweep_id: int) -> dict[str, int]:
+    rows = session.execute(select(Task.state, func.count()).where(Task.sweep_id == sweep_id).group_by(Task.state))
+    counts = Counter({state: 0 for state in TASK_STATES})
+    for state, count in rows:
+        counts[state] = count
+    result = {state: counts[state] for state in TASK_STATES}
+    result["total"] = sum(result.values())
+    return result
+
+
+def derive_status(counts: dict[str, int]) -> str:
+    """Sweep status from its tasks: the database is the source of truth, not the broker."""
+    total = counts["total"]
+    if total and counts["cancelled"] == total:
+        return "cancelled"
+    if counts["queued"] or counts["running"]:
+        return "running" if (counts["running"] or counts["done"] or counts["failed"]) else "queued"
+    if counts["failed"]:
+        return "failed"
+    if counts["cancelled"]:
+        return "cancelled"
+    return "done"
+
+
+def refresh_sweep_status(session: Session, sweep: Sweep) -> dict[str, int]:
+    counts = task_counts(session, sweep.id)
+    status = derive_status(counts)
+    if status != sweep.status:
+        sweep.status = status
+        if status in ("done", "failed", "cancelled") and sweep.finished_at is None:
+            sweep.finished_at = utcnow()
+    return counts
+
+
+def sweep_status_body(session: Session, sweep: Sweep) -> dict[str, Any]:
+    counts = task_counts(session, sweep.id)
+    finished = counts["done"] + counts["failed"] + counts["cancelled"]
+    return {
+        "id": sweep.id,
+        "status": sweep.status,
+        "arch": sweep.arch,
+        "phase": sweep.phase,
+        "strategy": sweep.strategy,
+        "labels": sweep.labels,
+        "tasks": counts,
+        "progress": (finished / counts["total"]) if counts["total"] else 1.0,
+        "created_at": sweep.created_at.isoformat() if sweep.created_at else None,
+        "finished_at": sweep.finished_at.isoformat() if sweep.finished_at else None,
+    }
+
+
+def cancel_sweep(session: Session, sweep: Sweep) -> int:
+    """Cancel queued tasks (running ones finish; their results are kept)."""
+    result = session.execute(
+        update(Task)
+        .where(Task.sweep_id == sweep.id, Task.state == "queued")
+        .values(state="cancelled", finished_at=utcnow())
+    )
+    refresh_sweep_status(session, sweep)
+    return int(getattr(result, "rowcount", 0) or 0)

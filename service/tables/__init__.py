@@ -1,0 +1,25 @@
+"""Dispatch-table generation: winners -> validated C++ `.inc` per dialect."""
+
+from service.tables.generate import GENERATOR_NAME, GENERATOR_VERSION, generate_decode_table
+from service.tables.model import (
+    KNOWN_CODEBOOKS,
+    DecodeChoice,
+    GeneratedTable,
+    PointTimes,
+    TableMetrics,
+)
+from service.tables.validate import TableValidationError, ValidationReport, validate_table
+
+__all__ = [
+    "GENERATOR_NAME",
+    "GENERATOR_VERSION",
+    "KNOWN_CODEBOOKS",
+    "DecodeChoice",
+    "GeneratedTable",
+    "PointTimes",
+    "TableMetrics",
+    "TableValidationError",
+    "ValidationReport",
+    "generate_decode_table",
+    "validate_table",
+]

@@ -1,0 +1,52 @@
+"""The interface every table dialect implements.
+
+A dialect owns the text format (names, key packing, comments) and the C++
+replay driver for it; the generator and validator stay format-agnostic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from service.tables.model import DecodeChoice, FallbackRule, HeaderInfo, PointKey
+
+RuleMap = Mapping[tuple[int, int, str], Sequence[FallbackRule]]
+# What a lookup answered at a point: the config tuple, or None for "no answer".
+ReplayAnswers = dict[PointKey, tuple[int, ...] | None]
+
+
+class TableDialect(Protocol):
+    """Renders one (phase, engine) table format and knows how to replay it."""
+
+    name: str
+    phase: str
+
+    def parse_variant(self, variant: str) -> tuple[int, ...]:
+        """Canonical variant name -> the config fields the table stores."""
+        ...
+
+    def render(
+        self,
+        choices: Sequence[DecodeChoice],
+        fallback_rules: RuleMap,
+        header_info: HeaderInfo,
+    ) -> str:
+        """The complete header text."""
+        ...
+
+    def replay_program(self, header_name: str, queries: Sequence[PointKey]) -> str:
+        """C++ source that includes `header_name` and prints one answer per query."""
+        ...
+
+    def parse_replay_output(self, stdout: str) -> ReplayAnswers:
+        """Read the replay program's output back into answers."""
+        ...
+
+    def emitted_keys(self, text: str) -> dict[int, list[int]]:
+        """Exact-table keys per codebook id, in emitted order, parsed from text."""
+        ...
+
+    def emitted_codebooks(self, text: str) -> set[int]:
+        """Every codebook id the text dispatches on (exact and fallback)."""
+        ...

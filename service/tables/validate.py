@@ -1,0 +1,246 @@
+"""Validation of a generated table (DESIGN §6: a table is valid only if it
+compiles, keys are sorted and unique, every codebook id is known, and a lookup
+replay reproduces the chosen variants).
+
+Checks run on the emitted text, not only on the data it came from, so a
+rendering bug cannot ship a table that silently answers something else.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from service.tables.dialects import get_dialect
+from service.tables.dialects.base import TableDialect
+from service.tables.lookup import pack_decode_key
+from service.tables.model import DecodeChoice
+
+HEADER_NAME = "generated_table.inc"
+COMPILE_TIMEOUT_S = 180.0
+RUN_TIMEOUT_S = 60.0
+
+
+class TableValidationError(ValueError):
+    """A table (or the data it is rendered from) failed validation."""
+
+    def __init__(self, failures: Sequence[str]) -> None:
+        self.failures = tuple(failures)
+        super().__init__("table validation failed:\n  " + "\n  ".join(self.failures))
+
+
+@dataclass(frozen=True)
+class ExpectedAnswer:
+    """What the table must answer at one query; config None means 'no answer'."""
+
+    codebook: int
+    m: int
+    n: int
+    k: int
+    config: tuple[int, ...] | None
+    must_answer: bool = False  # probes: must return true with a known config
+
+    @property
+    def point(self) -> tuple[int, int, int, int]:
+        return (self.codebook, self.m, self.n, self.k)
+
+
+@dataclass(frozen=True)
+class TableExpectations:
+    """Everything validate_table checks the text against."""
+
+    answers: tuple[ExpectedAnswer, ...]
+    known_codebooks: frozenset[int]
+    allowed_configs: frozenset[tuple[int, ...]]
+    dialect: str = "llaminar-rocm-decode"
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    """Outcome of validation; `failures` empty means the table is valid."""
+
+    failures: tuple[str, ...]
+    checks: tuple[str, ...]
+    warnings: tuple[str, ...] = field(default=())
+    replayed: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def raise_for_failures(self) -> None:
+        if self.failures:
+            raise TableValidationError(self.failures)
+
+
+def find_compiler() -> list[str]:
+    """The C++ compiler argv prefix: $CXX if set, else c++ or g++ on PATH."""
+    env = os.environ.get("CXX")
+    if env:
+        return shlex.split(env)
+    for name in ("c++", "g++", "clang++"):
+        path = shutil.which(name)
+        if path:
+            return [path]
+    raise TableValidationError(["no C++ compiler found (set CXX or install g++)"])
+
+
+# Key packing field widths; a dimension outside them would alias another key.
+_M_MAX, _N_MAX, _K_MAX = 0xFF, 0x0FFFFFFF, 0xFFFFFF
+
+
+def check_choices(
+    choices: Sequence[DecodeChoice],
+    known_codebooks: frozenset[int],
+    dialect: TableDialect,
+) -> list[str]:
+    """Data checks before rendering: ids known, keys representable and unique."""
+    failures: list[str] = []
+    keys: dict[int, dict[int, DecodeChoice]] = defaultdict(dict)
+    for c in choices:
+        where = f"CB={c.codebook} M={c.m} {c.n}x{c.k} ({c.shape})"
+        if c.codebook not in known_codebooks or not 0 <= c.codebook <= 0xFF:
+            failures.append(f"{where}: unknown codebook id {c.codebook}")
+        if not (1 <= c.m <= _M_MAX and 1 <= c.n <= _N_MAX and 1 <= c.k <= _K_MAX):
+            failures.append(f"{where}: M/N/K out of the key's range (would alias)")
+            continue
+        try:
+            config = dialect.parse_variant(c.variant)
+        except ValueError as exc:
+            failures.append(f"{where}: {exc}")
+        else:
+            if config != (c.kb, c.target_waves):
+                failures.append(f"{where}: variant {c.variant} disagrees with kb={c.kb} tw={c.target_waves}")
+        key = pack_decode_key(c.m, c.n, c.k)
+        if key in keys[c.codebook]:
+            failures.append(f"{where}: duplicate choice for key 0x{key:016X}")
+        keys[c.codebook][key] = c
+    return failures
+
+
+def _run(argv: list[str], cwd: Path, timeout_s: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout_s, check=False)
+
+
+def _check_keys(text: str, dialect: TableDialect, exp: TableExpectations) -> list[str]:
+    failures: list[str] = []
+    for cb, keys in dialect.emitted_keys(text).items():
+        if not keys:
+            failures.append(f"codebook {cb}: empty exact table")
+        for a, b in itertools.pairwise(keys):
+            if a == b:
+                failures.append(f"codebook {cb}: duplicate key 0x{a:016X}")
+            elif a > b:
+                failures.append(f"codebook {cb}: key 0x{b:016X} after 0x{a:016X} (unsorted)")
+    for cb in sorted(dialect.emitted_codebooks(text)):
+        if cb not in exp.known_codebooks:
+            failures.append(f"emitted codebook id {cb} is not known")
+    return failures
+
+
+def _check_replay(
+    text: str,
+    dialect: TableDialect,
+    exp: TableExpectations,
+    compiler: list[str],
+    workdir: Path,
+    timeout_s: float,
+) -> tuple[list[str], int]:
+    queries = [a.point for a in exp.answers]
+    source = workdir / "replay.cpp"
+    source.write_text(dialect.replay_program(HEADER_NAME, queries))
+    binary = workdir / "replay"
+    build = _run(
+        [*compiler, "-std=c++17", "-O0", "-I", str(workdir), str(source), "-o", str(binary)],
+        workdir,
+        timeout_s,
+    )
+    if build.returncode != 0:
+        return [f"replay program does not compile:\n{build.stderr.strip()}"], 0
+    run = _run([str(binary)], workdir, RUN_TIMEOUT_S)
+    if run.returncode != 0:
+        return [f"replay program exited {run.returncode}: {run.stderr.strip()}"], 0
+    got = dialect.parse_replay_output(run.stdout)
+    failures: list[str] = []
+    for a in exp.answers:
+        where = f"CB={a.codebook} M={a.m} {a.n}x{a.k}"
+        if a.point not in got:
+            failures.append(f"{where}: no replay output")
+            continue
+        answer = got[a.point]
+        if a.must_answer and answer is None:
+            failures.append(f"{where}: fallback gave no answer for an unseen shape")
+        if answer is not None and answer not in exp.allowed_configs:
+            failures.append(f"{where}: answered {answer}, not a known variant")
+        if answer != a.config:
+            failures.append(f"{where}: replay answered {answer}, expected {a.config}")
+    return failures, len(got)
+
+
+def validate_table(
+    text: str,
+    expectations: TableExpectations,
+    *,
+    timeout_s: float = COMPILE_TIMEOUT_S,
+) -> ValidationReport:
+    """Compile, key-check and replay `text`; never raises for table defects."""
+    dialect = get_dialect(expectations.dialect)
+    failures: list[str] = []
+    checks: list[str] = []
+    warnings: list[str] = []
+    replayed = 0
+
+    try:
+        key_failures = _check_keys(text, dialect, expectations)
+    except ValueError as exc:
+        key_failures = [f"cannot parse emitted tables: {exc}"]
+    failures += key_failures
+    if not key_failures:
+        checks += ["keys sorted and unique", "codebook ids known"]
+
+    try:
+        compiler = find_compiler()
+    except TableValidationError as exc:
+        return ValidationReport(tuple(failures + list(exc.failures)), tuple(checks))
+
+    with tempfile.TemporaryDirectory(prefix="tunebase-table-") as tmp:
+        workdir = Path(tmp)
+        header = workdir / HEADER_NAME
+        header.write_text(text)
+        try:
+            syntax = _run(
+                [*compiler, "-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-x", "c++", str(header)],
+                workdir,
+                timeout_s,
+            )
+        except subprocess.TimeoutExpired:
+            failures.append(f"syntax check timed out after {timeout_s}s")
+            return ValidationReport(tuple(failures), tuple(checks))
+        if syntax.returncode != 0:
+            failures.append(f"header does not compile:\n{syntax.stderr.strip()}")
+            return ValidationReport(tuple(failures), tuple(checks))
+        checks.append("compiles (c++ -std=c++17 -fsyntax-only)")
+        if syntax.stderr.strip():
+            warnings.append(syntax.stderr.strip())
+
+        try:
+            replay_failures, replayed = _check_replay(
+                text, dialect, expectations, compiler, workdir, timeout_s
+            )
+        except subprocess.TimeoutExpired as exc:
+            replay_failures = [f"replay timed out: {exc}"]
+        except ValueError as exc:
+            replay_failures = [f"replay output unreadable: {exc}"]
+        failures += replay_failures
+        if not replay_failures:
+            checks.append(f"replay reproduces {replayed} answers")
+
+    return ValidationReport(tuple(failures), tuple(checks), tuple(warnings), replayed)

@@ -1,0 +1,184 @@
+"""Host backend end to end: real cc builds, real C kernels, real parity and timing."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kernels.families.decode import DecodeFamily
+from workers.backends.base import TaskSpec
+from workers.backends.host import DEFAULT_SOURCE, HostBackend, llc_bytes, weight_copies
+from workers.harness.interleave import interleave
+
+pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
+
+HOST_VARIANTS = tuple(v.name for v in DecodeFamily().space("host"))
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("artifacts")
+
+
+@pytest.fixture(scope="module")
+def backend(artifacts: Path) -> HostBackend:
+    return HostBackend(artifacts)
+
+
+def spec(fmt: str, n: int, k: int, m: int, **kw: object) -> TaskSpec:
+    args: dict[str, object] = {"arch": "host", "variants": HOST_VARIANTS, "min_dispatches": 3, "warmup": 1}
+    args.update(kw)
+    return TaskSpec(phase="decode", format=fmt, shape="test", n=n, k=k, m=m, **args)  # type: ignore[arg-type]
+
+
+def patched_source(tmp_path: Path, old: str, new: str) -> Path:
+    text = DEFAULT_SOURCE.read_text()
+    assert old in text
+    path = tmp_path / "decode_gemv.c"
+    path.write_text(text.replace(old, new))
+    return path
+
+
+def test_detect_and_supports(backend: HostBackend) -> None:
+    dev = backend.detect()
+    assert dev is not None
+    assert (dev.backend, dev.arch) == ("host", "host")
+    assert dev.compute_units >= 1 and len(dev.uuid) == 32 and dev.name
+    assert dev.runtime_version and dev == backend.detect()
+    assert backend.supports("host", "decode", "Q8_0") is None
+    assert backend.supports("host", "decode", "Q4_0") is None
+    assert "Q4_K" in (backend.supports("host", "decode", "Q4_K") or "")
+    assert "prefill" in (backend.supports("host", "prefill", "Q8_0") or "")
+    assert "gfx906" in (backend.supports("gfx906", "decode", "Q8_0") or "")
+    with pytest.raises(ValueError, match="gfx906"):
+        backend.run_task(spec("Q8_0", 8, 32, 1, arch="gfx906"))
+
+
+@pytest.mark.parametrize("fmt", ["Q8_0", "Q4_0"])
+@pytest.mark.parametrize(
+    ("n", "k", "m"),
+    [(64, 256, 1), (64, 256, 2), (64, 256, 3), (64, 256, 4), (67, 256, 3), (13, 96, 2), (9, 32, 5)],
+)
+def test_every_host_variant_passes_parity(backend: HostBackend, fmt: str, n: int, k: int, m: int) -> None:
+    result = backend.run_task(spec(fmt, n, k, m, min_dispatches=1, warmup=0))
+    assert [r.variant for r in result.results] == list(HOST_VARIANTS)
+    for r in result.results:
+        assert r.error is None, r.error
+        assert r.parity is not None and r.parity.passed, (r.variant, r.parity)
+        assert r.parity.rel_l2 < 1e-5 and r.parity.sampled_rows is None
+        assert r.symbol == f"tb_decode_{fmt.lower()}_kb{r.variant[2]}_tw{r.variant.split('TW')[1]}"
+
+
+def test_cache_hit_compiles_nothing(artifacts: Path) -> None:
+    first = HostBackend(artifacts).run_task(spec("Q8_0", 16, 64, 1))
+    second = HostBackend(artifacts).run_task(spec("Q8_0", 16, 64, 1))
+    assert first.artifact.ok and second.artifact.ok and not second.artifact.compiled
+    assert second.artifact.cache_key == first.artifact.cache_key
+    assert second.artifact.path == first.artifact.path
+    other_flags = HostBackend(artifacts, flags=("-O2", "-std=c11", "-fPIC", "-shared")).build("Q8_0")
+    assert other_flags.compiled and other_flags.cache_key != first.artifact.cache_key
+    q4 = HostBackend(artifacts).build("Q4_0")
+    assert q4.cache_key != first.artifact.cache_key
+
+
+def test_compile_failure_is_per_variant_not_an_exception(tmp_path: Path) -> None:
+    broken = patched_source(tmp_path, "TB_VARIANT_LIST\n", "TB_VARIANT_LIST\nthis is not C;\n")
+    result = HostBackend(tmp_path / "art", source_path=broken).run_task(spec("Q4_0", 16, 64, 1))
+    assert not result.artifact.ok and "error" in result.artifact.log
+    assert len(result.results) == len(HOST_VARIANTS)
+    for r in result.results:
+        assert r.error is not None and r.error.startswith("compile failed")
+        assert r.dispatches == [] and r.parity is None
+    missing = HostBackend(tmp_path / "art", source_path=tmp_path / "nope.c").run_task(spec("Q4_0", 16, 64, 1))
+    assert all(r.error and "cannot read source" in r.error for r in missing.results)
+
+
+def test_kernel_that_drops_a_k_block_fails_parity_but_is_timed(tmp_path: Path) -> None:
+    src = patched_source(
+        tmp_path, "const int b = b0 + u;", "const int b = b0 + u;\n                if (b == nb - 1) continue;"
+    )
+    result = HostBackend(tmp_path / "art", source_path=src).run_task(spec("Q8_0", 24, 512, 2))
+    for r in result.results:
+        assert r.parity is not None and not r.parity.passed and r.parity.rel_l2 > 1e-3
+        assert r.error is None and len(r.dispatches) == 3
+
+
+def test_kernel_that_skips_an_output_row_fails_via_nan_fill(tmp_path: Path) -> None:
+    store = "y[(size_t)(m0 + i) * (size_t)n + (size_t)(r0 + t)] = s;"
+    src = patched_source(tmp_path, store, "if (r0 + t != n - 1) " + store)
+    result = HostBackend(tmp_path / "art", source_path=src).run_task(spec("Q4_0", 20, 64, 1))
+    for r in result.results:
+        assert r.parity is not None and not r.parity.passed and np.isnan(r.parity.cosine)
+
+
+def test_invalid_variant_is_reported_and_others_run(backend: HostBackend) -> None:
+    result = backend.run_task(spec("Q8_0", 16, 64, 1, variants=("KB16/TW24", "KB2/TW4", "bogus")))
+    by_name = {r.variant: r for r in result.results}
+    assert "kb must be one of 1,2,4,8" in (by_name["KB16/TW24"].error or "")
+    assert by_name["bogus"].error is not None and by_name["bogus"].dispatches == []
+    assert by_name["KB2/TW4"].error is None and len(by_name["KB2/TW4"].dispatches) == 3
+
+
+def test_dispatches_are_interleaved_and_rotate_buffers(backend: HostBackend) -> None:
+    calls: list[tuple[int, int]] = []
+    variants = ("KB1/TW4", "KB4/TW8", "KB8/TW4")
+    result = backend.run_task(
+        spec("Q4_0", 32, 128, 2, variants=variants, min_dispatches=7, warmup=2),
+        progress=lambda done, planned: calls.append((done, planned)),
+    )
+    assert result.weight_copies > 1
+    seqs = sorted(d.seq for r in result.results for d in r.dispatches)
+    assert seqs == list(range(7 * len(variants)))
+    for r in result.results:
+        assert len(r.dispatches) == 7
+        # one dispatch of every variant per round: the i-th dispatch lies in round i
+        assert [d.seq // len(variants) for d in r.dispatches] == list(range(7))
+        assert all(d.device_ns > 0 and d.wall_ns >= d.device_ns for d in r.dispatches)
+        assert len({d.buffer_index for d in r.dispatches}) > 1
+        assert all(0 <= d.buffer_index < result.weight_copies for d in r.dispatches)
+    assert calls[0] == (0, 21) and calls[-1] == (21, 21) and len(calls) == 8
+
+
+def test_warm_cache_uses_one_copy(backend: HostBackend) -> None:
+    result = backend.run_task(spec("Q8_0", 16, 64, 1, warm_cache=True))
+    assert result.weight_copies == 1
+    assert {d.buffer_index for r in result.results for d in r.dispatches} == {0}
+
+
+def test_weight_copy_policy() -> None:
+    assert llc_bytes() >= 0
+    assert weight_copies(1 << 20, 32 << 20, warm_cache=False) == 64  # wants 65: capped
+    assert weight_copies(8 << 20, 32 << 20, warm_cache=False) == 9  # 72 MiB > 2 x LLC
+    assert weight_copies(600 << 20, 32 << 20, warm_cache=False) == 1  # 1 GiB memory cap
+    assert weight_copies(1 << 20, 32 << 20, warm_cache=True) == 1
+
+
+def test_interleave_scheduler_directly() -> None:
+    order: list[str] = []
+
+    def make(name: str) -> object:
+        def fn(buffer_index: int) -> int:
+            order.append(name)
+            return 5
+
+        return fn
+
+    def broken(buffer_index: int) -> int:
+        raise RuntimeError("boom")
+
+    out = interleave(
+        [("a", make("a")), ("b", make("b")), ("c", make("c")), ("x", broken)],  # type: ignore[list-item]
+        rounds=2,
+        warmup=1,
+        buffers=2,
+    )
+    # warm-up round a b c (x fails there), then timed rounds starting at a rotating variant
+    assert order == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert "boom" in out.errors["x"] and out.dispatches["x"] == []
+    assert [d.seq for d in out.dispatches["b"]] == [0, 5]
+    timed = sorted((d for rows in out.dispatches.values() for d in rows), key=lambda d: d.seq)
+    # the copy advances on every dispatch (warm-up and failed ones included): b c a c a b -> 0 1 0 1 0 1
+    assert [d.buffer_index for d in timed] == [0, 1, 0, 1, 0, 1]

@@ -1,0 +1,107 @@
+"""The backend plug-in point: compile a family's variants, time them per dispatch, check parity."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What makes results comparable (DESIGN §5.6): arch, CU count, driver/runtime, toolchain."""
+
+    backend: str
+    arch: str
+    name: str
+    compute_units: int
+    uuid: str
+    driver_version: str = ""
+    runtime_version: str = ""
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One (arch, phase, format, shape, M) point: all its variants are timed together, interleaved."""
+
+    arch: str
+    phase: str
+    format: str
+    shape: str
+    n: int
+    k: int
+    m: int
+    variants: tuple[str, ...]
+    min_dispatches: int = 20
+    max_dispatches: int = 200
+    warmup: int = 3
+    seed: int = 0
+    warm_cache: bool = False
+
+
+@dataclass
+class Parity:
+    cosine: float
+    rel_l2: float
+    max_abs: float
+    passed: bool
+    sampled_rows: int | None = None  # set when parity was checked on a seeded row sample
+
+
+@dataclass
+class ArtifactInfo:
+    """A compiled unit (one per family x format x arch); variants are symbols inside it."""
+
+    cache_key: str
+    path: str
+    source_hash: str
+    toolchain: str
+    flags: tuple[str, ...]
+    compiled: bool  # False when it came from the cache
+    ok: bool = True
+    log: str = ""
+    resources: dict[str, dict[str, object]] = field(default_factory=dict)  # per variant symbol
+
+
+@dataclass
+class Dispatch:
+    seq: int  # global order inside the task (interleaving is visible)
+    device_ns: int  # profiler / in-harness monotonic clock around the kernel only
+    wall_ns: int  # host wall clock around the whole launch, kept beside it
+    buffer_index: int  # which rotated weight copy was read
+
+
+@dataclass
+class VariantResult:
+    variant: str
+    dispatches: list[Dispatch]
+    parity: Parity | None
+    error: str | None = None
+    symbol: str = ""
+
+
+@dataclass
+class TaskResult:
+    device: DeviceInfo
+    artifact: ArtifactInfo
+    results: list[VariantResult]
+    weight_copies: int = 1
+
+
+ProgressCallback = Callable[[int, int], None]  # (dispatches done, dispatches planned)
+
+
+class Backend(Protocol):
+    name: str
+
+    def detect(self) -> DeviceInfo | None:
+        """The device this process is pinned to, or None when this backend cannot run here."""
+        ...
+
+    def supports(self, arch: str, phase: str, format_name: str) -> str | None:
+        """None when the backend can run this point, else the reason it cannot."""
+        ...
+
+    def run_task(self, spec: TaskSpec, progress: ProgressCallback | None = None) -> TaskResult:
+        """Compile (through the artifact cache), time all variants interleaved, check parity."""
+        ...
