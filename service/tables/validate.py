@@ -215,9 +215,14 @@ def validate_table(
         workdir = Path(tmp)
         header = workdir / HEADER_NAME
         header.write_text(text)
+        # Check through a translation unit that includes the header twice, as an
+        # engine would: this also proves `#pragma once` guards it (and avoids the
+        # "pragma once in main file" warning of compiling the header directly).
+        unit = workdir / "syntax_check.cpp"
+        unit.write_text(f'#include "{HEADER_NAME}"\n#include "{HEADER_NAME}"\n')
         try:
             syntax = _run(
-                [*compiler, "-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-x", "c++", str(header)],
+                [*compiler, "-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-I", str(workdir), str(unit)],
                 workdir,
                 timeout_s,
             )

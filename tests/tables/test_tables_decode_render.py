@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import re
 import subprocess
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,10 +13,13 @@ import pytest
 
 from service.tables import DecodeChoice, PointTimes, TableValidationError, generate_decode_table
 from service.tables.dialects import DIALECTS, get_dialect
+from service.tables.dialects.base import ReplayAnswers
 from service.tables.lookup import pack_decode_key
+from service.tables.model import PointKey
 from service.tables.validate import ExpectedAnswer, TableExpectations, validate_table
 
 Data = tuple[list[DecodeChoice], list[PointTimes]]
+Replay = Callable[[str, list[PointKey]], ReplayAnswers]  # the conftest `replay` fixture
 
 LLAMINAR_NAMES = [
     "#pragma once",
@@ -87,13 +91,14 @@ def test_entry_comments_name_everything(table: str) -> None:
 
 @pytest.mark.parametrize("std", ["c++17", "c++20"])
 def test_header_compiles_warning_free(table: str, cxx: str, tmp_path: Path, std: str) -> None:
-    header = tmp_path / "table.inc"
-    header.write_text(table)
+    (tmp_path / "table.inc").write_text(table)
+    unit = tmp_path / "unit.cpp"
+    unit.write_text('#include "table.inc"\n#include "table.inc"\n')  # pragma once guards it
     argv = [cxx, f"-std={std}", "-fsyntax-only", "-Wall", "-Wextra", "-Wpedantic", "-Werror"]
-    subprocess.run([*argv, "-x", "c++", str(header)], check=True, timeout=120)
+    subprocess.run([*argv, "-I", str(tmp_path), str(unit)], check=True, timeout=120)
 
 
-def test_replay_reproduces_all_winners(data: Data, table: str, replay) -> None:
+def test_replay_reproduces_all_winners(data: Data, table: str, replay: Replay) -> None:
     choices, _ = data
     dialect = get_dialect("llaminar-rocm-decode")
     answers = replay(table, [c.point for c in choices])
@@ -176,7 +181,9 @@ def test_validator_catches_tampered_tables(data: Data, table: str) -> None:
     report = validate_table(edited, expectations)
     assert any("replay answered" in f for f in report.failures)
 
-    report = validate_table(table.replace("struct ROCmNativeVNNIDecodeTuningEntry {", "struct {"), expectations)
+    report = validate_table(
+        table.replace("struct ROCmNativeVNNIDecodeTuningEntry {", "struct {"), expectations
+    )
     assert any("does not compile" in f for f in report.failures)
 
 

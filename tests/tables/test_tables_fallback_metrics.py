@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from service.tables import DecodeChoice, PointTimes, generate_decode_table
 from service.tables.dialects import get_dialect
+from service.tables.dialects.base import ReplayAnswers
 from service.tables.fallback import aspect_class, fit_fallback, pick_rule
 from service.tables.lookup import DecodeLookup
 from service.tables.metrics import compute_metrics, percentile
-from service.tables.model import MeasuredPoint
+from service.tables.model import MeasuredPoint, PointKey
 
 Data = tuple[list[DecodeChoice], list[PointTimes]]
+Replay = Callable[[str, list[PointKey]], ReplayAnswers]  # the conftest `replay` fixture
 
 
 def choice(cb: int, m: int, n: int, k: int, variant: str, us: float, shape: str = "S") -> DecodeChoice:
@@ -37,17 +41,17 @@ def test_aspect_class_boundaries(n: int, k: int, expected: str) -> None:
 
 
 def test_fallback_segments_cut_at_midpoints_and_minimise_regret() -> None:
-    # Balanced shapes, work 1e6 .. 4e6: A wins small, B wins large; C is never best.
+    # Square (balanced) shapes, work 1e6, 4e6, 9e6, 16e6: KB1/TW4 wins small, KB8/TW8 large.
     def pt(n: int, a: float, b: float) -> MeasuredPoint:
         times = {"KB1/TW4": a, "KB8/TW8": b, "KB2/TW4": max(a, b) * 2}
-        return MeasuredPoint(19, 1, n, 1000, "S", min(times, key=times.__getitem__), times)
+        return MeasuredPoint(19, 1, n, n, "S", min(times, key=times.__getitem__), times)
 
     points = [pt(1000, 1.0, 2.0), pt(2000, 1.0, 1.5), pt(3000, 2.0, 1.0), pt(4000, 3.0, 1.0)]
     rules = fit_fallback(points)[(19, 1, "balanced")]
-    assert [(r.max_work_items, r.variant) for r in rules] == [(2_500_000, "KB1/TW4"), (4_000_000, "KB8/TW8")]
+    assert [(r.max_work_items, r.variant) for r in rules] == [(6_500_000, "KB1/TW4"), (16_000_000, "KB8/TW8")]
     assert all(r.worst_regret == 0.0 for r in rules)
-    assert pick_rule(rules, 2_500_000).variant == "KB1/TW4"
-    assert pick_rule(rules, 2_500_001).variant == "KB8/TW8"
+    assert pick_rule(rules, 6_500_000).variant == "KB1/TW4"
+    assert pick_rule(rules, 6_500_001).variant == "KB8/TW8"
     assert pick_rule(rules, 10**12).variant == "KB8/TW8"  # beyond the data: the last rule
 
 
@@ -65,19 +69,25 @@ def test_fallback_uses_times_not_only_winners() -> None:
 
 
 def test_fallback_without_times_takes_modal_winner() -> None:
-    pts = [MeasuredPoint(0, 2, 1000, 1000, s, v) for s, v in [("a", "KB4/TW8"), ("b", "KB4/TW8"), ("c", "KB1/TW4")]]
+    pts = [
+        MeasuredPoint(0, 2, 1000, 1000, s, v)
+        for s, v in [("a", "KB4/TW8"), ("b", "KB4/TW8"), ("c", "KB1/TW4")]
+    ]
     (rule,) = fit_fallback(pts)[(0, 2, "balanced")]
     assert rule.variant == "KB4/TW8" and rule.worst_regret is None
 
 
 def test_fallback_has_at_most_three_segments(data: Data) -> None:
-    choices, times = data
-    points = [MeasuredPoint(*t.point, t.shape, min(t.times_us, key=t.times_us.__getitem__), t.times_us) for t in times]
+    _, times = data
+    points = [
+        MeasuredPoint(*t.point, t.shape, min(t.times_us, key=t.times_us.__getitem__), t.times_us)
+        for t in times
+    ]
     rules = fit_fallback(points)
     assert rules and all(1 <= len(r) <= 3 for r in rules.values())
 
 
-def test_fallback_on_unseen_shape_returns_known_variant(data: Data, replay) -> None:
+def test_fallback_on_unseen_shape_returns_known_variant(data: Data, replay: Replay) -> None:
     choices, times = data
     table = generate_decode_table(choices, times, "gfx906", ["s"])
     dialect = get_dialect("llaminar-rocm-decode")
@@ -124,11 +134,11 @@ def test_metrics_hand_worked_example() -> None:
 def test_metrics_direct_two_points() -> None:
     pts = [
         MeasuredPoint(19, 1, 64, 64, "a", "KB8/TW8", {"KB8/TW8": 10.0, "KB4/TW4": 12.0}),
-        MeasuredPoint(19, 1, 128, 64, "b", "KB8/TW8", {"KB8/TW8": 10.0, "KB4/TW4": 8.0}),
+        MeasuredPoint(19, 1, 96, 64, "b", "KB8/TW8", {"KB8/TW8": 10.0, "KB4/TW4": 8.0}),
     ]
     lookup = DecodeLookup({19: {}}, {(19, 1, "balanced"): fit_fallback(pts)[(19, 1, "balanced")]})
-    # Both points share one segment... unless cut; work 4096 vs 8192 gives a cut, so each point
-    # gets its best variant: KB8/TW8 then KB4/TW4.
+    # Both balanced; work 4096 vs 6144 allows a cut at 5120, so each point gets its
+    # fastest variant: KB8/TW8 then KB4/TW4 (b's declared winner is not its fastest).
     m = compute_metrics(lookup, pts, fallback_rules=2)
     assert m.coverage == 1.0
     assert m.exact_hit_rate == 0.5  # b's declared winner KB8/TW8 differs from the answer KB4/TW4

@@ -211,9 +211,8 @@ class HostBackend:
         key = self.cache_key(source, format_name, variants)
         out_dir = self.artifact_dir / key[:2]
         lib_path = out_dir / f"decode_{format_name.lower()}_{key[:24]}.so"
-        resources: dict[str, dict[str, object]] = {
-            symbol_for(format_name, v): dict(v.params) for v in variants
-        }
+        # one entry per exported symbol; host kernels have no ISA resource report (yet)
+        resources: dict[str, dict[str, object]] = {symbol_for(format_name, v): {} for v in variants}
         info = ArtifactInfo(
             key, str(lib_path), source_hash, self.toolchain, self.flags, False, True, "", resources
         )
