@@ -12,7 +12,11 @@ from service.db.models import ApiToken
 
 SCOPES = ("read", "submit", "admin")
 # admin implies everything; submit implies read (a CI token must be able to poll what it submitted)
-IMPLIED: dict[str, set[str]] = {"admin": {"admin", "submit", "read"}, "submit": {"submit", "read"}, "read": {"read"}}
+IMPLIED: dict[str, set[str]] = {
+    "admin": {"admin", "submit", "read"},
+    "submit": {"submit", "read"},
+    "read": {"read"},
+}
 
 
 def hash_token(token: str) -> str:

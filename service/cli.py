@@ -10,7 +10,14 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from service.config import get_settings
@@ -58,7 +65,9 @@ def demo(
     formats: str = typer.Option("Q8_0,Q4_0", help="comma list of formats"),
     profile: str = typer.Option("smoke", help="shape profile"),
     dispatches: int = typer.Option(20, min=3, help="timed dispatches per variant"),
-    output: Path | None = typer.Option(None, help="where to write the .inc (default: <home>/tables/host-decode.inc)"),
+    output: Path | None = typer.Option(
+        None, help="where to write the .inc (default: <home>/tables/host-decode.inc)"
+    ),
 ) -> None:
     """Run a smoke sweep on the embedded default (SQLite, in-process worker), print winners, emit a table."""
     from service.demo import run_demo
@@ -67,7 +76,12 @@ def demo(
     output = output or settings.home / "tables" / "host-decode.inc"
     try:
         result = run_demo(
-            settings, [f.strip() for f in formats.split(",") if f.strip()], profile, dispatches, output, console
+            settings,
+            [f.strip() for f in formats.split(",") if f.strip()],
+            profile,
+            dispatches,
+            output,
+            console,
         )
     except ValueError as error:
         raise usage_error(str(error)) from None
@@ -76,10 +90,20 @@ def demo(
         table.add_column(column)
     for w in result.winners:
         margin = f"{100 * w['margin']:.1f}%" if w["margin"] is not None else "-"
-        table.add_row(w["format"], w["shape"], str(w["m"]), f"{w['n']}x{w['k']}", w["variant"],
-                      f"{w['median_us']:.2f}", w["runner_up"] or "-", margin)
+        table.add_row(
+            w["format"],
+            w["shape"],
+            str(w["m"]),
+            f"{w['n']}x{w['k']}",
+            w["variant"],
+            f"{w['median_us']:.2f}",
+            w["runner_up"] or "-",
+            margin,
+        )
     out.print(table)
-    out.print(f"table: {result.table_path.resolve()}  (sha256 {result.sha256[:12]}, validated: compiles and replays)")
+    out.print(
+        f"table: {result.table_path.resolve()}  (sha256 {result.sha256[:12]}; compiles and replays)"
+    )
 
 
 @app.command()
@@ -198,7 +222,9 @@ def _follow(client: Any, sweep_id: int, quiet: bool, poll: float = 0.5) -> dict[
 
 @sweep_app.command("status")
 def sweep_status(
-    sweep_id: int, url: str = UrlOption, token: str | None = TokenOption,
+    sweep_id: int,
+    url: str = UrlOption,
+    token: str | None = TokenOption,
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     status = _api_call(_client(url, token).sweep, sweep_id)
@@ -206,7 +232,9 @@ def sweep_status(
         out.print_json(data=status)
     else:
         tasks = status["tasks"]
-        out.print(f"sweep {sweep_id}: {status['status']} — " + ", ".join(f"{k} {v}" for k, v in tasks.items()))
+        out.print(
+            f"sweep {sweep_id}: {status['status']} — " + ", ".join(f"{k} {v}" for k, v in tasks.items())
+        )
 
 
 @sweep_app.command("cancel")
@@ -217,9 +245,15 @@ def sweep_cancel(sweep_id: int, url: str = UrlOption, token: str | None = TokenO
 
 @app.command()
 def winners(
-    arch: str | None = None, phase: str | None = None, format: str | None = None,
-    m: int | None = None, n: int | None = None, k: int | None = None,
-    as_json: bool = typer.Option(False, "--json"), url: str = UrlOption, token: str | None = TokenOption,
+    arch: str | None = None,
+    phase: str | None = None,
+    format: str | None = None,
+    m: int | None = None,
+    n: int | None = None,
+    k: int | None = None,
+    as_json: bool = typer.Option(False, "--json"),
+    url: str = UrlOption,
+    token: str | None = TokenOption,
 ) -> None:
     """List winners with runner-up and margin."""
     items = _api_call(_client(url, token).winners, arch=arch, phase=phase, format=format, m=m, n=n, k=k)
@@ -231,17 +265,28 @@ def winners(
         table.add_column(column)
     for w in items:
         margin = f"{100 * w['margin']:.1f}%" if w["margin"] is not None else "-"
-        table.add_row(w["arch"], w["format"], str(w["m"]), f"{w['n']}x{w['k']}", w["variant"],
-                      f"{w['median_us']:.2f}", w["runner_up"] or "-", margin, str(w["decided"]))
+        table.add_row(
+            w["arch"],
+            w["format"],
+            str(w["m"]),
+            f"{w['n']}x{w['k']}",
+            w["variant"],
+            f"{w['median_us']:.2f}",
+            w["runner_up"] or "-",
+            margin,
+            str(w["decided"]),
+        )
     out.print(table)
 
 
 @table_app.command("generate")
 def table_generate(
-    arch: str = typer.Option(...), phase: str = typer.Option("decode"),
+    arch: str = typer.Option(...),
+    phase: str = typer.Option("decode"),
     dialect: str = typer.Option("llaminar-rocm-decode"),
     output: Path | None = typer.Option(None, help="write the .inc here"),
-    url: str = UrlOption, token: str | None = TokenOption,
+    url: str = UrlOption,
+    token: str | None = TokenOption,
 ) -> None:
     """Generate (and validate) a table version from the stored winners."""
     client = _client(url, token)

@@ -46,7 +46,9 @@ class TunebaseClient:
         return items
 
     def generate_table(self, arch: str, phase: str, dialect: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("POST", "/v1/tables", json={"arch": arch, "phase": phase, "dialect": dialect})
+        result: dict[str, Any] = self._call(
+            "POST", "/v1/tables", json={"arch": arch, "phase": phase, "dialect": dialect}
+        )
         return result
 
     def table_inc(self, table_id: int) -> str:

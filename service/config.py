@@ -20,7 +20,9 @@ class Settings(BaseSettings):
     artifact_dir: Path | None = Field(None, description="compiled-kernel cache; default home/artifacts")
     anonymous_read: bool = Field(False, description="let requests without a token use read endpoints")
     token_bytes: int = Field(32, ge=16, le=64, description="entropy of new API tokens")
-    embedded_poll_seconds: float = Field(0.2, gt=0, description="how often the embedded worker looks for work")
+    embedded_poll_seconds: float = Field(
+        0.2, gt=0, description="how often the embedded worker looks for work"
+    )
     min_effect: float = Field(0.01, ge=0, description="smallest margin that counts as a decided winner")
     overlay_regret_threshold: float = Field(0.02, ge=0, description="exact entries only above this regret")
 

@@ -37,8 +37,13 @@ def run_demo(
     url = settings.resolved_database_url
     upgrade(url)
     spec = SweepSpec(
-        arch="host", phase="decode", formats=formats, profile=profile,
-        min_dispatches=dispatches, max_dispatches=max(dispatches, 200), labels={"source": "demo"},
+        arch="host",
+        phase="decode",
+        formats=formats,
+        profile=profile,
+        min_dispatches=dispatches,
+        max_dispatches=max(dispatches, 200),
+        labels={"source": "demo"},
     )
     problems = spec.problems()
     if problems:
@@ -47,12 +52,16 @@ def run_demo(
     with factory.begin() as session:
         sweep, _ = submit_sweep(session, spec, None, "demo")
         sweep_id = sweep.id
-        task_ids = [t.id for t in session.scalars(select(Task).where(Task.sweep_id == sweep_id).order_by(Task.id))]
+        task_ids = [
+            t.id for t in session.scalars(select(Task).where(Task.sweep_id == sweep_id).order_by(Task.id))
+        ]
     backend = create_backend("host", settings.resolved_artifact_dir)
     device = backend.detect()
     if device is None:
         raise ValueError("no C compiler found: the host backend cannot build kernels (install gcc)")
-    console.print(f"sweep {sweep_id}: {len(task_ids)} tasks on {device.name} ({settings.resolved_database_url})")
+    console.print(
+        f"sweep {sweep_id}: {len(task_ids)} tasks on {device.name} ({settings.resolved_database_url})"
+    )
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console) as progress:
         bar = progress.add_task("tasks", total=len(task_ids))

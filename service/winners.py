@@ -10,7 +10,9 @@ from service.db.models import Measurement, Variant, Winner, utcnow
 from service.statistics.winners import Candidate, choose_winner
 
 
-def refresh_point(session: Session, arch: str, phase: str, format_name: str, m: int, n: int, k: int) -> Winner | None:
+def refresh_point(
+    session: Session, arch: str, phase: str, format_name: str, m: int, n: int, k: int
+) -> Winner | None:
     """Recompute the winner of one point from the newest measurement of each variant."""
     rows = session.execute(
         select(Measurement, Variant)

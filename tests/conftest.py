@@ -17,7 +17,9 @@ import pytest
 from sqlalchemy import create_engine, text
 
 REPO = Path(__file__).resolve().parents[1]
-POSTGRES_ADMIN_URL = os.environ.get("TUNEBASE_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+POSTGRES_ADMIN_URL = os.environ.get(
+    "TUNEBASE_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
 
 
 def _postgres_database() -> Iterator[str]:
@@ -75,12 +77,19 @@ class LiveServer:
 
     def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "service.cli", *args], env=self.env, cwd=REPO,
-            capture_output=True, text=True, timeout=timeout, check=False,
+            [sys.executable, "-m", "service.cli", *args],
+            env=self.env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
         )
 
 
-def start_server(home: Path, database_url: str, artifact_dir: Path, extra_env: dict[str, str] | None = None) -> LiveServer:
+def start_server(
+    home: Path, database_url: str, artifact_dir: Path, extra_env: dict[str, str] | None = None
+) -> LiveServer:
     port = free_port()
     env = {
         **os.environ,
@@ -93,7 +102,11 @@ def start_server(home: Path, database_url: str, artifact_dir: Path, extra_env: d
     }
     log = (home / "server.log").open("wb")
     process = subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "serve", "--port", str(port)], env=env, cwd=REPO, stdout=log, stderr=log
+        [sys.executable, "-m", "service.cli", "serve", "--port", str(port)],
+        env=env,
+        cwd=REPO,
+        stdout=log,
+        stderr=log,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60

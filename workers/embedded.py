@@ -9,8 +9,8 @@ from collections.abc import Iterable
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.db.models import Task
 from service.config import Settings
+from service.db.models import Task
 from workers.backends.base import Backend
 from workers.backends.registry import create_backend
 from workers.execute import execute_task
@@ -21,7 +21,10 @@ log = logging.getLogger(__name__)
 def next_queued_task(factory: sessionmaker[Session], arches: Iterable[str]) -> int | None:
     with factory() as session:
         return session.scalar(
-            select(Task.id).where(Task.state == "queued", Task.arch.in_(list(arches))).order_by(Task.id).limit(1)
+            select(Task.id)
+            .where(Task.state == "queued", Task.arch.in_(list(arches)))
+            .order_by(Task.id)
+            .limit(1)
         )
 
 
@@ -41,7 +44,9 @@ def run_until_idle(
 
 
 class EmbeddedWorker:
-    def __init__(self, factory: sessionmaker[Session], backend: Backend, arches: Iterable[str], poll_seconds: float):
+    def __init__(
+        self, factory: sessionmaker[Session], backend: Backend, arches: Iterable[str], poll_seconds: float
+    ):
         self._factory = factory
         self._backend = backend
         self._arches = list(arches)

@@ -49,12 +49,16 @@ def require_scope(scope: str) -> Callable[..., Caller]:
             if scope == "read" and settings.anonymous_read:
                 return Caller(name="anonymous", scopes=frozenset({"read"}))
             raise HTTPException(
-                status.HTTP_401_UNAUTHORIZED, "a bearer token is required", headers={"WWW-Authenticate": "Bearer"}
+                status.HTTP_401_UNAUTHORIZED,
+                "a bearer token is required",
+                headers={"WWW-Authenticate": "Bearer"},
             )
         record = lookup_token(session, credentials.credentials)
         if record is None:
             raise HTTPException(
-                status.HTTP_401_UNAUTHORIZED, "unknown or revoked token", headers={"WWW-Authenticate": "Bearer"}
+                status.HTTP_401_UNAUTHORIZED,
+                "unknown or revoked token",
+                headers={"WWW-Authenticate": "Bearer"},
             )
         scopes = granted(list(record.scopes))
         if scope not in scopes:

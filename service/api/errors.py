@@ -24,13 +24,17 @@ def error_body(code: str, message: str, fields: list[dict[str, str]] | None = No
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        fields = [{"field": field_path(e.get("loc", ())), "message": str(e.get("msg", ""))} for e in exc.errors()]
+        fields = [
+            {"field": field_path(e.get("loc", ())), "message": str(e.get("msg", ""))} for e in exc.errors()
+        ]
         message = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
         return JSONResponse(status_code=422, content=error_body("validation_failed", message, fields))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = {401: "unauthorized", 403: "forbidden", 404: "not_found", 409: "conflict"}.get(exc.status_code, "error")
+        code = {401: "unauthorized", 403: "forbidden", 404: "not_found", 409: "conflict"}.get(
+            exc.status_code, "error"
+        )
         return JSONResponse(
             status_code=exc.status_code,
             content=error_body(code, str(exc.detail)),

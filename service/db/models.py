@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import (
     JSON,
@@ -29,14 +29,16 @@ def utcnow() -> datetime:
 
 
 class Base(DeclarativeBase):
-    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+    type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, list[Any]: JSON}
 
 
 class Device(Base):
     """A device as results are keyed (DESIGN §5.6): arch + CU count + driver/runtime."""
 
     __tablename__ = "devices"
-    __table_args__ = (UniqueConstraint("uuid", "driver_version", "runtime_version", name="uq_device_identity"),)
+    __table_args__ = (
+        UniqueConstraint("uuid", "driver_version", "runtime_version", name="uq_device_identity"),
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     backend: Mapped[str] = mapped_column(String(16))

@@ -1,4 +1,4 @@
-"""Engine and session factory; SQLite gets WAL and a busy timeout so the API and the embedded worker coexist."""
+"""Engine and session factory; SQLite gets WAL and a busy timeout so the API and the worker coexist."""
 
 from __future__ import annotations
 

@@ -34,4 +34,6 @@ def choose_winner(candidates: Sequence[Candidate]) -> Decision | None:
     winner = passing[0]
     runner_up = passing[1] if len(passing) > 1 else None
     margin = (runner_up.median_us / winner.median_us - 1.0) if runner_up and winner.median_us > 0 else None
-    return Decision(winner=winner, runner_up=runner_up, margin=margin, decided=runner_up is None or bool(margin))
+    return Decision(
+        winner=winner, runner_up=runner_up, margin=margin, decided=runner_up is None or bool(margin)
+    )

@@ -26,7 +26,9 @@ def spec_fingerprint(spec: SweepSpec) -> str:
     return hashlib.sha256(json.dumps(spec.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
 
 
-def submit_sweep(session: Session, spec: SweepSpec, idempotency_key: str | None, submitted_by: str) -> tuple[Sweep, bool]:
+def submit_sweep(
+    session: Session, spec: SweepSpec, idempotency_key: str | None, submitted_by: str
+) -> tuple[Sweep, bool]:
     """Create the sweep and its tasks in one transaction; returns (sweep, created)."""
     if idempotency_key:
         existing = session.scalar(select(Sweep).where(Sweep.idempotency_key == idempotency_key))
@@ -46,7 +48,16 @@ def submit_sweep(session: Session, spec: SweepSpec, idempotency_key: str | None,
     )
     variants = spec.resolved_variants()
     sweep.tasks = [
-        Task(arch=spec.arch, phase=spec.phase, format=t.format, shape=t.shape, n=t.n, k=t.k, m=t.m, variants=variants)
+        Task(
+            arch=spec.arch,
+            phase=spec.phase,
+            format=t.format,
+            shape=t.shape,
+            n=t.n,
+            k=t.k,
+            m=t.m,
+            variants=variants,
+        )
         for t in plan_tasks(spec)
     ]
     session.add(sweep)
@@ -63,12 +74,16 @@ def submit_sweep(session: Session, spec: SweepSpec, idempotency_key: str | None,
 
 def _same_or_conflict(existing: Sweep, spec: SweepSpec) -> Sweep:
     if existing.spec.get("fingerprint") != spec_fingerprint(spec):
-        raise IdempotencyConflict(f"Idempotency-Key already used for sweep {existing.id} with a different spec")
+        raise IdempotencyConflict(
+            f"Idempotency-Key already used for sweep {existing.id} with a different spec"
+        )
     return existing
 
 
 def task_counts(session: Session, sweep_id: int) -> dict[str, int]:
-    rows = session.execute(select(Task.state, func.count()).where(Task.sweep_id == sweep_id).group_by(Task.state))
+    rows = session.execute(
+        select(Task.state, func.count()).where(Task.sweep_id == sweep_id).group_by(Task.state)
+    )
     counts = Counter({state: 0 for state in TASK_STATES})
     for state, count in rows:
         counts[state] = count

@@ -31,8 +31,16 @@ class SweepSpec(BaseModel):
         extra="forbid",
         json_schema_extra={
             "examples": [
-                {"arch": "host", "phase": "decode", "formats": ["Q8_0", "Q4_0"], "profile": "smoke",
-                 "m": [1, 2], "strategy": "exhaustive", "min_dispatches": 20, "labels": {"ci_run": "1234"}}
+                {
+                    "arch": "host",
+                    "phase": "decode",
+                    "formats": ["Q8_0", "Q4_0"],
+                    "profile": "smoke",
+                    "m": [1, 2],
+                    "strategy": "exhaustive",
+                    "min_dispatches": 20,
+                    "labels": {"ci_run": "1234"},
+                }
             ]
         },
     )
@@ -57,25 +65,34 @@ class SweepSpec(BaseModel):
         found: list[SpecProblem] = []
         for index, name in enumerate(self.formats):
             if name not in FORMATS:
-                found.append(SpecProblem(("formats", index), f"unknown format {name!r}; known: {', '.join(FORMATS)}"))
+                found.append(
+                    SpecProblem(("formats", index), f"unknown format {name!r}; known: {', '.join(FORMATS)}")
+                )
         if len(set(self.formats)) != len(self.formats):
             found.append(SpecProblem(("formats",), "formats must not repeat"))
         if (self.profile is None) == (self.shapes is None):
             found.append(SpecProblem(("profile",), "give exactly one of 'profile' or 'shapes'"))
         elif self.profile is not None and self.profile not in load_profiles():
             found.append(
-                SpecProblem(("profile",), f"unknown profile {self.profile!r}; known: {', '.join(load_profiles())}")
+                SpecProblem(
+                    ("profile",), f"unknown profile {self.profile!r}; known: {', '.join(load_profiles())}"
+                )
             )
         allowed_m = PHASE_M[self.phase]
         for index, m in enumerate(self.m or []):
             if m not in allowed_m:
-                found.append(SpecProblem(("m", index), f"M={m} is not in the {self.phase} M policy {list(allowed_m)}"))
+                found.append(
+                    SpecProblem(("m", index), f"M={m} is not in the {self.phase} M policy {list(allowed_m)}")
+                )
         for index, shape in enumerate(self.shapes or []):
             for name in self.formats:
                 if name in FORMATS and shape.k % FORMATS[name].block_weights:
                     block = FORMATS[name].block_weights
                     found.append(
-                        SpecProblem(("shapes", index, "k"), f"K={shape.k} is not a multiple of {name}'s {block}-weight block")
+                        SpecProblem(
+                            ("shapes", index, "k"),
+                            f"K={shape.k} is not a multiple of {name}'s {block}-weight block",
+                        )
                     )
         if self.min_dispatches > self.max_dispatches:
             found.append(SpecProblem(("min_dispatches",), "min_dispatches must not exceed max_dispatches"))
@@ -91,7 +108,11 @@ class SweepSpec(BaseModel):
             if name in FORMATS and reason:
                 found.append(SpecProblem(("formats", index), reason))
         if not found and self.task_count() > MAX_TASKS:
-            found.append(SpecProblem(("formats",), f"the sweep expands to {self.task_count()} tasks (limit {MAX_TASKS})"))
+            found.append(
+                SpecProblem(
+                    ("formats",), f"the sweep expands to {self.task_count()} tasks (limit {MAX_TASKS})"
+                )
+            )
         return found
 
     def resolved_m(self) -> list[int]:

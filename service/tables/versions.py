@@ -20,10 +20,19 @@ class NoWinners(LookupError):
     """Nothing measured for this (arch, phase): there is no table to generate."""
 
 
-def _variant_times(session: Session, arch: str, phase: str) -> dict[tuple[str, int, int, int], dict[str, float]]:
+def _variant_times(
+    session: Session, arch: str, phase: str
+) -> dict[tuple[str, int, int, int], dict[str, float]]:
     """Newest parity-passing median of every variant at every point: regret needs all of them."""
     rows = session.execute(
-        select(Measurement.format, Measurement.m, Measurement.n, Measurement.k, Variant.name, Measurement.median_us)
+        select(
+            Measurement.format,
+            Measurement.m,
+            Measurement.n,
+            Measurement.k,
+            Variant.name,
+            Measurement.median_us,
+        )
         .join(Variant, Measurement.variant_id == Variant.id)
         .where(
             Measurement.arch == arch,
@@ -35,7 +44,8 @@ def _variant_times(session: Session, arch: str, phase: str) -> dict[tuple[str, i
     ).all()
     times: dict[tuple[str, int, int, int], dict[str, float]] = defaultdict(dict)
     for format_name, m, n, k, variant, median in rows:
-        times[(format_name, m, n, k)][variant] = float(median)
+        if median is not None:
+            times[(format_name, m, n, k)][variant] = float(median)
     return times
 
 
@@ -52,9 +62,7 @@ def collapse_aliases(
     for (codebook, m, n, k), group in sorted(by_point.items()):
         alias_times = [times.get((w.format, m, n, k), {}) for w in group]
         common = set.intersection(*(set(t) for t in alias_times)) if alias_times else set()
-        relative = {
-            variant: max(t[variant] / min(t.values()) for t in alias_times) for variant in common
-        }
+        relative = {variant: max(t[variant] / min(t.values()) for t in alias_times) for variant in common}
         if relative:
             chosen_variant = min(relative, key=lambda v: (relative[v], v))
         else:
@@ -66,7 +74,9 @@ def collapse_aliases(
             DecodeChoice(
                 codebook=codebook,
                 formats=tuple(sorted(w.format for w in group)),
-                m=m, n=n, k=k,
+                m=m,
+                n=n,
+                k=k,
                 shape=representative.shape,
                 variant=chosen_variant,
                 kb=kb,
@@ -112,8 +122,14 @@ def generate_and_store(session: Session, arch: str, phase: str, dialect: str) ->
 
 def _entry_json(choice: DecodeChoice) -> dict[str, Any]:
     return {
-        "codebook": choice.codebook, "formats": list(choice.formats), "m": choice.m, "n": choice.n, "k": choice.k,
-        "shape": choice.shape, "variant": choice.variant, "median_us": choice.median_us,
+        "codebook": choice.codebook,
+        "formats": list(choice.formats),
+        "m": choice.m,
+        "n": choice.n,
+        "k": choice.k,
+        "shape": choice.shape,
+        "variant": choice.variant,
+        "median_us": choice.median_us,
     }
 
 
@@ -137,8 +153,8 @@ def table_item(version: TableVersion) -> dict[str, Any]:
         "created_at": version.created_at.isoformat() if version.created_at else None,
         "parent_id": version.parent_id,
         "sweep_ids": list(version.sweep_ids or []),
-        "metrics": {key: metrics.get(key) for key in ("coverage", "exact_hit_rate", "mean_regret", "p95_regret")},
+        "metrics": {
+            key: metrics.get(key) for key in ("coverage", "exact_hit_rate", "mean_regret", "p95_regret")
+        },
         "entries": len(version.entries or []),
     }
-
-

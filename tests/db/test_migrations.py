@@ -1,4 +1,4 @@
-"""`alembic upgrade head` yields exactly the models' schema on SQLite and Postgres; downgrade to base works."""
+"""`alembic upgrade head` yields exactly the models' schema on SQLite and Postgres; downgrade works."""
 
 from __future__ import annotations
 
@@ -19,8 +19,16 @@ def test_upgrade_matches_models_and_downgrade_empties(database_url: str) -> None
             assert compare_metadata(context, Base.metadata) == []
             tables = set(inspect(connection).get_table_names())
         expected = {
-            "devices", "sweeps", "tasks", "variants", "artifacts", "measurements",
-            "dispatches", "winners", "tables", "api_tokens",
+            "devices",
+            "sweeps",
+            "tasks",
+            "variants",
+            "artifacts",
+            "measurements",
+            "dispatches",
+            "winners",
+            "tables",
+            "api_tokens",
         }
         assert expected <= tables
         downgrade(database_url, "base")

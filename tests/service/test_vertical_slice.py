@@ -64,8 +64,12 @@ def test_sweep_to_compiled_table(live_server: LiveServer, tmp_path: Path) -> Non
     submit_token = _token(live_server, "submit")
     read_token = _token(live_server, "read")
     anonymous = httpx.Client(base_url=live_server.url, timeout=30)
-    reader = httpx.Client(base_url=live_server.url, timeout=30, headers={"Authorization": f"Bearer {read_token}"})
-    client = httpx.Client(base_url=live_server.url, timeout=30, headers={"Authorization": f"Bearer {submit_token}"})
+    reader = httpx.Client(
+        base_url=live_server.url, timeout=30, headers={"Authorization": f"Bearer {read_token}"}
+    )
+    client = httpx.Client(
+        base_url=live_server.url, timeout=30, headers={"Authorization": f"Bearer {submit_token}"}
+    )
 
     assert anonymous.post("/v1/sweeps", json=SPEC).status_code == 401
     assert anonymous.get("/v1/winners").status_code == 401
@@ -77,9 +81,13 @@ def test_sweep_to_compiled_table(live_server: LiveServer, tmp_path: Path) -> Non
     assert bad.status_code == 422
     assert [f["field"] for f in bad.json()["error"]["fields"]] == ["formats.1"]
     unknown_field = client.post("/v1/sweeps", json={**SPEC, "colour": "blue"})
-    assert unknown_field.status_code == 422 and unknown_field.json()["error"]["fields"][0]["field"] == "colour"
+    assert (
+        unknown_field.status_code == 422 and unknown_field.json()["error"]["fields"][0]["field"] == "colour"
+    )
     bad_variant = client.post("/v1/sweeps", json={**SPEC, "variants": ["KB1/TW4", "KB3/TW4"]})
-    assert bad_variant.status_code == 422 and bad_variant.json()["error"]["fields"][0]["field"] == "variants.1"
+    assert (
+        bad_variant.status_code == 422 and bad_variant.json()["error"]["fields"][0]["field"] == "variants.1"
+    )
     bad_k = client.post("/v1/sweeps", json={**SPEC, "shapes": [{"name": "X", "n": 64, "k": 100}]})
     assert bad_k.status_code == 422 and bad_k.json()["error"]["fields"][0]["field"] == "shapes.0.k"
     assert client.get("/v1/sweeps").json()["total"] == 0  # nothing was half-created
@@ -107,7 +115,9 @@ def test_sweep_to_compiled_table(live_server: LiveServer, tmp_path: Path) -> Non
     assert {(w["format"], w["m"]) for w in q8_only} == {("Q8_0", 2)} and len(q8_only) == 2
 
     assert reader.post("/v1/tables", json={"arch": "host", "phase": "decode"}).status_code == 403
-    table = client.post("/v1/tables", json={"arch": "host", "phase": "decode", "dialect": "llaminar-rocm-decode"})
+    table = client.post(
+        "/v1/tables", json={"arch": "host", "phase": "decode", "dialect": "llaminar-rocm-decode"}
+    )
     assert table.status_code == 201, table.text
     item = table.json()
     assert item["metrics"]["coverage"] == 1.0 and item["metrics"]["exact_hit_rate"] == 1.0

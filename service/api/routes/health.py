@@ -39,4 +39,6 @@ def readyz(session: Session = Depends(get_session), settings: Settings = Depends
     else:
         checks["broker"] = "embedded"
     ready = all(v in ("ok", "embedded") for v in checks.values())
-    return JSONResponse(status_code=200 if ready else 503, content={"status": "ready" if ready else "not ready", **checks})
+    return JSONResponse(
+        status_code=200 if ready else 503, content={"status": "ready" if ready else "not ready", **checks}
+    )

@@ -56,7 +56,12 @@ def list_sweeps(
         query = query.where(Sweep.arch == arch)
     total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
     sweeps = session.scalars(query.order_by(Sweep.id.desc()).limit(limit).offset(offset)).all()
-    return {"total": total, "limit": limit, "offset": offset, "items": [sweep_status_body(session, s) for s in sweeps]}
+    return {
+        "total": total,
+        "limit": limit,
+        "offset": offset,
+        "items": [sweep_status_body(session, s) for s in sweeps],
+    }
 
 
 def _get_sweep(session: Session, sweep_id: int) -> Sweep:

@@ -29,13 +29,21 @@ class TableRequest(BaseModel):
 
 @router.post("", status_code=201)
 def generate_table(
-    request: TableRequest, _caller: Caller = Depends(require_scope("submit")), session: Session = Depends(get_session)
+    request: TableRequest,
+    _caller: Caller = Depends(require_scope("submit")),
+    session: Session = Depends(get_session),
 ) -> dict[str, Any]:
     if request.dialect not in DIALECTS:
         from fastapi.exceptions import RequestValidationError
 
         raise RequestValidationError(
-            [{"loc": ("body", "dialect"), "msg": f"unknown dialect; known: {sorted(DIALECTS)}", "type": "value_error"}]
+            [
+                {
+                    "loc": ("body", "dialect"),
+                    "msg": f"unknown dialect; known: {sorted(DIALECTS)}",
+                    "type": "value_error",
+                }
+            ]
         )
     try:
         version = generate_and_store(session, request.arch, request.phase, request.dialect)
@@ -58,7 +66,11 @@ def list_tables(
     session: Session = Depends(get_session),
 ) -> dict[str, Any]:
     query = select(TableVersion)
-    for column, value in ((TableVersion.arch, arch), (TableVersion.phase, phase), (TableVersion.dialect, dialect)):
+    for column, value in (
+        (TableVersion.arch, arch),
+        (TableVersion.phase, phase),
+        (TableVersion.dialect, dialect),
+    ):
         if value is not None:
             query = query.where(column == value)
     total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
@@ -68,8 +80,11 @@ def list_tables(
 
 @router.get("/latest", response_class=PlainTextResponse)
 def latest_inc(
-    arch: str, phase: str = "decode", dialect: str = "llaminar-rocm-decode",
-    _caller: Caller = Depends(require_scope("read")), session: Session = Depends(get_session),
+    arch: str,
+    phase: str = "decode",
+    dialect: str = "llaminar-rocm-decode",
+    _caller: Caller = Depends(require_scope("read")),
+    session: Session = Depends(get_session),
 ) -> PlainTextResponse:
     version = latest_version(session, arch, phase, dialect)
     if version is None:

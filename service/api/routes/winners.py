@@ -51,12 +51,20 @@ def list_winners(
     session: Session = Depends(get_session),
 ) -> dict[str, Any]:
     query = select(Winner)
-    for column, value in ((Winner.arch, arch), (Winner.phase, phase), (Winner.format, format),
-                          (Winner.m, m), (Winner.n, n), (Winner.k, k)):
+    for column, value in (
+        (Winner.arch, arch),
+        (Winner.phase, phase),
+        (Winner.format, format),
+        (Winner.m, m),
+        (Winner.n, n),
+        (Winner.k, k),
+    ):
         if value is not None:
             query = query.where(column == value)
     total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
     rows = session.scalars(
-        query.order_by(Winner.arch, Winner.phase, Winner.format, Winner.n, Winner.k, Winner.m).limit(limit).offset(offset)
+        query.order_by(Winner.arch, Winner.phase, Winner.format, Winner.n, Winner.k, Winner.m)
+        .limit(limit)
+        .offset(offset)
     ).all()
     return {"total": total, "limit": limit, "offset": offset, "items": [winner_item(w) for w in rows]}
