@@ -32,7 +32,7 @@ test-gpu: venv
 
 lint: venv
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy service workers kernels migrations tests bench
+	$(VENV)/bin/mypy service workers kernels migrations tests $(wildcard bench)
 
 clean:
 	rm -rf var .pytest_cache .mypy_cache .ruff_cache

@@ -63,6 +63,7 @@ def task_spec(task: Task, sweep: Sweep) -> TaskSpec:
         warmup=int(spec.get("warmup", 3)),
         seed=int(spec.get("seed", 0)),
         warm_cache=bool(spec.get("warm_cache", False)),
+        strategy=str(spec.get("strategy", "exhaustive")),
     )
 
 

@@ -37,6 +37,7 @@ class TaskSpec:
     warmup: int = 3
     seed: int = 0
     warm_cache: bool = False
+    strategy: str = "exhaustive"  # or "race": drop variants shown slower, spend dispatches on survivors
 
 
 @dataclass
