@@ -8,6 +8,10 @@ command -v cc >/dev/null || need_pkgs+=(gcc)
 command -v c++ >/dev/null || need_pkgs+=(g++)
 command -v pg_ctlcluster >/dev/null || need_pkgs+=(postgresql)
 command -v redis-server >/dev/null || need_pkgs+=(redis-server)
+test -x /usr/bin/chromium || need_pkgs+=(chromium)  # the dashboard's browser test (Playwright drives it)
+command -v llvm-objdump-15 >/dev/null || need_pkgs+=(llvm-15)  # gfx906/gfx90a disassembly, readelf cross-check
+command -v hipcc >/dev/null || need_pkgs+=(hipcc)  # gfx906/gfx90a code objects (HIP_PLATFORM=amd)
+dpkg -s rocm-device-libs >/dev/null 2>&1 || need_pkgs+=(rocm-device-libs)  # device bitcode hipcc links
 for extra in ${TUNEBASE_EXTRA_PKGS:-}; do
   dpkg -s "$extra" >/dev/null 2>&1 || need_pkgs+=("$extra")
 done

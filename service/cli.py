@@ -35,6 +35,10 @@ app.add_typer(sweep_app, name="sweep")
 app.add_typer(token_app, name="token")
 app.add_typer(db_app, name="db")
 app.add_typer(table_app, name="table")
+observed_app = typer.Typer(help="Shapes engines met that their table missed.", no_args_is_help=True)
+app.add_typer(observed_app, name="observed")
+import_app = typer.Typer(help="Import results measured elsewhere.", no_args_is_help=True)
+app.add_typer(import_app, name="import")
 
 console = Console(stderr=True)
 out = Console()
@@ -199,8 +203,25 @@ def sweep_submit(
         status = _follow(client, int(status["id"]), quiet=as_json)
     if as_json:
         out.print_json(data=status)
-    if wait and status["status"] != "done":
-        raise typer.Exit(1)
+    if wait:
+        raise typer.Exit(_outcome_code(status))
+
+
+# Exit codes of `--wait`, for CI: 0 done and every variant passed parity, 1 the sweep failed or was
+# cancelled, 3 it finished but some variant failed parity. 2 stays "bad arguments".
+EXIT_SWEEP_FAILED = 1
+EXIT_PARITY_FAILED = 3
+
+
+def _outcome_code(status: dict[str, Any]) -> int:
+    if status["status"] != "done":
+        console.print(f"[red]sweep {status['id']} {status['status']}[/red]")
+        return EXIT_SWEEP_FAILED
+    failures = int(status.get("parity_failures", 0))
+    if failures:
+        console.print(f"[red]sweep {status['id']}: {failures} variant measurement(s) failed parity[/red]")
+        return EXIT_PARITY_FAILED
+    return 0
 
 
 def _follow(client: Any, sweep_id: int, quiet: bool, poll: float = 0.5) -> dict[str, Any]:
@@ -222,19 +243,58 @@ def _follow(client: Any, sweep_id: int, quiet: bool, poll: float = 0.5) -> dict[
 
 @sweep_app.command("status")
 def sweep_status(
-    sweep_id: int,
+    sweep_id: int = typer.Argument(..., min=1),
+    wait: bool = typer.Option(False, help="follow until finished; exit 1 failed, 3 parity failures"),
     url: str = UrlOption,
     token: str | None = TokenOption,
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    status = _api_call(_client(url, token).sweep, sweep_id)
+    """Status with per-state task counts and parity failures."""
+    client = _client(url, token)
+    status = _follow(client, sweep_id, quiet=as_json) if wait else _api_call(client.sweep, sweep_id)
     if as_json:
         out.print_json(data=status)
     else:
         tasks = status["tasks"]
         out.print(
-            f"sweep {sweep_id}: {status['status']} — " + ", ".join(f"{k} {v}" for k, v in tasks.items())
+            f"sweep {sweep_id}: {status['status']} — "
+            + ", ".join(f"{k} {v}" for k, v in tasks.items())
+            + f"; parity failures {status.get('parity_failures', 0)}"
         )
+    if wait:
+        raise typer.Exit(_outcome_code(status))
+
+
+@sweep_app.command("list")
+def sweep_list(
+    status: str | None = typer.Option(None, help="queued, running, done, failed or cancelled"),
+    arch: str | None = None,
+    limit: int = typer.Option(20, min=1, max=500),
+    as_json: bool = typer.Option(False, "--json"),
+    url: str = UrlOption,
+    token: str | None = TokenOption,
+) -> None:
+    """Recent sweeps, newest first."""
+    page = _api_call(_client(url, token).sweeps, status=status, arch=arch, limit=limit)
+    if as_json:
+        out.print_json(data=page)
+        return
+    table = Table(title=f"{len(page['items'])} of {page['total']} sweeps")
+    for column in ("id", "arch", "phase", "status", "done/total", "failed", "parity fail", "created"):
+        table.add_column(column)
+    for s in page["items"]:
+        t = s["tasks"]
+        table.add_row(
+            str(s["id"]),
+            s["arch"],
+            s["phase"],
+            s["status"],
+            f"{t['done']}/{t['total']}",
+            str(t["failed"]),
+            str(s.get("parity_failures", 0)),
+            (s["created_at"] or "")[:19],
+        )
+    out.print(table)
 
 
 @sweep_app.command("cancel")
@@ -279,6 +339,221 @@ def winners(
     out.print(table)
 
 
+@app.command()
+def compare(
+    a: str = typer.Argument(..., help="variant A, e.g. KB8/TW8"),
+    b: str = typer.Argument(..., help="variant B"),
+    arch: str = typer.Option(...),
+    phase: str = typer.Option("decode"),
+    format: str = typer.Option(...),
+    m: int = typer.Option(..., min=1),
+    n: int = typer.Option(..., min=1),
+    k: int = typer.Option(..., min=1),
+    as_json: bool = typer.Option(False, "--json"),
+    url: str = UrlOption,
+    token: str | None = TokenOption,
+) -> None:
+    """A/B: ratio of medians A/B on one point with its interval and the samples behind it."""
+    params = {"arch": arch, "phase": phase, "format": format, "m": m, "n": n, "k": k, "a": a, "b": b}
+    result = _api_call(_client(url, token)._call, "GET", "/v1/compare", params=params)
+    if as_json:
+        out.print_json(data=result)
+        return
+    ci = result["ratio_ci"]
+    interval = f" [{ci[0]:.4f}, {ci[1]:.4f}]" if ci else " (no interval: summaries only)"
+    ratio = f"{result['ratio']:.4f}" if result["ratio"] is not None else "-"
+    out.print(f"{a} / {b} = {ratio}{interval}, {result['samples']} samples")
+    for side in ("a", "b"):
+        s = result[side]
+        stale = " (stale)" if s["stale"] else ""
+        out.print(f"  {s['variant']}: median {s['median_us']:.3f} us, n={s['n']}{stale}")
+    out.print(f"faster: {result['faster'] or 'not distinguishable beyond the minimum effect'}")
+
+
+def _rows_table(title: str, items: list[dict[str, Any]], columns: list[tuple[str, Any]]) -> Table:
+    """A rich table from items, one (header, getter) per column."""
+    table = Table(title=title)
+    for header, _ in columns:
+        table.add_column(header)
+    for item in items:
+        table.add_row(*(str(get(item)) for _, get in columns))
+    return table
+
+
+def _us(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+@app.command()
+def results(
+    arch: str | None = None,
+    phase: str | None = typer.Option(None, help="decode or prefill"),
+    format: str | None = None,
+    shape: str | None = None,
+    m: int | None = typer.Option(None, min=1),
+    n: int | None = typer.Option(None, min=1),
+    k: int | None = typer.Option(None, min=1),
+    variant: str | None = None,
+    sweep: int | None = typer.Option(None, min=1, help="sweep id"),
+    parity: bool | None = typer.Option(None, "--parity/--parity-failed", help="only passing / failing"),
+    limit: int = typer.Option(50, min=1, max=500),
+    offset: int = typer.Option(0, min=0),
+    as_json: bool = typer.Option(False, "--json"),
+    url: str = UrlOption,
+    token: str | None = TokenOption,
+) -> None:
+    """Measurements (one variant in one task), newest first."""
+    if phase is not None and phase not in ("decode", "prefill"):
+        raise usage_error(f"--phase must be decode or prefill, not {phase!r}")
+    page = _api_call(
+        _client(url, token).results,
+        arch=arch,
+        phase=phase,
+        format=format,
+        shape=shape,
+        m=m,
+        n=n,
+        k=k,
+        variant=variant,
+        sweep=sweep,
+        parity=None if parity is None else str(parity).lower(),
+        limit=limit,
+        offset=offset,
+    )
+    if as_json:
+        out.print_json(data=page)
+        return
+    columns: list[tuple[str, Any]] = [
+        ("id", lambda r: r["id"]),
+        ("sweep", lambda r: r["sweep_id"]),
+        ("arch", lambda r: r["arch"]),
+        ("format", lambda r: r["format"]),
+        ("M", lambda r: r["m"]),
+        ("N x K", lambda r: f"{r['n']}x{r['k']}"),
+        ("variant", lambda r: r["variant"]),
+        ("median us", lambda r: _us(r["median_us"])),
+        ("p10-p90 us", lambda r: f"{_us(r['p10_us'])}-{_us(r['p90_us'])}"),
+        ("n", lambda r: r["n_dispatches"]),
+        ("parity", lambda r: "pass" if r["parity"]["pass"] else "FAIL"),
+    ]
+    shown = f"{offset + 1}-{offset + len(page['items'])}" if page["items"] else "0"
+    out.print(_rows_table(f"results {shown} of {page['total']}", page["items"], columns))
+
+
+@app.command()
+def dispatches(
+    measurement_id: int = typer.Argument(..., min=1),
+    csv_output: bool = typer.Option(False, "--csv", help="CSV on stdout (every row)"),
+    url: str = UrlOption,
+    token: str | None = TokenOption,
+) -> None:
+    """Per-dispatch rows of one measurement (JSON by default)."""
+    client = _client(url, token)
+    if csv_output:
+        sys.stdout.write(_api_call(client.dispatches_csv, measurement_id))
+    else:
+        out.print_json(data=_api_call(client.dispatches, measurement_id))
+
+
+@app.command()
+def devices(
+    arch: str | None = None,
+    as_json: bool = typer.Option(False, "--json"),
+    url: str = UrlOption,
+    token: str | None = TokenOption,
+) -> None:
+    """Devices results were measured on."""
+    page = _api_call(_client(url, token).devices, arch=arch, limit=500)
+    if as_json:
+        out.print_json(data=page)
+        return
+    columns: list[tuple[str, Any]] = [
+        (h, lambda d, key=key: d[key])
+        for h, key in (
+            ("id", "id"),
+            ("backend", "backend"),
+            ("arch", "arch"),
+            ("name", "name"),
+            ("CUs", "compute_units"),
+            ("driver", "driver_version"),
+            ("runtime", "runtime_version"),
+        )
+    ]
+    out.print(_rows_table(f"{page['total']} devices", page["items"], columns))
+
+
+@app.command()
+def profiles(
+    as_json: bool = typer.Option(False, "--json"), url: str = UrlOption, token: str | None = TokenOption
+) -> None:
+    """Shape profiles a sweep can name."""
+    page = _api_call(_client(url, token).profiles)
+    if as_json:
+        out.print_json(data=page)
+        return
+    for profile in page["items"]:
+        shapes = ", ".join(f"{s['name']} {s['n']}x{s['k']}" for s in profile["shapes"])
+        out.print(f"[bold]{profile['name']}[/bold]: {shapes}")
+
+
+@observed_app.command("report")
+def observed_report(
+    arch: str = typer.Option(...),
+    format: str = typer.Option(...),
+    m: int = typer.Option(..., min=1),
+    n: int = typer.Option(..., min=1),
+    k: int = typer.Option(..., min=1),
+    phase: str | None = typer.Option(None, help="default: decode for M <= 4, else prefill"),
+    source: str = typer.Option("", help="who met it (engine, host)"),
+    as_json: bool = typer.Option(False, "--json"),
+    url: str = UrlOption,
+    token: str | None = TokenOption,
+) -> None:
+    """Report a point an engine met that its table missed (deduplicated server-side)."""
+    report = {"arch": arch, "format": format, "m": m, "n": n, "k": k, "phase": phase, "source": source}
+    item = _api_call(_client(url, token).report_observed, report)
+    if as_json:
+        out.print_json(data=item)
+    else:
+        out.print(
+            f"observed {item['arch']} {item['phase']} {item['format']} M={item['m']} "
+            f"{item['n']}x{item['k']}: seen {item['count']} time(s)"
+        )
+
+
+@observed_app.command("list")
+def observed_list(
+    arch: str | None = None,
+    format: str | None = None,
+    pending: bool | None = typer.Option(None, "--pending/--offered", help="not yet / already offered"),
+    as_json: bool = typer.Option(False, "--json"),
+    url: str = UrlOption,
+    token: str | None = TokenOption,
+) -> None:
+    """Observed shapes, most reported first; sweeps with "include_observed": true tune them."""
+    page = _api_call(
+        _client(url, token).observed,
+        arch=arch,
+        format=format,
+        pending=None if pending is None else str(pending).lower(),
+        limit=500,
+    )
+    if as_json:
+        out.print_json(data=page)
+        return
+    columns: list[tuple[str, Any]] = [
+        ("arch", lambda o: o["arch"]),
+        ("phase", lambda o: o["phase"]),
+        ("format", lambda o: o["format"]),
+        ("M (bucket)", lambda o: f"{o['m']} ({o['m_bucket']})"),
+        ("N x K", lambda o: f"{o['n']}x{o['k']}"),
+        ("count", lambda o: o["count"]),
+        ("last seen", lambda o: (o["last_seen"] or "")[:19]),
+        ("last sweep", lambda o: o["last_sweep_id"] or "-"),
+    ]
+    out.print(_rows_table(f"{page['total']} observed shapes", page["items"], columns))
+
+
 @table_app.command("generate")
 def table_generate(
     arch: str = typer.Option(...),
@@ -296,6 +571,120 @@ def table_generate(
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(_api_call(client.table_inc, int(item["id"])))
         console.print(f"wrote {output}")
+
+
+@table_app.command("diff")
+def table_diff(
+    base: int = typer.Argument(..., help="base table version id"),
+    head: int = typer.Argument(..., help="table version id to compare against the base"),
+    as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+    url: str = UrlOption,
+    token: str | None = TokenOption,
+) -> None:
+    """Entries added, removed and changed from BASE to HEAD, with their regret change."""
+    client = _client(url, token)
+    diff = _api_call(client._call, "GET", f"/v1/tables/{head}/diff", params={"base": base})
+    if as_json:
+        out.print_json(data=diff)
+        return
+
+    def pct(value: float | None) -> str:
+        return "-" if value is None else f"{100 * value:+.2f}%"
+
+    out.print(f"table {base} -> {head}: " + ", ".join(f"{v} {k}" for k, v in diff["counts"].items()))
+    for name, values in diff["metrics"].items():
+        out.print(f"  {name}: {values['before']} -> {values['after']}")
+    table = Table()
+    for column in ("change", "CB", "M", "N x K", "before", "after", "regret change"):
+        table.add_column(column)
+    for e in diff["added"]:
+        table.add_row("added", str(e["codebook"]), str(e["m"]), f"{e['n']}x{e['k']}", "-", e["variant"] or "-", "")
+    for e in diff["removed"]:
+        table.add_row("removed", str(e["codebook"]), str(e["m"]), f"{e['n']}x{e['k']}", e["variant"] or "-", "-", "")
+    for e in diff["changed"]:
+        before, after = e["before"], e["after"]
+        table.add_row(
+            "changed", str(e["codebook"]), str(e["m"]), f"{e['n']}x{e['k']}",
+            f"{before['variant']} ({before['source']})", f"{after['variant']} ({after['source']})",
+            pct(e["regret_change"]),
+        )  # fmt: skip
+    out.print(table)
+
+
+@import_app.command("llaminar-csv")
+def import_llaminar_csv(
+    files: list[Path] = typer.Argument(..., help="Llaminar trainer CSVs (prefill or decode schema)"),
+    arch: str | None = typer.Option(None, help="arch of the rows (default: the backend column, if an arch)"),
+    as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+    url: str = UrlOption,
+    token: str | None = TokenOption,
+) -> None:
+    """Store trainer CSV rows as imported summaries; nothing is stored if any row is bad."""
+    payload: list[dict[str, str]] = []
+    for path in files:
+        try:
+            payload.append({"name": path.name, "content": path.read_text()})
+        except (OSError, UnicodeDecodeError) as error:
+            raise usage_error(f"cannot read {path}: {error}") from None
+    body: dict[str, Any] = {"files": payload}
+    if arch is not None:
+        body["arch"] = arch
+    result = _api_call(_client(url, token)._call, "POST", "/v1/imports/llaminar-csv", json=body)
+    if as_json:
+        out.print_json(data=result)
+    else:
+        out.print(
+            f"imported {result['measurements']} measurements at {result['points']} points "
+            f"({result['winners']} winners refreshed, {len(result['skipped'])} rows skipped)"
+        )
+
+
+@app.command()
+def worker(
+    gpu: int | None = typer.Option(None, min=0, help="pin to this device index (ROCR_/CUDA_VISIBLE_DEVICES)"),
+    arch: str | None = typer.Option(None, help="consume arch.<ARCH> (default: the GPU's arch, else host)"),
+    queues: str = typer.Option("", help="extra queues, comma list (e.g. maintenance,compile)"),
+    loglevel: str = typer.Option("INFO", help="Celery log level"),
+) -> None:
+    """Run one Celery worker (concurrency 1, prefetch 1, late acks) pinned to one GPU."""
+    from workers.launch import LaunchError, plan_worker, run_worker
+
+    settings = get_settings()
+    if not settings.broker_url:
+        raise usage_error("TUNEBASE_BROKER_URL is not set (without a broker, `tunebase serve` runs tasks)")
+    extra = [q.strip() for q in queues.split(",") if q.strip()]
+    try:
+        plan = plan_worker(gpu, arch, extra, settings.worker_arch)
+    except LaunchError as error:
+        raise usage_error(str(error)) from None
+    console.print(f"worker {plan.name}: queues {', '.join(plan.queues)}; env {plan.env}")
+    run_worker(plan, loglevel)
+
+
+@app.command("workers")
+def workers_command(
+    maintenance: bool = typer.Option(True, help="also run a CPU worker for the maintenance/compile queues"),
+    host: bool = typer.Option(False, help="also run a host-arch worker (always when no GPU is found)"),
+) -> None:
+    """One pinned worker per detected GPU, supervised: a worker that dies is restarted."""
+    from workers.gpus import detect_gpus
+    from workers.supervisor import Child, Supervisor, worker_argv
+
+    if not get_settings().broker_url:
+        raise usage_error("TUNEBASE_BROKER_URL is not set")
+    gpus = detect_gpus()
+    children = [Child(f"gpu{g.index}:{g.arch}", worker_argv(g.index, g.arch, [])) for g in gpus]
+    if host or not gpus:
+        children.append(Child("host", worker_argv(None, "host", [])))
+    if maintenance:
+        children.append(Child("maintenance", worker_argv(None, None, ["maintenance", "compile"])))
+    Supervisor(children, echo=console.print).run()
+
+
+# `tunebase isa` lives beside the ISA readers (issue 9).
+from workers.isa.cli import isa as _isa_command  # noqa: E402
+
+app.command("isa")(_isa_command)
 
 
 if __name__ == "__main__":

@@ -54,3 +54,43 @@ class TunebaseClient:
     def table_inc(self, table_id: int) -> str:
         text: str = self._call("GET", f"/v1/tables/{table_id}/inc")
         return text
+
+    def sweeps(self, **filters: Any) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", "/v1/sweeps", params=_params(filters))
+        return result
+
+    def results(self, **filters: Any) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", "/v1/results", params=_params(filters))
+        return result
+
+    def dispatches_csv(self, measurement_id: int) -> str:
+        path = f"/v1/measurements/{measurement_id}/dispatches"
+        text: str = self._call("GET", path, params={"format": "csv"})
+        return text
+
+    def dispatches(self, measurement_id: int, limit: int = 100_000) -> dict[str, Any]:
+        result: dict[str, Any] = self._call(
+            "GET", f"/v1/measurements/{measurement_id}/dispatches", params={"limit": limit}
+        )
+        return result
+
+    def devices(self, **filters: Any) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", "/v1/devices", params=_params(filters))
+        return result
+
+    def profiles(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", "/v1/profiles", params={"limit": 500})
+        return result
+
+    def report_observed(self, report: dict[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("POST", "/v1/observed-shapes", json=_params(report))
+        return result
+
+    def observed(self, **filters: Any) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", "/v1/observed-shapes", params=_params(filters))
+        return result
+
+
+def _params(values: dict[str, Any]) -> dict[str, Any]:
+    """Drop unset filters so the server applies its defaults."""
+    return {k: v for k, v in values.items() if v is not None}

@@ -25,6 +25,34 @@ class Settings(BaseSettings):
     )
     min_effect: float = Field(0.01, ge=0, description="smallest margin that counts as a decided winner")
     overlay_regret_threshold: float = Field(0.02, ge=0, description="exact entries only above this regret")
+    dashboard_public: bool = Field(
+        True, description="serve the read-only dashboard at / without a token (it only reads the DB)"
+    )
+    embedded_worker: bool = Field(
+        True, description="with no broker, run tasks in-process; false = the API only queues them"
+    )
+    # -- distributed execution (Celery workers; DESIGN §8) --
+    worker_arch: str = Field("host", description="arch whose queue `tunebase worker` consumes (arch.<arch>)")
+    lease_seconds: float = Field(60, gt=0, description="a running task's lease; its worker renews it")
+    heartbeat_seconds: float = Field(10, gt=0, description="how often a worker renews leases, last_seen_at")
+    max_attempts: int = Field(3, ge=1, description="claims of one task before it fails with the reason")
+    task_timeout_seconds: float = Field(
+        1800, ge=0, description="watchdog: a longer backend call is killed, its task fails; 0 = off"
+    )
+    reconcile_seconds: float = Field(30, gt=0, description="beat interval of the reconciler")
+    requeue_lost_after_seconds: float = Field(
+        60, ge=0, description="re-send a queued task when its arch queue is empty for this long after sending"
+    )
+    requeue_any_after_seconds: float = Field(
+        3600, gt=0, description="re-send any queued task whose message is older (duplicates are no-ops)"
+    )
+    visibility_timeout_seconds: int = Field(
+        7200, gt=0, description="Redis redelivers an unacked message after this (late acks)"
+    )
+    nightly_cron: str = Field("0 3 * * *", description="crontab (UTC) of the nightly table regeneration")
+    backend_factory: str = Field(
+        "", description="'module:callable(artifact_dir) -> Backend' replacing the arch's registry backend"
+    )
 
     @property
     def resolved_database_url(self) -> str:

@@ -1,22 +1,42 @@
-"""Keep the winners table in step with measurements, one point at a time."""
+"""Keep the winners table in step with measurements, one point at a time.
+
+Per variant the newest non-stale measurement is a candidate, with its per-dispatch
+device times from the dispatches table. Imported summaries (no dispatch rows) take
+part with their median only; see service.statistics.winners for how such
+comparisons decide (median gap of at least 10%, else a tie).
+"""
 
 from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
 
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from kernels.formats.registry import FORMATS
-from service.db.models import Measurement, Variant, Winner, utcnow
-from service.statistics.winners import Candidate, choose_winner
+from service.config import get_settings
+from service.db.models import Device, Dispatch, Measurement, TableVersion, Variant, Winner, utcnow
+from service.statistics.bootstrap import stable_seed
+from service.statistics.staleness import stale_flags
+from service.statistics.winners import Candidate, Decision, choose_winner
 
 
-def refresh_point(
+@dataclass(frozen=True)
+class PointMeasurement:
+    measurement: Measurement
+    variant: Variant
+    stale: bool
+
+
+def point_measurements(
     session: Session, arch: str, phase: str, format_name: str, m: int, n: int, k: int
-) -> Winner | None:
-    """Recompute the winner of one point from the newest measurement of each variant."""
+) -> list[PointMeasurement]:
+    """Every measurement with a median at the point, oldest first, each flagged stale or not."""
     rows = session.execute(
-        select(Measurement, Variant)
+        select(Measurement, Variant, Device)
         .join(Variant, Measurement.variant_id == Variant.id)
+        .outerjoin(Device, Measurement.device_id == Device.id)
         .where(
             Measurement.arch == arch,
             Measurement.phase == phase,
@@ -28,20 +48,107 @@ def refresh_point(
         )
         .order_by(Measurement.id)
     ).all()
-    newest: dict[str, tuple[Measurement, Variant]] = {}
-    for measurement, variant in rows:
-        newest[variant.name] = (measurement, variant)
-    candidates = [
+    stale = stale_flags((measurement, device) for measurement, _, device in rows)
+    return [PointMeasurement(measurement, variant, stale[measurement.id]) for measurement, variant, _ in rows]
+
+
+def newest_per_variant(items: list[PointMeasurement]) -> dict[str, PointMeasurement]:
+    """Per variant the newest non-stale measurement, else (visible, flagged) its newest stale one."""
+    chosen: dict[str, PointMeasurement] = {}
+    for item in items:  # oldest first: later rows replace earlier ones of the same kind
+        name = item.variant.name
+        previous = chosen.get(name)
+        if previous is None or previous.stale or not item.stale:
+            chosen[name] = item
+    return chosen
+
+
+def dispatch_times_us(session: Session, measurement_ids: list[int]) -> dict[int, tuple[float, ...]]:
+    """Per measurement its device times in µs, in dispatch order; absent when it has no rows."""
+    times: dict[int, list[float]] = defaultdict(list)
+    if not measurement_ids:
+        return {}
+    rows = session.execute(
+        select(Dispatch.measurement_id, Dispatch.device_ns)
+        .where(Dispatch.measurement_id.in_(measurement_ids))
+        .order_by(Dispatch.measurement_id, Dispatch.seq)
+    )
+    for measurement_id, device_ns in rows:
+        times[measurement_id].append(device_ns / 1000.0)
+    return {key: tuple(values) for key, values in times.items()}
+
+
+def incumbent_variant(
+    session: Session, arch: str, phase: str, codebook: int, m: int, n: int, k: int
+) -> str | None:
+    """The variant the newest table of this (arch, phase), any dialect, chose for the key, if it has one.
+
+    Same rows as service.tables.versions.latest_version, queried here directly so that
+    winner selection does not import the table generator.
+    """
+    version = session.scalar(
+        select(TableVersion)
+        .where(TableVersion.arch == arch, TableVersion.phase == phase)
+        .order_by(TableVersion.id.desc())
+        .limit(1)
+    )
+    for entry in (version.entries or []) if version is not None else []:
+        if (entry.get("codebook"), entry.get("m"), entry.get("n"), entry.get("k")) == (codebook, m, n, k):
+            variant = entry.get("variant")
+            return str(variant) if variant is not None else None
+    return None
+
+
+def candidates_for(session: Session, chosen: dict[str, PointMeasurement]) -> list[Candidate]:
+    times = dispatch_times_us(session, [item.measurement.id for item in chosen.values()])
+    return [
         Candidate(
-            variant=variant.name,
-            median_us=float(measurement.median_us or 0.0),
-            parity_pass=measurement.parity_pass,
-            measurement_id=measurement.id,
-            declared_order=variant.declared_order,
+            variant=name,
+            median_us=float(item.measurement.median_us or 0.0),
+            parity_pass=item.measurement.parity_pass,
+            measurement_id=item.measurement.id,
+            declared_order=item.variant.declared_order,
+            times_us=times.get(item.measurement.id),
+            stale=item.stale,
         )
-        for measurement, variant in newest.values()
+        for name, item in chosen.items()
     ]
-    decision = choose_winner(candidates)
+
+
+def decide_point(
+    session: Session,
+    arch: str,
+    phase: str,
+    format_name: str,
+    m: int,
+    n: int,
+    k: int,
+    min_effect: float | None = None,
+) -> tuple[Decision | None, dict[str, PointMeasurement]]:
+    """The decision for one point without writing anything (the winners row is refresh_point's job)."""
+    chosen = newest_per_variant(point_measurements(session, arch, phase, format_name, m, n, k))
+    codebook = FORMATS[format_name].codebook
+    decision = choose_winner(
+        candidates_for(session, chosen),
+        min_effect=get_settings().min_effect if min_effect is None else min_effect,
+        incumbent=incumbent_variant(session, arch, phase, codebook, m, n, k),
+        seed=stable_seed(arch, phase, format_name, m, n, k),
+    )
+    return decision, chosen
+
+
+def refresh_point(
+    session: Session,
+    arch: str,
+    phase: str,
+    format_name: str,
+    m: int,
+    n: int,
+    k: int,
+    min_effect: float | None = None,
+) -> Winner | None:
+    """Recompute and store the winner of one point; deletes it when no variant is eligible."""
+    decision, chosen = decide_point(session, arch, phase, format_name, m, n, k, min_effect)
     point = (
         Winner.arch == arch,
         Winner.phase == phase,
@@ -57,19 +164,26 @@ def refresh_point(
     if winner is None:
         winner = Winner(arch=arch, phase=phase, format=format_name, m=m, n=n, k=k)
         session.add(winner)
-    chosen = newest[decision.winner.variant][0]
+    chosen_row = chosen[decision.winner.variant].measurement
+    medians = {s.variant: s.median_us for s in decision.stats}
     winner.codebook = FORMATS[format_name].codebook
-    winner.shape = chosen.shape
+    winner.shape = chosen_row.shape
     winner.variant = decision.winner.variant
-    winner.measurement_id = chosen.id
-    winner.median_us = decision.winner.median_us
+    winner.measurement_id = chosen_row.id
+    winner.median_us = medians[decision.winner.variant]
     winner.runner_up = decision.runner_up.variant if decision.runner_up else None
-    winner.runner_up_median_us = decision.runner_up.median_us if decision.runner_up else None
+    winner.runner_up_median_us = medians[decision.runner_up.variant] if decision.runner_up else None
     winner.margin = decision.margin
-    winner.margin_ci_lo = None
-    winner.margin_ci_hi = None
+    winner.margin_ci_lo = decision.margin_ci[0] if decision.margin_ci else None
+    winner.margin_ci_hi = decision.margin_ci[1] if decision.margin_ci else None
     winner.decided = decision.decided
     winner.tie_group = list(decision.tie_group)
-    winner.sweep_ids = sorted({m.sweep_id for m, _ in newest.values() if m.sweep_id is not None})
+    winner.sweep_ids = sorted(
+        {
+            i.measurement.sweep_id
+            for i in chosen.values()
+            if not i.stale and i.measurement.sweep_id is not None
+        }
+    )
     winner.computed_at = utcnow()
     return winner

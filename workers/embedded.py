@@ -53,11 +53,14 @@ class EmbeddedWorker:
         self._poll = poll_seconds
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="tunebase-embedded-worker", daemon=True)
+        self.companions: list[EmbeddedWorker] = []  # workers of other backends (a detected GPU)
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
+        for companion in self.companions:
+            companion.stop(timeout)
         self._stop.set()
         self._thread.join(timeout)
 
@@ -79,4 +82,9 @@ def start_embedded_worker(settings: Settings, factory: sessionmaker[Session]) ->
         return None
     worker = EmbeddedWorker(factory, backend, ["host"], settings.embedded_poll_seconds)
     worker.start()
+    cuda = create_backend("cuda", settings.resolved_artifact_dir)
+    if cuda.detect() is not None:  # an NVIDIA sm_90 GPU: its tasks run on a thread of their own
+        gpu_worker = EmbeddedWorker(factory, cuda, ["sm_90"], settings.embedded_poll_seconds)
+        gpu_worker.start()
+        worker.companions.append(gpu_worker)
     return worker

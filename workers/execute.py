@@ -1,50 +1,154 @@
 """Run one task by id: claim it, time its variants through a backend, store everything in one transaction.
 
 Celery tasks and the embedded worker both call this; arguments are ids, the database knows the state.
+State machine: queued -> running -> done | failed | cancelled. A claim is a conditional UPDATE, so a
+redelivered message is harmless: a task already done (or failed, or cancelled) is a no-op, a task
+running under a live lease is left to its owner, and a task whose lease expired or whose owner process
+died is claimed again (attempts + 1) until max_attempts, after which it fails with the reason.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import socket
+import time
 import traceback
-from datetime import timedelta
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import ColumnElement, and_, delete, select, update
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from kernels.families import family_for_phase
 from kernels.formats.registry import FORMATS
-from service.db.models import Artifact, Device, Dispatch, Measurement, Sweep, Task, Variant, utcnow
+from service.db.models import Artifact, Device, Measurement, Sweep, Task, Variant, utcnow
 from service.statistics.summary import summarize_ns
 from service.sweeps.service import refresh_sweep_status
 from service.winners import refresh_point
-from workers.backends.base import Backend, DeviceInfo, ProgressCallback, TaskResult, TaskSpec
+from workers.backends.base import Backend, DeviceInfo, Dispatch, ProgressCallback, TaskResult, TaskSpec
+from workers.bulk import DispatchRow, insert_dispatch_rows
+
+log = logging.getLogger(__name__)
 
 LEASE = timedelta(minutes=30)
+DB_RETRIES = 5
+T = TypeVar("T")
 
 
-def claim_task(session: Session, task_id: int, owner: str) -> Task | None:
-    """Atomically move a queued task to running (a conditional UPDATE works on SQLite and Postgres)."""
+@dataclass(frozen=True)
+class Policy:
+    """How long a claim lasts without renewal and how often a task may be claimed."""
+
+    lease: timedelta = LEASE
+    max_attempts: int = 3
+
+
+def owner_name() -> str:
+    """hostname:pid of this process: lets a worker on the same host see that an owner died."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def owner_is_dead(owner: str | None) -> bool:
+    """True only when the owner ran on this host and its process is gone (other hosts: use the lease)."""
+    if not owner or ":" not in owner:
+        return False
+    host, _, pid_text = owner.rpartition(":")
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def as_utc(value: datetime | None) -> datetime | None:
+    """SQLite hands datetimes back naive; they were stored as UTC."""
+    if value is not None and value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value
+
+
+def with_db_retry(action: Callable[[], T], what: str, retries: int = DB_RETRIES) -> T:
+    """Retry a whole transaction when the connection broke (it rolled back: nothing was half-written)."""
+    for attempt in range(1, retries + 1):
+        try:
+            return action()
+        except (OperationalError, DBAPIError) as error:
+            transient = isinstance(error, OperationalError) or error.connection_invalidated
+            if not transient or attempt == retries:
+                raise
+            log.warning("%s: database error (attempt %d/%d), retrying: %s", what, attempt, retries, error)
+            time.sleep(min(0.2 * 2**attempt, 5.0))
+    raise AssertionError("unreachable")
+
+
+def _refresh_sweep(session: Session, sweep_id: int) -> None:
+    sweep = session.get(Sweep, sweep_id)
+    if sweep is not None:
+        refresh_sweep_status(session, sweep)
+
+
+def claim_task(session: Session, task_id: int, owner: str, policy: Policy | None = None) -> Task | None:
+    """Move a claimable task to running under `owner`; None when there is nothing to do."""
+    policy = policy or Policy()
     now = utcnow()
-    result = session.execute(
-        update(Task)
-        .where(Task.id == task_id, Task.state == "queued")
-        .values(
-            state="running",
-            attempts=Task.attempts + 1,
-            lease_owner=owner,
-            lease_expires_at=now + LEASE,
-            started_at=now,
-        )
-    )
-    if not getattr(result, "rowcount", 0):
-        return None
     task = session.get(Task, task_id)
-    if task is not None:
-        sweep = session.get(Sweep, task.sweep_id)
-        if sweep is not None:
-            refresh_sweep_status(session, sweep)
+    if task is None:
+        return None
+    condition: ColumnElement[bool]
+    if task.state == "queued":
+        condition = and_(Task.state == "queued", Task.attempts == task.attempts)
+        previous = None
+    elif task.state == "running":
+        expires = as_utc(task.lease_expires_at)
+        expired = expires is None or expires <= now
+        if not (expired or owner_is_dead(task.lease_owner)):
+            return None  # a live owner holds it (this message is a duplicate)
+        condition = and_(
+            Task.state == "running", Task.attempts == task.attempts, Task.lease_owner == task.lease_owner
+        )
+        why = "lease expired" if expired else "its process died"
+        previous = f"attempt {task.attempts} by {task.lease_owner} lost ({why})"
+    else:
+        return None  # done, failed or cancelled: a redelivery is a no-op
+    if task.attempts >= policy.max_attempts:
+        reason = f"gave up after {task.attempts} attempts; last: {previous or task.error or 'unknown'}"
+        session.execute(
+            update(Task)
+            .where(Task.id == task_id, condition)
+            .values(state="failed", error=reason, finished_at=now, lease_owner=None, lease_expires_at=None)
+        )
+        session.refresh(task)
+        _refresh_sweep(session, task.sweep_id)
+        return None
+    values: dict[str, object] = {
+        "state": "running",
+        "attempts": task.attempts + 1,
+        "lease_owner": owner,
+        "lease_expires_at": now + policy.lease,
+        "started_at": now,
+    }
+    if previous:
+        values["error"] = previous
+    result = session.execute(update(Task).where(Task.id == task_id, condition).values(**values))
+    if not getattr(result, "rowcount", 0):
+        return None  # another worker won the race
+    session.refresh(task)
+    _refresh_sweep(session, task.sweep_id)
     return task
+
+
+def still_owned(task: Task, owner: str) -> bool:
+    """May this owner write the task's outcome? Yes while it holds the claim, or when the reconciler
+    re-queued it (lease lapsed) and nobody has claimed it since: the work is done, keep it."""
+    return (task.state == "running" and task.lease_owner == owner) or task.state == "queued"
 
 
 def task_spec(task: Task, sweep: Sweep) -> TaskSpec:
@@ -73,46 +177,59 @@ def execute_task(
     backend: Backend,
     owner: str | None = None,
     progress: ProgressCallback | None = None,
+    policy: Policy | None = None,
 ) -> str:
-    """Returns the task's final state ('done', 'failed') or 'skipped' when it was not claimable."""
-    owner = owner or f"{socket.gethostname()}:{backend.name}"
-    with factory.begin() as session:
-        task = claim_task(session, task_id, owner)
-        if task is None:
-            return "skipped"
-        sweep = session.get(Sweep, task.sweep_id)
-        assert sweep is not None
-        spec = task_spec(task, sweep)
+    """Returns 'done', 'failed', 'skipped' (not claimable) or 'lost' (someone else owns it now)."""
+    owner = owner or owner_name()
+
+    def claim() -> TaskSpec | None:
+        with factory.begin() as session:
+            task = claim_task(session, task_id, owner, policy)
+            if task is None:
+                return None
+            sweep = session.get(Sweep, task.sweep_id)
+            assert sweep is not None
+            return task_spec(task, sweep)
+
+    spec = with_db_retry(claim, f"claim task {task_id}")
+    if spec is None:
+        return "skipped"
     try:
         result = backend.run_task(spec, progress)
     except Exception as error:  # the task fails with its reason; the worker lives on
-        _finish_failed(factory, task_id, f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=5)}")
-        return "failed"
-    with factory.begin() as session:
-        task = session.get(Task, task_id)
-        assert task is not None
-        store_task_result(session, task, result)
-        task.state = "done"
-        task.finished_at = utcnow()
-        task.error = None
-        refresh_point(session, task.arch, task.phase, task.format, task.m, task.n, task.k)
-        sweep = session.get(Sweep, task.sweep_id)
-        assert sweep is not None
-        refresh_sweep_status(session, sweep)
-    return "done"
+        reason = f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=5)}"
+        return with_db_retry(lambda: _finish_failed(factory, task_id, owner, reason), f"fail task {task_id}")
+
+    def store() -> str:
+        with factory.begin() as session:
+            task = session.get(Task, task_id, with_for_update=True)
+            if task is None or not still_owned(task, owner):
+                return "lost"
+            store_task_result(session, task, result)
+            task.state = "done"
+            task.finished_at = utcnow()
+            task.error = None
+            task.lease_owner = None
+            task.lease_expires_at = None
+            refresh_point(session, task.arch, task.phase, task.format, task.m, task.n, task.k)
+            _refresh_sweep(session, task.sweep_id)
+            return "done"
+
+    return with_db_retry(store, f"store task {task_id}")
 
 
-def _finish_failed(factory: sessionmaker[Session], task_id: int, reason: str) -> None:
+def _finish_failed(factory: sessionmaker[Session], task_id: int, owner: str, reason: str) -> str:
     with factory.begin() as session:
-        task = session.get(Task, task_id)
-        if task is None:
-            return
+        task = session.get(Task, task_id, with_for_update=True)
+        if task is None or not still_owned(task, owner):
+            return "lost"
         task.state = "failed"
         task.error = reason
         task.finished_at = utcnow()
-        sweep = session.get(Sweep, task.sweep_id)
-        if sweep is not None:
-            refresh_sweep_status(session, sweep)
+        task.lease_owner = None
+        task.lease_expires_at = None
+        _refresh_sweep(session, task.sweep_id)
+        return "failed"
 
 
 def upsert_device(session: Session, info: DeviceInfo) -> Device:
@@ -150,8 +267,12 @@ def upsert_variant(session: Session, family: str, name: str, params: dict[str, i
 
 
 def store_task_result(session: Session, task: Task, result: TaskResult) -> None:
-    """Replace this task's measurements (a redelivered task must not duplicate rows)."""
-    session.execute(delete(Measurement).where(Measurement.task_id == task.id))
+    """Replace this task's measurements (a redelivered task must not duplicate rows).
+
+    Measurements go in with one flush; their dispatch rows with one COPY (Postgres) or one
+    executemany (SQLite); all inside the caller's transaction.
+    """
+    session.execute(delete(Measurement).where(Measurement.task_id == task.id))  # dispatches cascade
     device = upsert_device(session, result.device)
     task.device_id = device.id
     info = result.artifact
@@ -176,6 +297,7 @@ def store_task_result(session: Session, task: Task, result: TaskResult) -> None:
     family = family_for_phase(task.phase)
     backend_name = result.device.backend
     codebook = FORMATS[task.format].codebook
+    pending: list[tuple[Measurement, list[Dispatch]]] = []
     for variant_result in result.results:
         parsed = family.parse(variant_result.variant, backend_name)
         variant = upsert_variant(session, family.name, parsed.name, dict(parsed.params), parsed.order)
@@ -217,18 +339,11 @@ def store_task_result(session: Session, task: Task, result: TaskResult) -> None:
             measurement.stddev_us = summary.stddev_us
             measurement.cv = summary.cv
         session.add(measurement)
-        session.flush()
-        if variant_result.dispatches:
-            session.execute(
-                insert(Dispatch),
-                [
-                    {
-                        "measurement_id": measurement.id,
-                        "seq": d.seq,
-                        "device_ns": d.device_ns,
-                        "wall_ns": d.wall_ns,
-                        "buffer_index": d.buffer_index,
-                    }
-                    for d in variant_result.dispatches
-                ],
-            )
+        pending.append((measurement, variant_result.dispatches))
+    session.flush()  # one batched INSERT ... RETURNING for all measurements
+    rows: list[DispatchRow] = [
+        (measurement.id, d.seq, d.device_ns, d.wall_ns, d.buffer_index, d.event_ns)
+        for measurement, dispatches in pending
+        for d in dispatches
+    ]
+    insert_dispatch_rows(session, rows)

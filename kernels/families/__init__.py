@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from kernels.families.base import InvalidVariant, KernelFamily, Variant
 from kernels.families.decode import DecodeFamily
+from kernels.families.prefill import PrefillFamily
 
-FAMILIES: dict[str, KernelFamily] = {"decode": DecodeFamily()}
+FAMILIES: dict[str, KernelFamily] = {"decode": DecodeFamily(), "prefill": PrefillFamily()}
 
 
 def family_for_phase(phase: str) -> KernelFamily:
@@ -17,4 +18,4 @@ def family_for_phase(phase: str) -> KernelFamily:
     raise KeyError(f"no kernel family for phase {phase!r}; known phases: {known}")
 
 
-__all__ = ["FAMILIES", "DecodeFamily", "InvalidVariant", "KernelFamily", "Variant", "family_for_phase"]
+__all__ = ["FAMILIES", "DecodeFamily", "InvalidVariant", "KernelFamily", "PrefillFamily", "Variant", "family_for_phase"]

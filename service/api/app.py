@@ -8,8 +8,22 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from service.api.errors import install_error_handlers
-from service.api.routes import health, sweeps, tables, winners
+from service.api.routes import (
+    compare,
+    devices,
+    health,
+    imports_llaminar,
+    measurements,
+    metrics,
+    observed,
+    profiles,
+    results,
+    sweeps,
+    tables,
+    winners,
+)
 from service.config import Settings, get_settings
+from service.dashboard import router as dashboard
 from service.db.session import session_factory
 
 API_DESCRIPTION = """Tunebase: sweeps of kernel variants timed per dispatch, winners with their margins,
@@ -22,7 +36,7 @@ def create_app(settings: Settings | None = None, start_embedded_worker: bool = T
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         worker = None
-        if settings.embedded and start_embedded_worker:
+        if settings.embedded and settings.embedded_worker and start_embedded_worker:
             from workers.embedded import start_embedded_worker as start
 
             worker = start(settings, app.state.session_factory)
@@ -34,6 +48,11 @@ def create_app(settings: Settings | None = None, start_embedded_worker: bool = T
     app.state.settings = settings
     app.state.session_factory = session_factory(settings.resolved_database_url)
     install_error_handlers(app)
-    for module in (health, sweeps, winners, tables):
+    metrics.install_metrics(app)
+    routers = (health, metrics, sweeps, winners, tables, results, measurements, devices, profiles, observed)
+    for module in routers:
         app.include_router(module.router)
+    app.include_router(compare.router)
+    app.include_router(imports_llaminar.router)
+    app.include_router(dashboard.router)
     return app

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from fastapi import Depends, HTTPException, Request, status
+from fastapi import Depends, HTTPException, Query, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
 from service.auth import granted, lookup_token
 from service.config import Settings
 
 bearer = HTTPBearer(auto_error=False)
+MAX_OFFSET = 2**31 - 1
+# Path ids and integer filters stay inside a 32-bit column's range, so no driver ever sees an overflow.
+MAX_ID = 2**31 - 1
 
 
 def get_settings_dep(request: Request) -> Settings:
@@ -66,3 +71,25 @@ def require_scope(scope: str) -> Callable[..., Caller]:
         return Caller(name=record.name, scopes=frozenset(scopes))
 
     return dependency
+
+
+@dataclass(frozen=True)
+class PageParams:
+    limit: int
+    offset: int
+
+
+def page_params(
+    limit: int = Query(50, ge=1, le=500, description="items per page"),
+    offset: int = Query(0, ge=0, le=MAX_OFFSET, description="items to skip"),
+) -> PageParams:
+    return PageParams(limit, offset)
+
+
+def paginate(
+    session: Session, query: Select[Any], page: PageParams, render: Callable[[Any], dict[str, Any]]
+) -> dict[str, Any]:
+    """The list envelope every collection route returns: {"total", "limit", "offset", "items"}."""
+    total = session.scalar(select(func.count()).select_from(query.order_by(None).subquery())) or 0
+    rows: Sequence[Any] = session.scalars(query.limit(page.limit).offset(page.offset)).all()
+    return {"total": total, "limit": page.limit, "offset": page.offset, "items": [render(r) for r in rows]}

@@ -1,13 +1,67 @@
-"""One error body for every failure: {"error": {"code", "message", "fields": [{"field", "message"}]}}."""
+"""One error body for every failure: {"error": {"code", "message", "fields": [{"field", "message"}]}}.
+
+Validation problems (422), HTTP errors raised by routes (401/403/404/405/406/409), values the database
+cannot hold (422 instead of a driver crash) and unexpected exceptions (500) all leave in this shape, so a
+client needs one parser. Routes list `ERROR_RESPONSES` so the OpenAPI document says so too.
+"""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger(__name__)
+
+HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    409: "conflict",
+    413: "too_large",
+    422: "validation_failed",
+    429: "rate_limited",
+    503: "unavailable",
+}
+
+
+class FieldError(BaseModel):
+    field: str = Field(examples=["formats.1"])
+    message: str = Field(examples=["unknown format 'Q9_9'"])
+
+
+class ErrorDetail(BaseModel):
+    code: str = Field(examples=["validation_failed"])
+    message: str = Field(examples=["formats.1: unknown format 'Q9_9'"])
+    fields: list[FieldError] = Field(default_factory=list)
+
+
+class ErrorBody(BaseModel):
+    """The body of every non-2xx response."""
+
+    error: ErrorDetail
+
+
+def _response(description: str) -> dict[str, Any]:
+    return {"model": ErrorBody, "description": description}
+
+
+# For `APIRouter(responses=...)`: documents the shared error body on every route.
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: _response("missing, unknown or revoked bearer token"),
+    403: _response("the token lacks the scope this route needs"),
+    422: _response("invalid input; `fields` names each offending field"),
+}
+NOT_FOUND: dict[int | str, dict[str, Any]] = {404: _response("no such resource")}
 
 
 def field_path(location: tuple[Any, ...] | list[Any]) -> str:
@@ -32,11 +86,24 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = {401: "unauthorized", 403: "forbidden", 404: "not_found", 409: "conflict"}.get(
-            exc.status_code, "error"
-        )
+        code = HTTP_CODES.get(exc.status_code, "error")
         return JSONResponse(
             status_code=exc.status_code,
             content=error_body(code, str(exc.detail)),
             headers=getattr(exc, "headers", None),
+        )
+
+    async def _out_of_range(_request: Request, exc: Exception) -> JSONResponse:
+        # e.g. an id beyond the column's integer range: the client's mistake, not a server fault
+        message = f"a value is out of the range the database can hold: {type(exc).__name__}"
+        return JSONResponse(status_code=422, content=error_body("validation_failed", message))
+
+    app.add_exception_handler(DataError, _out_of_range)
+    app.add_exception_handler(OverflowError, _out_of_range)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return JSONResponse(
+            status_code=500, content=error_body("internal_error", f"internal error: {type(exc).__name__}")
         )

@@ -94,6 +94,8 @@ class Task(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     lease_owner: Mapped[str | None] = mapped_column(String(200))
     lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # when a broker message for this task was last sent; the reconciler re-sends lost ones
+    enqueued_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     error: Mapped[str | None] = mapped_column(Text)
     device_id: Mapped[int | None] = mapped_column(ForeignKey("devices.id"))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
@@ -192,6 +194,7 @@ class Dispatch(Base):
     device_ns: Mapped[int] = mapped_column(BigInteger)
     wall_ns: Mapped[int | None] = mapped_column(BigInteger)
     buffer_index: Mapped[int] = mapped_column(Integer, default=0)
+    event_ns: Mapped[int | None] = mapped_column(BigInteger)  # CUDA events beside CUPTI (cuda backend)
 
 
 class Winner(Base):
@@ -249,3 +252,26 @@ class ApiToken(Base):
     scopes: Mapped[list[Any]] = mapped_column(JSON)
     revoked: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class ObservedShape(Base):
+    """A (arch, phase, format, M, N, K) an engine met that its table missed (DESIGN §5.7); deduplicated."""
+
+    __tablename__ = "observed_shapes"
+    __table_args__ = (
+        UniqueConstraint("arch", "phase", "format", "m", "n", "k", name="uq_observed_point"),
+        Index("ix_observed_arch_phase", "arch", "phase"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    arch: Mapped[str] = mapped_column(String(32))
+    phase: Mapped[str] = mapped_column(String(16))
+    format: Mapped[str] = mapped_column(String(16))
+    m: Mapped[int] = mapped_column(Integer)
+    n: Mapped[int] = mapped_column(Integer)
+    k: Mapped[int] = mapped_column(Integer)
+    count: Mapped[int] = mapped_column(Integer, default=1)
+    source: Mapped[str] = mapped_column(String(120), default="")
+    first_seen: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    last_seen: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    last_sweep_id: Mapped[int | None] = mapped_column(ForeignKey("sweeps.id", ondelete="SET NULL"))

@@ -11,7 +11,8 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from service.db.models import Sweep, Task, utcnow
+from service.db.models import Measurement, Sweep, Task, utcnow
+from service.observed import mark_offered, offered_points
 from service.sweeps.planning import plan_tasks
 from service.sweeps.spec import SweepSpec
 
@@ -60,6 +61,8 @@ def submit_sweep(
         )
         for t in plan_tasks(spec)
     ]
+    observed_tasks, observed_ids = _observed_tasks(session, spec, sweep.tasks, variants)
+    sweep.tasks.extend(observed_tasks)
     session.add(sweep)
     try:
         session.flush()
@@ -69,7 +72,37 @@ def submit_sweep(
         if existing is None:
             raise
         return _same_or_conflict(existing, spec), False
+    mark_offered(session, observed_ids, sweep.id)
     return sweep, True
+
+
+def _observed_tasks(
+    session: Session, spec: SweepSpec, planned: list[Task], variants: list[str]
+) -> tuple[list[Task], list[int]]:
+    """Observed points not already planned (DESIGN §5.7), when the spec asks for them, and the ids of
+    every observed row the sweep covers (planned or added)."""
+    if not spec.include_observed:
+        return [], []
+    seen = {(t.format, t.n, t.k, t.m) for t in planned}
+    tasks: list[Task] = []
+    covered: list[int] = []
+    for point in offered_points(session, spec.arch, spec.phase, spec.formats):
+        covered.extend(point.observed_ids)
+        if (point.format, point.n, point.k, point.m) in seen:
+            continue
+        seen.add((point.format, point.n, point.k, point.m))
+        task = Task(
+            arch=spec.arch,
+            phase=spec.phase,
+            format=point.format,
+            shape=point.shape,
+            n=point.n,
+            k=point.k,
+            m=point.m,
+            variants=variants,
+        )
+        tasks.append(task)
+    return tasks, covered
 
 
 def _same_or_conflict(existing: Sweep, spec: SweepSpec) -> Sweep:
@@ -128,9 +161,20 @@ def sweep_status_body(session: Session, sweep: Sweep) -> dict[str, Any]:
         "labels": sweep.labels,
         "tasks": counts,
         "progress": (finished / counts["total"]) if counts["total"] else 1.0,
+        "parity_failures": parity_failures(session, sweep.id),
         "created_at": sweep.created_at.isoformat() if sweep.created_at else None,
         "finished_at": sweep.finished_at.isoformat() if sweep.finished_at else None,
     }
+
+
+def parity_failures(session: Session, sweep_id: int) -> int:
+    """Measurements of this sweep whose variant failed parity (or errored): CI fails the build on these."""
+    count = session.scalar(
+        select(func.count())
+        .select_from(Measurement)
+        .where(Measurement.sweep_id == sweep_id, Measurement.parity_pass.is_(False))
+    )
+    return int(count or 0)
 
 
 def cancel_sweep(session: Session, sweep: Sweep) -> int:

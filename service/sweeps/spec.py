@@ -59,6 +59,10 @@ class SweepSpec(BaseModel):
     warm_cache: bool = False
     seed: int = Field(0, ge=0, le=2**31 - 1)
     labels: dict[str, str] = Field(default_factory=dict, max_length=32)
+    include_observed: bool = Field(
+        False,
+        description="also tune the observed shapes (POST /v1/observed-shapes) of this arch/phase/formats",
+    )
 
     def problems(self) -> list[SpecProblem]:
         """Cross-field checks pydantic cannot express; each problem names its field path."""

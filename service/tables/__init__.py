@@ -1,11 +1,16 @@
-"""Dispatch-table generation: winners -> validated C++ `.inc` per dialect."""
+"""Dispatch-table generation: winners -> validated C++ `.inc` (or JSON) per dialect."""
 
-from service.tables.generate import GENERATOR_NAME, GENERATOR_VERSION, generate_decode_table
+from service.tables.generate import (
+    GENERATOR_NAME,
+    GENERATOR_VERSION,
+    generate_decode_table,
+    generate_table,
+)
 from service.tables.model import (
     KNOWN_CODEBOOKS,
-    DecodeChoice,
     GeneratedTable,
     PointTimes,
+    TableChoice,
     TableMetrics,
 )
 from service.tables.validate import TableValidationError, ValidationReport, validate_table
@@ -14,12 +19,13 @@ __all__ = [
     "GENERATOR_NAME",
     "GENERATOR_VERSION",
     "KNOWN_CODEBOOKS",
-    "DecodeChoice",
     "GeneratedTable",
     "PointTimes",
+    "TableChoice",
     "TableMetrics",
     "TableValidationError",
     "ValidationReport",
     "generate_decode_table",
+    "generate_table",
     "validate_table",
 ]

@@ -1,8 +1,10 @@
-"""A simple work-size fallback fit: per (codebook, M, aspect class) up to three
-segments over work_items = N*K.
+"""The regret-optimal fallback (DESIGN §6): per (codebook, M, aspect class) up to
+three work-size (N*K) segments, cut at midpoints between distinct work values.
 
-Placeholder for the regret-optimal, cross-validated fit of DESIGN §6; it is a
-pure function over plain data so that replacement is local.
+Each segment takes the variant that minimises worst, then mean, regret over every
+measured variant time (not only winners). How many segments a group gets is
+chosen by grouped cross-validation over shapes, so a segment is only added when
+it also helps shapes it was not fitted on. Pure functions over plain data.
 """
 
 from __future__ import annotations
@@ -11,11 +13,20 @@ import itertools
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from service.tables.model import FallbackRule, MeasuredPoint
 
 ASPECT_CLASSES: tuple[str, ...] = ("very_wide", "wide", "balanced", "tall")
 MAX_SEGMENTS = 3
+LOSO_MAX_SHAPES = 12  # up to this many shapes: leave-one-shape-out; beyond: K folds
+CV_FOLDS = 5
+# Held-out regret charged when the fitted variant was not (parity-)measured at a
+# held-out shape: picking it there is at least as bad as a 100% slowdown.
+UNMEASURED_PENALTY = 1.0
+
+GroupKey = tuple[int, int, str]
+RuleMap = dict[GroupKey, tuple[FallbackRule, ...]]
 
 
 def aspect_class(n: int, k: int) -> str:
@@ -41,11 +52,17 @@ def point_regret(point: MeasuredPoint, variant: str) -> float:
     return t / min(point.times_us.values()) - 1.0
 
 
-def _best_variant(points: Sequence[MeasuredPoint]) -> tuple[str, float, float, float | None]:
-    """Variant minimising worst-then-mean regret; ties go to the modal winner.
+@dataclass(frozen=True)
+class _Segment:
+    variant: str
+    worst: float
+    mean: float
+    timed_worst: float | None  # worst true regret over points that have times
+    timed_mean: float | None
 
-    Returns (variant, worst, mean, worst true regret over points with times).
-    """
+
+def _best_variant(points: Sequence[MeasuredPoint]) -> _Segment:
+    """Variant minimising worst-then-mean regret; ties go to the modal winner, then the name."""
     wins = Counter(p.winner for p in points)
     candidates = set(wins)
     for p in points:
@@ -54,42 +71,39 @@ def _best_variant(points: Sequence[MeasuredPoint]) -> tuple[str, float, float, f
     scored = []
     for v in candidates:
         regrets = [point_regret(p, v) for p in points]
-        worst = max(regrets)
-        mean = sum(regrets) / len(regrets)
-        scored.append((worst, mean, -wins[v], v))
+        scored.append((max(regrets), sum(regrets) / len(regrets), -wins[v], v))
     worst, mean, _, v = min(scored)
     timed = [point_regret(p, v) for p in points if p.times_us is not None]
-    return v, worst, mean, max(timed) if timed else None
+    return _Segment(
+        v, worst, mean, max(timed) if timed else None, sum(timed) / len(timed) if timed else None
+    )
 
 
-def _fit_group(
-    codebook: int, m: int, aspect: str, points: Sequence[MeasuredPoint]
+def _fit_segments(
+    codebook: int, m: int, aspect: str, points: Sequence[MeasuredPoint], max_segments: int
 ) -> tuple[FallbackRule, ...]:
+    """Best segmentation with at most `max_segments` segments (worst, then mean, then fewer)."""
     works = sorted({p.work_items for p in points})
     by_work: dict[int, list[MeasuredPoint]] = defaultdict(list)
     for p in points:
         by_work[p.work_items].append(p)
 
-    segment_cache: dict[tuple[int, int], tuple[str, float, float, float | None]] = {}
+    cache: dict[tuple[int, int], _Segment] = {}
 
-    def segment(i: int, j: int) -> tuple[str, float, float, float | None]:
-        if (i, j) not in segment_cache:
-            seg = [p for w in works[i:j] for p in by_work[w]]
-            segment_cache[(i, j)] = _best_variant(seg)
-        return segment_cache[(i, j)]
+    def segment(i: int, j: int) -> _Segment:
+        if (i, j) not in cache:
+            cache[(i, j)] = _best_variant([p for w in works[i:j] for p in by_work[w]])
+        return cache[(i, j)]
+
+    def count(i: int, j: int) -> int:
+        return sum(len(by_work[w]) for w in works[i:j])
 
     best: tuple[tuple[float, float, int], tuple[int, ...]] | None = None
-    n_cut_positions = len(works) - 1
-    for n_cuts in range(min(MAX_SEGMENTS - 1, n_cut_positions) + 1):
+    for n_cuts in range(min(max_segments - 1, len(works) - 1) + 1):
         for cuts in itertools.combinations(range(1, len(works)), n_cuts):
             bounds = (0, *cuts, len(works))
-            worst = 0.0
-            total = 0.0
-            for i, j in itertools.pairwise(bounds):
-                _, seg_worst, seg_mean, _ = segment(i, j)
-                count = sum(len(by_work[w]) for w in works[i:j])
-                worst = max(worst, seg_worst)
-                total += seg_mean * count
+            worst = max(segment(i, j).worst for i, j in itertools.pairwise(bounds))
+            total = sum(segment(i, j).mean * count(i, j) for i, j in itertools.pairwise(bounds))
             score = (worst, total / len(points), len(bounds) - 1)
             if best is None or score < best[0]:
                 best = (score, bounds)
@@ -98,37 +112,119 @@ def _fit_group(
 
     rules: list[FallbackRule] = []
     for idx, (i, j) in enumerate(itertools.pairwise(bounds)):
-        variant, _, _, rule_worst = segment(i, j)
+        seg = segment(i, j)
         last = idx == len(bounds) - 2
         # Cut at the midpoint between neighbouring distinct work sizes; the last
         # segment is open-ended at run time, its bound only records the data range.
         max_work = works[j - 1] if last else (works[j - 1] + works[j]) // 2
-        count = sum(len(by_work[w]) for w in works[i:j])
-        if rules and rules[-1].variant == variant:
+        n_points = count(i, j)
+        worst_r, mean_r = seg.timed_worst, seg.timed_mean
+        if rules and rules[-1].variant == seg.variant:  # adjacent equal segments merge
             prev = rules.pop()
-            count += prev.points
-            known = [w for w in (rule_worst, prev.worst_regret) if w is not None]
-            rule_worst = max(known) if known else None
-        rules.append(FallbackRule(codebook, m, aspect, max_work, variant, count, rule_worst))
+            known = [w for w in (worst_r, prev.worst_regret) if w is not None]
+            worst_r = max(known) if known else None
+            if mean_r is not None and prev.mean_regret is not None:
+                mean_r = (mean_r * n_points + prev.mean_regret * prev.points) / (n_points + prev.points)
+            n_points += prev.points
+        rules.append(
+            FallbackRule(codebook, m, aspect, max_work, seg.variant, n_points, worst_r, mean_r)
+        )
     return tuple(rules)
 
 
-def fit_fallback(
-    points: Iterable[MeasuredPoint],
-) -> dict[tuple[int, int, str], tuple[FallbackRule, ...]]:
-    """Fit rules per (codebook, M, aspect class) from the measured points."""
-    groups: dict[tuple[int, int, str], list[MeasuredPoint]] = defaultdict(list)
-    for p in points:
-        groups[(p.codebook, p.m, aspect_class(p.n, p.k))].append(p)
-    return {
-        key: _fit_group(*key, sorted(group, key=lambda p: (p.work_items, p.n)))
-        for key, group in sorted(groups.items())
-    }
-
-
 def pick_rule(rules: Sequence[FallbackRule], work_items: int) -> FallbackRule:
-    """Mirror of pickROCmNativeVNNIDecodeAspectRule: first rule covering work, else last."""
+    """Mirror of the C++ rule pick: first rule covering work, else the last."""
     for rule in rules:
         if rule.max_work_items >= work_items:
             return rule
     return rules[-1]
+
+
+def _held_out_regret(point: MeasuredPoint, variant: str) -> float:
+    regret = point_regret(point, variant)
+    return UNMEASURED_PENALTY if math.isinf(regret) else regret
+
+
+def shape_folds(points: Sequence[MeasuredPoint]) -> list[list[int]]:
+    """Indices of points grouped by shape (N, K) into CV folds.
+
+    Leave-one-shape-out when there are few shapes; otherwise shapes are dealt
+    round-robin in work order into CV_FOLDS folds (deterministic, stratified by size).
+    """
+    shapes = sorted({(p.n, p.k) for p in points}, key=lambda s: (s[0] * s[1], s))
+    n_folds = len(shapes) if len(shapes) <= LOSO_MAX_SHAPES else CV_FOLDS
+    fold_of = {shape: i % n_folds for i, shape in enumerate(shapes)}
+    folds: list[list[int]] = [[] for _ in range(n_folds)]
+    for idx, p in enumerate(points):
+        folds[fold_of[(p.n, p.k)]].append(idx)
+    return folds
+
+
+def cv_regret(points: Sequence[MeasuredPoint], max_segments: int) -> float | None:
+    """Mean held-out regret of fitting with at most `max_segments` (None if < 2 shapes)."""
+    folds = shape_folds(points)
+    if len(folds) < 2:
+        return None
+    held: list[float] = []
+    for fold in folds:
+        out = set(fold)
+        train = [p for i, p in enumerate(points) if i not in out]
+        p0 = points[fold[0]]
+        rules = _fit_segments(p0.codebook, p0.m, "cv", train, max_segments)
+        held += [_held_out_regret(points[i], pick_rule(rules, points[i].work_items).variant) for i in fold]
+    return sum(held) / len(held)
+
+
+def choose_segments(points: Sequence[MeasuredPoint], max_segments: int = MAX_SEGMENTS) -> tuple[int, float | None]:
+    """Segment count with the lowest held-out mean regret; ties go to fewer segments."""
+    distinct = len({p.work_items for p in points})
+    limit = max(1, min(max_segments, distinct))
+    scored: list[tuple[float, int]] = []
+    for s in range(1, limit + 1):
+        score = cv_regret(points, s)
+        if score is None:
+            return 1, None
+        scored.append((round(score, 12), s))
+    best_score, best_s = min(scored)
+    return best_s, best_score
+
+
+@dataclass(frozen=True)
+class FallbackFit:
+    """Fitted rules plus the held-out regret that chose each group's segment count."""
+
+    rules: RuleMap
+    cv_regret: dict[GroupKey, float | None]
+
+    @property
+    def mean_cv_regret(self) -> float | None:
+        known = [v for v in self.cv_regret.values() if v is not None]
+        return sum(known) / len(known) if known else None
+
+
+def group_points(points: Iterable[MeasuredPoint]) -> dict[GroupKey, list[MeasuredPoint]]:
+    groups: dict[GroupKey, list[MeasuredPoint]] = defaultdict(list)
+    for p in points:
+        groups[(p.codebook, p.m, aspect_class(p.n, p.k))].append(p)
+    return {key: sorted(g, key=lambda p: (p.work_items, p.n, p.k)) for key, g in sorted(groups.items())}
+
+
+def fit_fallback_cv(points: Iterable[MeasuredPoint], max_segments: int = MAX_SEGMENTS) -> FallbackFit:
+    """Fit every (codebook, M, aspect) group with a CV-chosen number of segments."""
+    rules: RuleMap = {}
+    scores: dict[GroupKey, float | None] = {}
+    for key, group in group_points(points).items():
+        n_segments, score = choose_segments(group, max_segments)
+        rules[key] = _fit_segments(*key, group, n_segments)
+        scores[key] = score
+    return FallbackFit(rules, scores)
+
+
+def fit_fallback(points: Iterable[MeasuredPoint], max_segments: int = MAX_SEGMENTS) -> RuleMap:
+    """Rules per (codebook, M, aspect class), segment counts chosen by grouped CV."""
+    return fit_fallback_cv(points, max_segments).rules
+
+
+def fit_fallback_fixed(points: Iterable[MeasuredPoint], segments: int) -> RuleMap:
+    """Rules with at most `segments` segments per group, no CV (for baselines and tests)."""
+    return {key: _fit_segments(*key, group, segments) for key, group in group_points(points).items()}

@@ -1,28 +1,32 @@
-"""Decode table generation: winners + per-variant times -> validated `.inc` text.
+"""Table generation: choices + per-variant times -> fallback, overlays, metrics -> validated text.
 
-The generator refuses to return a table that fails validation; callers store
-only what comes back from here.
+Decode and prefill share every step; they differ only by dialect (variant ->
+config, M policy and key packing via its codec, render, replay). The generator
+refuses to return a table that fails validation; callers store only what comes
+back from here.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from service.tables.dialects import get_dialect
 from service.tables.dialects.base import RuleMap, TableDialect
-from service.tables.fallback import aspect_class, fit_fallback
-from service.tables.lookup import DecodeLookup, pack_decode_key
-from service.tables.metrics import compute_metrics
+from service.tables.fallback import aspect_class, fit_fallback_cv
+from service.tables.lookup import TableLookup
+from service.tables.metrics import compute_metrics, regret_of
 from service.tables.model import (
     KNOWN_CODEBOOKS,
-    DecodeChoice,
     GeneratedTable,
     HeaderInfo,
     MeasuredPoint,
+    PointDecision,
     PointKey,
     PointTimes,
+    TableChoice,
 )
+from service.tables.overlays import entries_of, fallback_regret, select_overlays
 from service.tables.validate import (
     ExpectedAnswer,
     TableExpectations,
@@ -32,7 +36,8 @@ from service.tables.validate import (
 )
 
 GENERATOR_NAME = "tunebase.tables"
-GENERATOR_VERSION = "0.1.0"
+GENERATOR_VERSION = "0.2.0"
+DEFAULT_OVERLAY_THRESHOLD = 0.02
 
 # One representative unseen (N, K) per aspect class, used to probe the fallback.
 _PROBE_SHAPES: dict[str, tuple[int, int]] = {
@@ -43,13 +48,13 @@ _PROBE_SHAPES: dict[str, tuple[int, int]] = {
 }
 
 
-def _measured_points(
-    choices: Sequence[DecodeChoice],
+def measured_points(
+    choices: Sequence[TableChoice],
     point_times: Sequence[PointTimes],
     known_codebooks: frozenset[int],
     dialect: TableDialect,
 ) -> list[MeasuredPoint]:
-    """Join winners with all-variant times; reject inconsistent data early."""
+    """Join choices with all-variant times; reject inconsistent data early."""
     failures: list[str] = []
     times_by_point: dict[PointKey, PointTimes] = {}
     for pt in point_times:
@@ -58,6 +63,8 @@ def _measured_points(
             failures.append(f"{where}: duplicate point times")
         if pt.codebook not in known_codebooks:
             failures.append(f"{where}: unknown codebook id {pt.codebook}")
+        if dialect.codec.m_key(pt.m) != pt.m:
+            failures.append(f"{where}: M={pt.m} is not an M-policy bucket")
         if not pt.times_us:
             failures.append(f"{where}: no variant times")
         for name, t in pt.times_us.items():
@@ -81,60 +88,62 @@ def _measured_points(
                 "is not among the point's parity-passing variants"
             )
         points.append(MeasuredPoint(c.codebook, c.m, c.n, c.k, c.shape, c.variant, times))
-    for pt in times_by_point.values():  # measured, but no winner was declared
-        best = min(sorted(pt.times_us), key=lambda v: pt.times_us[v])
-        points.append(MeasuredPoint(pt.codebook, pt.m, pt.n, pt.k, pt.shape, best, dict(pt.times_us)))
+    if times_by_point:
+        failures += [f"CB={p.codebook} M={p.m} {p.n}x{p.k}: times without a choice" for p in times_by_point.values()]
     if failures:
         raise TableValidationError(failures)
     return sorted(points, key=lambda p: p.point)
 
 
-def fallback_probes(rules: RuleMap, measured: Iterable[PointKey]) -> list[PointKey]:
+def fallback_probes(rules: RuleMap, measured: set[PointKey]) -> list[PointKey]:
     """Unseen shapes, one per fitted (codebook, M, aspect class), plus an unseen M."""
-    seen = set(measured)
     probes: list[PointKey] = []
     for cb, m, aspect in sorted(rules):
         n, k = _PROBE_SHAPES[aspect]
-        while (cb, m, n, k) in seen:
+        while (cb, m, n, k) in measured:
             n += 64
         assert aspect_class(n, k) == aspect
         probes.append((cb, m, n, k))
     if rules:
         cb = min(cb for cb, _, _ in rules)
-        probes.append((cb, 255, 4096, 4096))  # an M nobody tuned: expect "no answer"
+        probes.append((cb, 100000, 4096, 4096))  # an M beyond every policy: expect "no answer"
     return probes
 
 
-def generate_decode_table(
-    choices: Sequence[DecodeChoice],
+def generate_table(
+    choices: Sequence[TableChoice],
     point_times: Sequence[PointTimes],
     arch: str,
     sweep_ids: Sequence[str],
     dialect: str = "llaminar-rocm-decode",
     *,
+    phase: str | None = None,
+    overlay_threshold: float = DEFAULT_OVERLAY_THRESHOLD,
     known_codebooks: frozenset[int] = KNOWN_CODEBOOKS,
 ) -> GeneratedTable:
-    """Fit the fallback, render, compute metrics and validate; raises on any defect."""
-    table_dialect = get_dialect(dialect)
-    if table_dialect.phase != "decode":
-        raise ValueError(f"dialect {dialect!r} is for phase {table_dialect.phase!r}, not decode")
-
+    """Fit the fallback, keep overlays above the threshold, render, measure, validate."""
+    table_dialect = get_dialect(dialect, phase)
+    if phase is not None and table_dialect.phase != phase:
+        raise ValueError(f"dialect {dialect!r} is for phase {table_dialect.phase!r}, not {phase}")
     failures = check_choices(choices, known_codebooks, table_dialect)
     if failures:
         raise TableValidationError(failures)
-    points = _measured_points(choices, point_times, known_codebooks, table_dialect)
+    points = measured_points(choices, point_times, known_codebooks, table_dialect)
+    by_point = {p.point: p for p in points}
 
-    rules = fit_fallback(points)
-    entries: dict[int, dict[int, str]] = {}
-    for c in choices:
-        entries.setdefault(c.codebook, {})[pack_decode_key(c.m, c.n, c.k)] = c.variant
-    lookup = DecodeLookup(entries, rules)
+    fit = fit_fallback_cv(points)
+    rules = fit.rules
+    ordered = sorted(choices, key=lambda c: c.point)
+    overlays = select_overlays(ordered, by_point, rules, overlay_threshold)
+    lookup = TableLookup(entries_of(overlays), rules, table_dialect.codec.m_key)
     n_rules = sum(len(r) for r in rules.values())
-    metrics = compute_metrics(lookup, points, n_rules)
+    metrics = compute_metrics(
+        lookup, points, n_rules, overlay_threshold=overlay_threshold, cv_regret=fit.mean_cv_regret
+    )
 
     sweeps = tuple(sorted(set(sweep_ids)))
-    info = HeaderInfo(GENERATOR_NAME, GENERATOR_VERSION, dialect, arch, sweeps, metrics)
-    text = table_dialect.render(choices, rules, info)
+    info = HeaderInfo(GENERATOR_NAME, GENERATOR_VERSION, dialect, arch, table_dialect.phase, sweeps, metrics)
+    text = table_dialect.render(overlays, rules, info)
 
     def expect(point: PointKey, must_answer: bool) -> ExpectedAnswer:
         variant = lookup.select_point(point)
@@ -142,18 +151,30 @@ def generate_decode_table(
         return ExpectedAnswer(*point, config=config, must_answer=must_answer)
 
     answers = [expect(p.point, must_answer=True) for p in points]
-    for probe in fallback_probes(rules, (p.point for p in points)):
+    for probe in fallback_probes(rules, set(by_point)):
         has_rules = (probe[0], probe[1], aspect_class(probe[2], probe[3])) in rules
         answers.append(expect(probe, must_answer=has_rules))
-    variants = {p.winner for p in points} | {r.variant for rs in rules.values() for r in rs}
+    variants = {c.variant for c in overlays} | {r.variant for rs in rules.values() for r in rs}
     expectations = TableExpectations(
         answers=tuple(answers),
         known_codebooks=known_codebooks,
         allowed_configs=frozenset(table_dialect.parse_variant(v) for v in variants),
         dialect=dialect,
+        phase=table_dialect.phase,
     )
     report = validate_table(text, expectations)
     report.raise_for_failures()
+
+    formats = {c.point: c.formats for c in choices}
+    decisions = []
+    for p in points:
+        variant, source = lookup.select(*p.point)
+        decisions.append(
+            PointDecision(
+                p.codebook, formats[p.point], p.m, p.n, p.k, p.shape, p.winner, variant, source,
+                regret_of(p, variant), fallback_regret(p, rules)[1],
+            )
+        )  # fmt: skip
     return GeneratedTable(
         dialect=dialect,
         arch=arch,
@@ -162,4 +183,18 @@ def generate_decode_table(
         metrics=metrics,
         sweep_ids=sweeps,
         checks=report.checks,
+        entries=tuple(overlays),
+        decisions=tuple(decisions),
     )
+
+
+def generate_decode_table(
+    choices: Sequence[TableChoice],
+    point_times: Sequence[PointTimes],
+    arch: str,
+    sweep_ids: Sequence[str],
+    dialect: str = "llaminar-rocm-decode",
+    **kwargs: object,
+) -> GeneratedTable:
+    """Decode convenience wrapper over generate_table."""
+    return generate_table(choices, point_times, arch, sweep_ids, dialect, phase="decode", **kwargs)  # type: ignore[arg-type]

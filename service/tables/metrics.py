@@ -1,4 +1,4 @@
-"""Table quality figures over the measured points (DESIGN §6).
+"""Table quality figures over the measured points (DESIGN §6), on the final table.
 
 regret(point) = time(chosen) / time(best) - 1, only where every parity-passing
 variant's time is known; otherwise the point counts for coverage and hits only.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from service.tables.lookup import DecodeLookup
+from service.tables.lookup import TableLookup
 from service.tables.model import MeasuredPoint, TableMetrics
 
 
@@ -24,30 +24,46 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
+def regret_of(point: MeasuredPoint, variant: str | None) -> float | None:
+    """True regret of answering `variant` at `point`; None when it cannot be known."""
+    if variant is None or not point.times_us or variant not in point.times_us:
+        return None
+    return point.times_us[variant] / min(point.times_us.values()) - 1.0
+
+
 def compute_metrics(
-    lookup: DecodeLookup,
+    lookup: TableLookup,
     points: Sequence[MeasuredPoint],
     fallback_rules: int,
+    *,
+    overlay_threshold: float | None = None,
+    cv_regret: float | None = None,
 ) -> TableMetrics:
-    """Coverage, exact-hit rate and regret of `lookup` over `points`."""
-    answered = hits = 0
+    """Coverage, exact-hit rate, winner match and regret of `lookup` over `points`."""
+    answered = exact = matches = 0
     regrets: list[float] = []
     for p in points:
-        chosen = lookup.select_point(p.point)
+        chosen, source = lookup.select(*p.point)
         if chosen is None:
             continue
         answered += 1
-        hits += chosen == p.winner
-        if p.times_us and chosen in p.times_us:
-            regrets.append(p.times_us[chosen] / min(p.times_us.values()) - 1.0)
+        exact += source == "exact"
+        matches += chosen == p.winner
+        regret = regret_of(p, chosen)
+        if regret is not None:
+            regrets.append(regret)
     total = len(points)
     return TableMetrics(
         coverage=answered / total if total else 0.0,
-        exact_hit_rate=hits / total if total else 0.0,
+        exact_hit_rate=exact / total if total else 0.0,
         mean_regret=sum(regrets) / len(regrets) if regrets else None,
         p95_regret=percentile(regrets, 95.0) if regrets else None,
         entries=sum(len(t) for t in lookup.entries.values()),
         fallback_rules=fallback_rules,
         points=total,
         regret_points=len(regrets),
+        winner_match_rate=matches / total if total else 0.0,
+        max_regret=max(regrets) if regrets else None,
+        overlay_threshold=overlay_threshold,
+        segments_cv_regret=cv_regret,
     )

@@ -33,13 +33,13 @@ CODEBOOK_FORMATS: Mapping[int, tuple[str, ...]] = {
 
 KNOWN_CODEBOOKS: frozenset[int] = frozenset(CODEBOOK_FORMATS)
 
-# (codebook, m, n, k): the runtime dispatch surface of a decode table.
+# (codebook, m, n, k): the runtime dispatch surface of a table (M is the table's M key).
 PointKey = tuple[int, int, int, int]
 
 
 @dataclass(frozen=True)
-class DecodeChoice:
-    """The chosen variant for one (codebook, M, N, K): one exact table entry."""
+class TableChoice:
+    """The chosen variant for one (codebook, M, N, K) after alias collapse."""
 
     codebook: int
     formats: tuple[str, ...]
@@ -48,8 +48,6 @@ class DecodeChoice:
     k: int
     shape: str
     variant: str
-    kb: int
-    target_waves: int
     median_us: float
 
     @property
@@ -105,20 +103,25 @@ class FallbackRule:
     variant: str
     points: int = 0
     worst_regret: float | None = None
+    mean_regret: float | None = None
 
 
 @dataclass(frozen=True)
 class TableMetrics:
     """How well the table answers the measured points (regret needs all times)."""
 
-    coverage: float
-    exact_hit_rate: float
+    coverage: float  # share of measured points the table answers at all
+    exact_hit_rate: float  # share answered by an exact (overlay) entry
     mean_regret: float | None
     p95_regret: float | None
     entries: int
     fallback_rules: int
     points: int = 0
     regret_points: int = 0
+    winner_match_rate: float = 0.0  # share whose answer is the declared winner
+    max_regret: float | None = None
+    overlay_threshold: float | None = None
+    segments_cv_regret: float | None = None  # mean held-out regret of the fallback (grouped CV)
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,7 @@ class HeaderInfo:
     version: str
     dialect: str
     arch: str
+    phase: str
     sweep_ids: tuple[str, ...]
     metrics: TableMetrics
 
@@ -144,3 +148,22 @@ class GeneratedTable:
     metrics: TableMetrics
     sweep_ids: tuple[str, ...]
     checks: tuple[str, ...] = field(default=())
+    entries: tuple[TableChoice, ...] = field(default=())  # the exact overlays emitted
+    decisions: tuple[PointDecision, ...] = field(default=())  # what the table answers per point
+
+
+@dataclass(frozen=True)
+class PointDecision:
+    """The table's answer at one measured point; stored with a version so diffs show regret."""
+
+    codebook: int
+    formats: tuple[str, ...]
+    m: int
+    n: int
+    k: int
+    shape: str
+    winner: str
+    variant: str | None
+    source: str  # exact | fallback | none
+    regret: float | None
+    fallback_regret: float | None

@@ -21,8 +21,7 @@ from pathlib import Path
 
 from service.tables.dialects import get_dialect
 from service.tables.dialects.base import TableDialect
-from service.tables.lookup import pack_decode_key
-from service.tables.model import DecodeChoice
+from service.tables.model import TableChoice
 
 HEADER_NAME = "generated_table.inc"
 COMPILE_TIMEOUT_S = 180.0
@@ -61,6 +60,7 @@ class TableExpectations:
     known_codebooks: frozenset[int]
     allowed_configs: frozenset[tuple[int, ...]]
     dialect: str = "llaminar-rocm-decode"
+    phase: str | None = None  # binds phase-agnostic dialects (json)
 
 
 @dataclass(frozen=True)
@@ -93,33 +93,29 @@ def find_compiler() -> list[str]:
     raise TableValidationError(["no C++ compiler found (set CXX or install g++)"])
 
 
-# Key packing field widths; a dimension outside them would alias another key.
-_M_MAX, _N_MAX, _K_MAX = 0xFF, 0x0FFFFFFF, 0xFFFFFF
-
-
 def check_choices(
-    choices: Sequence[DecodeChoice],
+    choices: Sequence[TableChoice],
     known_codebooks: frozenset[int],
     dialect: TableDialect,
 ) -> list[str]:
-    """Data checks before rendering: ids known, keys representable and unique."""
+    """Data checks before rendering: ids known, keys representable, M on policy, keys unique."""
     failures: list[str] = []
-    keys: dict[int, dict[int, DecodeChoice]] = defaultdict(dict)
+    codec = dialect.codec
+    keys: dict[int, dict[int, TableChoice]] = defaultdict(dict)
     for c in choices:
         where = f"CB={c.codebook} M={c.m} {c.n}x{c.k} ({c.shape})"
         if c.codebook not in known_codebooks or not 0 <= c.codebook <= 0xFF:
             failures.append(f"{where}: unknown codebook id {c.codebook}")
-        if not (1 <= c.m <= _M_MAX and 1 <= c.n <= _N_MAX and 1 <= c.k <= _K_MAX):
+        if not (1 <= c.m <= codec.max_m and 1 <= c.n <= codec.max_n and 1 <= c.k <= codec.max_k):
             failures.append(f"{where}: M/N/K out of the key's range (would alias)")
             continue
+        if codec.m_key(c.m) != c.m:
+            failures.append(f"{where}: M={c.m} is not an M-policy bucket (run time looks up {codec.m_key(c.m)})")
         try:
-            config = dialect.parse_variant(c.variant)
+            dialect.parse_variant(c.variant)
         except ValueError as exc:
             failures.append(f"{where}: {exc}")
-        else:
-            if config != (c.kb, c.target_waves):
-                failures.append(f"{where}: variant {c.variant} disagrees with kb={c.kb} tw={c.target_waves}")
-        key = pack_decode_key(c.m, c.n, c.k)
+        key = codec.pack_key(c.m, c.n, c.k)
         if key in keys[c.codebook]:
             failures.append(f"{where}: duplicate choice for key 0x{key:016X}")
         keys[c.codebook][key] = c
@@ -169,6 +165,10 @@ def _check_replay(
     if run.returncode != 0:
         return [f"replay program exited {run.returncode}: {run.stderr.strip()}"], 0
     got = dialect.parse_replay_output(run.stdout)
+    return _compare(got, exp), len(got)
+
+
+def _compare(got: dict[tuple[int, int, int, int], tuple[int, ...] | None], exp: TableExpectations) -> list[str]:
     failures: list[str] = []
     for a in exp.answers:
         where = f"CB={a.codebook} M={a.m} {a.n}x{a.k}"
@@ -182,7 +182,7 @@ def _check_replay(
             failures.append(f"{where}: answered {answer}, not a known variant")
         if answer != a.config:
             failures.append(f"{where}: replay answered {answer}, expected {a.config}")
-    return failures, len(got)
+    return failures
 
 
 def validate_table(
@@ -192,7 +192,7 @@ def validate_table(
     timeout_s: float = COMPILE_TIMEOUT_S,
 ) -> ValidationReport:
     """Compile, key-check and replay `text`; never raises for table defects."""
-    dialect = get_dialect(expectations.dialect)
+    dialect = get_dialect(expectations.dialect, expectations.phase)
     failures: list[str] = []
     checks: list[str] = []
     warnings: list[str] = []
@@ -205,6 +205,18 @@ def validate_table(
     failures += key_failures
     if not key_failures:
         checks += ["keys sorted and unique", "codebook ids known"]
+
+    if not dialect.compiled:
+        with tempfile.TemporaryDirectory(prefix="tunebase-table-") as tmp:
+            try:
+                got = dialect.replay_text(text, [a.point for a in expectations.answers], Path(tmp))
+            except (ValueError, KeyError, TypeError) as exc:
+                return ValidationReport(tuple([*failures, f"table text unreadable: {exc}"]), tuple(checks))
+        replay_failures = _compare(got, expectations)
+        failures += replay_failures
+        if not replay_failures:
+            checks.append(f"replay reproduces {len(got)} answers")
+        return ValidationReport(tuple(failures), tuple(checks), (), len(got))
 
     try:
         compiler = find_compiler()

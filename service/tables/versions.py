@@ -10,29 +10,22 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from service.config import get_settings
 from service.db.models import Measurement, TableVersion, Variant, Winner
-from service.tables.dialects import get_dialect
-from service.tables.generate import generate_decode_table
-from service.tables.model import DecodeChoice, PointKey, PointTimes
+from service.tables.collapse import AliasPoint, collapse_aliases
+from service.tables.dialects import dialect_phases, get_dialect
+from service.tables.generate import generate_table
+from service.tables.model import GeneratedTable, PointDecision
 
 
 class NoWinners(LookupError):
     """Nothing measured for this (arch, phase): there is no table to generate."""
 
 
-def _variant_times(
-    session: Session, arch: str, phase: str
-) -> dict[tuple[str, int, int, int], dict[str, float]]:
+def variant_times(session: Session, arch: str, phase: str) -> dict[tuple[str, int, int, int], dict[str, float]]:
     """Newest parity-passing median of every variant at every point: regret needs all of them."""
     rows = session.execute(
-        select(
-            Measurement.format,
-            Measurement.m,
-            Measurement.n,
-            Measurement.k,
-            Variant.name,
-            Measurement.median_us,
-        )
+        select(Measurement.format, Measurement.m, Measurement.n, Measurement.k, Variant.name, Measurement.median_us)
         .join(Variant, Measurement.variant_id == Variant.id)
         .where(
             Measurement.arch == arch,
@@ -49,57 +42,59 @@ def _variant_times(
     return times
 
 
-def collapse_aliases(
-    winners: list[Winner], times: dict[tuple[str, int, int, int], dict[str, float]]
-) -> tuple[list[DecodeChoice], list[PointTimes]]:
-    """One choice per (codebook, M, N, K): the variant whose worst alias-relative time is lowest."""
-    dialect = get_dialect("llaminar-rocm-decode")
-    by_point: dict[PointKey, list[Winner]] = defaultdict(list)
-    for winner in winners:
-        by_point[(winner.codebook, winner.m, winner.n, winner.k)].append(winner)
-    choices: list[DecodeChoice] = []
-    point_times: list[PointTimes] = []
-    for (codebook, m, n, k), group in sorted(by_point.items()):
-        alias_times = [times.get((w.format, m, n, k), {}) for w in group]
-        common = set.intersection(*(set(t) for t in alias_times)) if alias_times else set()
-        relative = {variant: max(t[variant] / min(t.values()) for t in alias_times) for variant in common}
-        if relative:
-            chosen_variant = min(relative, key=lambda v: (relative[v], v))
-        else:
-            chosen_variant = min(group, key=lambda w: w.median_us).variant
-        representative = min(group, key=lambda w: (w.format, w.id))
-        kb, tw = dialect.parse_variant(chosen_variant)
-        median = alias_times[group.index(representative)].get(chosen_variant, representative.median_us)
-        choices.append(
-            DecodeChoice(
-                codebook=codebook,
-                formats=tuple(sorted(w.format for w in group)),
-                m=m,
-                n=n,
-                k=k,
-                shape=representative.shape,
-                variant=chosen_variant,
-                kb=kb,
-                target_waves=tw,
-                median_us=median,
-            )
+def alias_points(session: Session, arch: str, phase: str) -> list[AliasPoint]:
+    """Winners joined with every variant's time, as plain data for the pure steps.
+
+    Prefill points whose M is not a policy bucket are left out: the engine rounds
+    M up to a bucket, so an entry keyed by another M could never be looked up.
+    """
+    codec = get_dialect("json", phase).codec
+    times = variant_times(session, arch, phase)
+    winners = session.scalars(select(Winner).where(Winner.arch == arch, Winner.phase == phase))
+    return [
+        AliasPoint(
+            w.format, w.codebook, w.m, w.n, w.k, w.shape, w.variant, w.median_us,
+            times.get((w.format, w.m, w.n, w.k), {}),
         )
-        if relative:
-            point_times.append(PointTimes(codebook, m, n, k, representative.shape, relative))
-    return choices, point_times
+        for w in winners
+        if codec.m_key(w.m) == w.m
+    ]  # fmt: skip
+
+
+def winners_fingerprint(session: Session, arch: str, phase: str) -> str:
+    """A digest of the current winners and times: unchanged digest, nothing to regenerate."""
+    digest = hashlib.sha256()
+    for a in sorted(alias_points(session, arch, phase), key=lambda a: (a.point, a.format)):
+        digest.update(repr((a.format, a.point, a.winner, sorted(a.times_us.items()))).encode())
+    return digest.hexdigest()
+
+
+def build_table(session: Session, arch: str, phase: str, dialect: str) -> GeneratedTable:
+    """Generate (not store) the table for the current winners; raises NoWinners or validation errors."""
+    if phase not in dialect_phases(dialect):
+        raise ValueError(f"dialect {dialect!r} does not emit {phase} tables")
+    points = alias_points(session, arch, phase)
+    if not points:
+        raise NoWinners(f"no winners for arch={arch} phase={phase}")
+    collapsed = collapse_aliases(points)
+    sweep_ids = sorted(
+        {str(s) for w in session.scalars(select(Winner.sweep_ids).where(Winner.arch == arch, Winner.phase == phase))
+         for s in (w or [])}
+    )  # fmt: skip
+    return generate_table(
+        [c.choice for c in collapsed],
+        [c.times for c in collapsed if c.times is not None],
+        arch,
+        sweep_ids,
+        dialect,
+        phase=phase,
+        overlay_threshold=get_settings().overlay_regret_threshold,
+    )
 
 
 def generate_and_store(session: Session, arch: str, phase: str, dialect: str) -> TableVersion:
     """Generate from the current winners; store a new version only when the content changed."""
-    table_dialect = get_dialect(dialect)
-    if table_dialect.phase != phase:
-        raise ValueError(f"dialect {dialect!r} emits {table_dialect.phase} tables, not {phase}")
-    winners = list(session.scalars(select(Winner).where(Winner.arch == arch, Winner.phase == phase)))
-    if not winners:
-        raise NoWinners(f"no winners for arch={arch} phase={phase}")
-    choices, point_times = collapse_aliases(winners, _variant_times(session, arch, phase))
-    sweep_ids = sorted({str(s) for w in winners for s in (w.sweep_ids or [])})
-    generated = generate_decode_table(choices, point_times, arch, sweep_ids, dialect)
+    generated = build_table(session, arch, phase, dialect)
     sha = hashlib.sha256(generated.text.encode()).hexdigest()
     latest = latest_version(session, arch, phase, dialect)
     if latest is not None and latest.sha256 == sha:
@@ -110,9 +105,9 @@ def generate_and_store(session: Session, arch: str, phase: str, dialect: str) ->
         dialect=dialect,
         sha256=sha,
         content=generated.text,
-        metrics=asdict(generated.metrics),
-        entries=[_entry_json(c) for c in choices],
-        sweep_ids=[int(s) for s in sweep_ids if s.isdigit()],
+        metrics={**asdict(generated.metrics), "fingerprint": winners_fingerprint(session, arch, phase)},
+        entries=[decision_json(d) for d in generated.decisions],
+        sweep_ids=[int(s) for s in generated.sweep_ids if s.isdigit()],
         parent_id=latest.id if latest else None,
     )
     session.add(version)
@@ -120,16 +115,20 @@ def generate_and_store(session: Session, arch: str, phase: str, dialect: str) ->
     return version
 
 
-def _entry_json(choice: DecodeChoice) -> dict[str, Any]:
+def decision_json(d: PointDecision) -> dict[str, Any]:
+    """One stored entry: what the table answers at a measured point, and at what regret."""
     return {
-        "codebook": choice.codebook,
-        "formats": list(choice.formats),
-        "m": choice.m,
-        "n": choice.n,
-        "k": choice.k,
-        "shape": choice.shape,
-        "variant": choice.variant,
-        "median_us": choice.median_us,
+        "codebook": d.codebook,
+        "formats": list(d.formats),
+        "m": d.m,
+        "n": d.n,
+        "k": d.k,
+        "shape": d.shape,
+        "winner": d.winner,
+        "variant": d.variant,
+        "source": d.source,
+        "regret": d.regret,
+        "fallback_regret": d.fallback_regret,
     }
 
 

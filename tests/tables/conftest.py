@@ -12,7 +12,7 @@ import pytest
 
 from service.tables.dialects import get_dialect
 from service.tables.dialects.base import ReplayAnswers
-from service.tables.model import CODEBOOK_FORMATS, DecodeChoice, PointKey, PointTimes
+from service.tables.model import CODEBOOK_FORMATS, PointKey, PointTimes, TableChoice
 
 VARIANTS = [f"KB{kb}/TW{tw}" for kb in (1, 2, 4, 8) for tw in (4, 8)]
 SHAPES = {
@@ -35,26 +35,34 @@ def synthetic_time(cb: int, m: int, n: int, k: int, variant: str) -> float:
     return round((n * k / 4e5 + 3.0 * m) * jitter, 3)
 
 
-def synthetic_data() -> tuple[list[DecodeChoice], list[PointTimes]]:
-    """Winners (argmin) and every variant's time for CODEBOOKS x M=1..4 x SHAPES."""
-    dialect = get_dialect("llaminar-rocm-decode")
-    choices: list[DecodeChoice] = []
+PREFILL_VARIANTS = [f"N{n}/MT{mt}/MB{mb}/U{u}" for n in (64, 128) for mt in (16, 32) for mb in (1, 2) for u in (2, 4)]
+PREFILL_M = (4, 64, 600, 2048)
+
+
+def synthetic_data(
+    variants: list[str] = VARIANTS, ms: tuple[int, ...] = (1, 2, 3, 4)
+) -> tuple[list[TableChoice], list[PointTimes]]:
+    """Winners (argmin) and every variant's time for CODEBOOKS x ms x SHAPES."""
+    choices: list[TableChoice] = []
     times: list[PointTimes] = []
     for cb in CODEBOOKS:
-        for m in (1, 2, 3, 4):
+        for m in ms:
             for shape, (n, k) in SHAPES.items():
-                t = {v: synthetic_time(cb, m, n, k, v) for v in VARIANTS}
+                t = {v: synthetic_time(cb, m, n, k, v) for v in variants}
                 best = min(sorted(t), key=lambda v: t[v])
-                kb, tw = dialect.parse_variant(best)
-                formats = CODEBOOK_FORMATS[cb]
-                choices.append(DecodeChoice(cb, formats, m, n, k, shape, best, kb, tw, t[best]))
+                choices.append(TableChoice(cb, CODEBOOK_FORMATS[cb], m, n, k, shape, best, t[best]))
                 times.append(PointTimes(cb, m, n, k, shape, t))
     return choices, times
 
 
 @pytest.fixture(scope="session")
-def data() -> tuple[list[DecodeChoice], list[PointTimes]]:
+def data() -> tuple[list[TableChoice], list[PointTimes]]:
     return synthetic_data()
+
+
+@pytest.fixture(scope="session")
+def prefill_data() -> tuple[list[TableChoice], list[PointTimes]]:
+    return synthetic_data(PREFILL_VARIANTS, PREFILL_M)
 
 
 @pytest.fixture(scope="session")
@@ -65,17 +73,17 @@ def cxx() -> str:
     return path
 
 
-Replay = Callable[[str, list[PointKey]], ReplayAnswers]
+Replay = Callable[..., ReplayAnswers]
 
 
 @pytest.fixture
 def replay(cxx: str, tmp_path: Path) -> Replay:
     """Compile the dialect's replay driver against a table text and return its answers."""
-    return lambda text, queries: _replay(cxx, text, queries, tmp_path)
+    return lambda text, queries, dialect="llaminar-rocm-decode": _replay(cxx, text, queries, tmp_path, dialect)
 
 
-def _replay(cxx: str, text: str, queries: list[PointKey], tmp: Path) -> ReplayAnswers:
-    dialect = get_dialect("llaminar-rocm-decode")
+def _replay(cxx: str, text: str, queries: list[PointKey], tmp: Path, name: str) -> ReplayAnswers:
+    dialect = get_dialect(name)
     (tmp / "t.inc").write_text(text)
     (tmp / "r.cpp").write_text(dialect.replay_program("t.inc", queries))
     subprocess.run(

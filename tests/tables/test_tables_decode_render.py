@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from service.tables import DecodeChoice, PointTimes, TableValidationError, generate_decode_table
+from service.tables import GeneratedTable, PointTimes, TableChoice, TableValidationError, generate_decode_table
 from service.tables.dialects import DIALECTS, get_dialect
 from service.tables.dialects.base import ReplayAnswers
 from service.tables.lookup import pack_decode_key
 from service.tables.model import PointKey
 from service.tables.validate import ExpectedAnswer, TableExpectations, validate_table
 
-Data = tuple[list[DecodeChoice], list[PointTimes]]
-Replay = Callable[[str, list[PointKey]], ReplayAnswers]  # the conftest `replay` fixture
+Data = tuple[list[TableChoice], list[PointTimes]]
+Replay = Callable[..., ReplayAnswers]  # the conftest `replay` fixture
 
 LLAMINAR_NAMES = [
     "#pragma once",
@@ -48,9 +48,22 @@ LLAMINAR_NAMES = [
 
 
 @pytest.fixture(scope="module")
-def table(data: Data) -> str:
+def generated(data: Data) -> GeneratedTable:
     choices, times = data
-    return generate_decode_table(choices, times, "gfx906", ["sweep-b", "sweep-a"]).text
+    return generate_decode_table(choices, times, "gfx906", ["sweep-b", "sweep-a"])
+
+
+@pytest.fixture(scope="module")
+def table(generated: GeneratedTable) -> str:
+    return generated.text
+
+
+def expected_answers(generated: GeneratedTable) -> tuple[ExpectedAnswer, ...]:
+    dialect = get_dialect(generated.dialect, generated.phase)
+    return tuple(
+        ExpectedAnswer(d.codebook, d.m, d.n, d.k, config=dialect.parse_variant(d.variant or ""))
+        for d in generated.decisions
+    )
 
 
 def test_registry_has_decode_dialect() -> None:
@@ -69,24 +82,33 @@ def test_emitted_text_has_llaminar_names(table: str) -> None:
 def test_header_comment_records_provenance_and_metrics(table: str) -> None:
     head = table[: table.index("#pragma once")]
     for needle in (
-        "tunebase.tables 0.1.0",
+        "tunebase.tables 0.2.0",
         "dialect: llaminar-rocm-decode",
         "arch: gfx906",
+        "phase: decode",
         "sweeps: sweep-a, sweep-b",
         "coverage: 100.00%",
-        "exact-hit rate: 100.00%",
-        "mean regret: 0.00%",
-        "p95 regret: 0.00%",
-        "exact entries: 96",
+        "exact-hit rate: ",
+        "mean regret: ",
+        "p95 regret: ",
+        "fallback held-out (grouped CV) mean regret: ",
+        "overlays where fallback regret > 2.00%",
         "fallback rules:",
     ):
         assert needle in head, needle
+    assert re.search(r"exact entries: (\d+)", head).group(1) == str(len(generated_entries(table)))  # type: ignore[union-attr]
+
+
+def generated_entries(table: str) -> list[str]:
+    return [x for x in table.splitlines() if x.strip().startswith("{0x")]
 
 
 def test_entry_comments_name_everything(table: str) -> None:
-    line = next(x for x in table.splitlines() if "Qwen36_LM_Head" in x and "M=2" in x)
-    assert re.search(r"// CB=\d+ \(.+\) M=2 248320x5120 KB\d+/TW\d+ Qwen36_LM_Head \d+\.\d{3}us$", line)
-    assert "CB=5 (Q4_1,Q4_K)" in table
+    rows = generated_entries(table)
+    assert rows
+    for line in rows:
+        assert re.search(r"// CB=\d+ \(.+\) M=\d \d+x\d+ KB\d+/TW\d+ \w+ \d+\.\d{3}us$", line), line
+    assert "codebook 5 (Q4_1,Q4_K)" in table
 
 
 @pytest.mark.parametrize("std", ["c++17", "c++20"])
@@ -98,26 +120,32 @@ def test_header_compiles_warning_free(table: str, cxx: str, tmp_path: Path, std:
     subprocess.run([*argv, "-I", str(tmp_path), str(unit)], check=True, timeout=120)
 
 
-def test_replay_reproduces_all_winners(data: Data, table: str, replay: Replay) -> None:
-    choices, _ = data
+def test_replay_answers_every_point_within_threshold(data: Data, generated: GeneratedTable, replay: Replay) -> None:
+    choices, times = data
     dialect = get_dialect("llaminar-rocm-decode")
-    answers = replay(table, [c.point for c in choices])
+    answers = replay(generated.text, [c.point for c in choices])
+    by_point = {t.point: t.times_us for t in times}
     assert {c.m for c in choices} == {1, 2, 3, 4}
-    assert any(c.n == 248320 for c in choices) and any((c.n, c.k) == (5120, 17408) for c in choices)
-    for c in choices:
-        assert answers[c.point] == dialect.parse_variant(c.variant) == (c.kb, c.target_waves)
+    for d in generated.decisions:
+        config = answers[(d.codebook, d.m, d.n, d.k)]
+        assert config is not None and d.variant is not None
+        assert config == dialect.parse_variant(d.variant)  # C++ agrees with the model
+        t = by_point[(d.codebook, d.m, d.n, d.k)]
+        assert t[d.variant] / min(t.values()) - 1 <= 0.02 + 1e-12  # overlays bound the regret
+    assert any(d.source == "exact" for d in generated.decisions)
+    assert any(d.source == "fallback" for d in generated.decisions)
 
 
-def test_validate_table_replays_winners(data: Data, table: str) -> None:
-    choices, _ = data
+def test_validate_table_replays_answers(generated: GeneratedTable) -> None:
+    answers = expected_answers(generated)
     expectations = TableExpectations(
-        answers=tuple(ExpectedAnswer(*c.point, config=(c.kb, c.target_waves)) for c in choices),
+        answers=answers,
         known_codebooks=frozenset({0, 5, 19}),
-        allowed_configs=frozenset((c.kb, c.target_waves) for c in choices),
+        allowed_configs=frozenset(a.config for a in answers if a.config is not None),
     )
-    report = validate_table(table, expectations)
+    report = validate_table(generated.text, expectations)
     assert report.ok, report.failures
-    assert report.replayed == len(choices)
+    assert report.replayed == len(answers)
     assert not report.warnings
 
 
@@ -128,11 +156,12 @@ def test_keys_sorted_even_when_input_unsorted(data: Data, table: str) -> None:
     text = generate_decode_table(shuffled, times, "gfx906", ["sweep-a", "sweep-b"]).text
     assert text == table  # deterministic regardless of input order
     keys = get_dialect("llaminar-rocm-decode").emitted_keys(text)
-    assert set(keys) == {0, 5, 19}
+    assert keys
     for cb, ks in keys.items():
-        assert ks == sorted(ks) and len(set(ks)) == len(ks) == 32, cb
+        assert ks == sorted(ks) and len(set(ks)) == len(ks) >= 2, cb
     emitted = {int(h, 16) for h in re.findall(r"\{0x([0-9A-F]{16})ull,", text)}
-    assert emitted == {pack_decode_key(c.m, c.n, c.k) for c in choices}
+    overlays = generate_decode_table(shuffled, times, "gfx906", ["s"]).entries
+    assert emitted == {pack_decode_key(c.m, c.n, c.k) for c in overlays}
 
 
 def test_pack_key_layout() -> None:
@@ -147,7 +176,8 @@ def test_unknown_codebook_rejected(data: Data) -> None:
         generate_decode_table([*choices, bad], [], "gfx906", ["s"])
     new = replace(choices[0], codebook=40, formats=("MXFP4",))
     ok = generate_decode_table([new], [], "gfx950", ["s"], known_codebooks=frozenset({40}))
-    assert "CB=40 (MXFP4)" in ok.text
+    assert 40 in get_dialect("llaminar-rocm-decode").emitted_codebooks(ok.text)
+    assert ok.metrics.coverage == 1.0
 
 
 def test_validator_rejects_unknown_id_in_text(table: str) -> None:
@@ -159,12 +189,12 @@ def test_validator_rejects_unknown_id_in_text(table: str) -> None:
     assert any("emitted codebook id 5 is not known" in f for f in report.failures)
 
 
-def test_validator_catches_tampered_tables(data: Data, table: str) -> None:
-    choices, _ = data
+def test_validator_catches_tampered_tables(generated: GeneratedTable, table: str) -> None:
+    answers = expected_answers(generated)
     expectations = TableExpectations(
-        answers=tuple(ExpectedAnswer(*c.point, config=(c.kb, c.target_waves)) for c in choices),
+        answers=answers,
         known_codebooks=frozenset({0, 5, 19}),
-        allowed_configs=frozenset((c.kb, c.target_waves) for c in choices),
+        allowed_configs=frozenset(a.config for a in answers if a.config is not None),
     )
     lines = table.splitlines()
     rows = [i for i, x in enumerate(lines) if x.strip().startswith("{0x")]
@@ -173,8 +203,8 @@ def test_validator_catches_tampered_tables(data: Data, table: str) -> None:
     report = validate_table("\n".join(swapped) + "\n", expectations)
     assert any("unsorted" in f for f in report.failures)
 
-    first = choices[0]
-    wrong = "{1, 4}" if (first.kb, first.target_waves) != (1, 4) else "{2, 4}"
+    first = generated.entries[0]
+    wrong = "{1, 4}" if first.variant != "KB1/TW4" else "{2, 4}"
     key = f"0x{pack_decode_key(first.m, first.n, first.k):016X}ull"
     row = next(x for x in lines if key in x)
     edited = table.replace(row, re.sub(r"\{\d+, \d+\}", wrong, row, count=1))
@@ -191,8 +221,6 @@ def test_bad_choices_rejected(data: Data) -> None:
     choices, _ = data
     with pytest.raises(TableValidationError, match="duplicate choice"):
         generate_decode_table([choices[0], choices[0]], [], "gfx906", ["s"])
-    with pytest.raises(TableValidationError, match="disagrees"):
-        generate_decode_table([replace(choices[0], kb=99)], [], "gfx906", ["s"])
     with pytest.raises(TableValidationError, match="alias"):
         generate_decode_table([replace(choices[0], k=1 << 24)], [], "gfx906", ["s"])
     with pytest.raises(TableValidationError, match="KB"):

@@ -70,6 +70,7 @@ class Dispatch:
     device_ns: int  # profiler / in-harness monotonic clock around the kernel only
     wall_ns: int  # host wall clock around the whole launch, kept beside it
     buffer_index: int  # which rotated weight copy was read
+    event_ns: int | None = None  # CUDA-event time around the launch (cuda backend), beside the profiler's
 
 
 @dataclass

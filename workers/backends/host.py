@@ -37,6 +37,7 @@ from workers.backends.base import (
     VariantResult,
 )
 from workers.harness.interleave import DispatchFn, interleave
+from workers.harness.racing import policy_for
 
 DEFAULT_SOURCE = Path(__file__).resolve().parents[2] / "kernels" / "sources" / "host" / "decode_gemv.c"
 DEFAULT_FLAGS: tuple[str, ...] = ("-O3", "-std=c11", "-fPIC", "-shared")  # no -march=native: portable results
@@ -319,8 +320,16 @@ class HostBackend:
             fn_ptr = ctypes.cast(kernel, ctypes.c_void_p).value
             dispatchers.append((name, self._dispatcher(lib, fn_ptr, w_ptrs, x_ptr, y_ptr, spec)))
 
+        # race: up to max_dispatches, the policy drops variants shown slower; exhaustive: min_dispatches each
+        passed = [n for n, _ in dispatchers if (p := results[n].parity) is not None and p.passed]
+        policy = policy_for(spec, eligible=passed)
         timing = interleave(
-            dispatchers, rounds=spec.min_dispatches, warmup=spec.warmup, buffers=copies, progress=progress
+            dispatchers,
+            rounds=spec.max_dispatches if policy is not None else spec.min_dispatches,
+            warmup=spec.warmup,
+            buffers=copies,
+            progress=progress,
+            policy=policy,
         )
         for name, rows_ in timing.dispatches.items():
             results[name].dispatches = rows_

@@ -29,6 +29,10 @@ def create_backend(name: str, artifact_dir: Path) -> Backend:
         from workers.backends.host import HostBackend
 
         return HostBackend(artifact_dir=artifact_dir)
+    if name == "cuda":
+        from workers.backends.cuda import CudaBackend  # imports without cuda-python; detect() says None
+
+        return CudaBackend(artifact_dir=artifact_dir)
     raise KeyError(f"backend {name!r} is not available in this build")
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from workers.backends.base import Dispatch, ProgressCallback
+from workers.harness.racing import RoundPolicy
 
 # Runs one dispatch reading weight copy ``buffer_index``; returns the device time in ns
 # (profiler or in-kernel clock). Wall time is taken around it by the scheduler.
@@ -34,12 +35,15 @@ def interleave(
     warmup: int = 0,
     buffers: int = 1,
     progress: ProgressCallback | None = None,
+    policy: RoundPolicy | None = None,
 ) -> InterleaveResult:
     """Run ``warmup`` discarded rounds then ``rounds`` timed rounds, round-robin over variants.
 
     ``seq`` numbers timed dispatches globally (0, 1, ...) in execution order, so the
     interleaving is visible in stored data. ``progress(done, planned)`` counts timed
     dispatches and is called once before the first round and after every round.
+    ``policy`` (e.g. workers.harness.racing.RacingPolicy), when given, is asked after every
+    timed round which variants keep running; an empty answer ends the task early.
     """
     if rounds < 0 or warmup < 0 or buffers < 1:
         raise ValueError(f"bad schedule: rounds={rounds} warmup={warmup} buffers={buffers}")
@@ -77,6 +81,12 @@ def interleave(
                 result.dispatches[name].append(Dispatch(seq, int(device_ns), wall_ns, buffer_index))
                 seq += 1
                 done += 1
+        if timed and policy is not None and live:
+            keep = set(policy.after_round(r - warmup + 1, {n: result.dispatches[n] for n, _ in live}))
+            live = [d for d in live if d[0] in keep]
+            planned = done + (warmup + rounds - r - 1) * len(live)
         if timed and progress is not None:
             progress(done, planned)
+        if policy is not None and not live:
+            break
     return result

@@ -10,7 +10,8 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service.api.deps import Caller, get_session, require_scope
+from service.api.deps import Caller, get_session, get_settings_dep, require_scope
+from service.config import Settings
 from service.db.models import Sweep
 from service.sweeps.service import IdempotencyConflict, cancel_sweep, submit_sweep, sweep_status_body
 from service.sweeps.spec import SweepSpec
@@ -24,6 +25,7 @@ def create_sweep(
     idempotency_key: str | None = Header(None, alias="Idempotency-Key", max_length=200),
     caller: Caller = Depends(require_scope("submit")),
     session: Session = Depends(get_session),
+    settings: Settings = Depends(get_settings_dep),
 ) -> Any:
     problems = spec.problems()
     if problems:
@@ -35,6 +37,10 @@ def create_sweep(
     except IdempotencyConflict as error:
         raise HTTPException(409, str(error)) from None
     session.commit()
+    if created and settings.broker_url:  # embedded path: the in-process worker polls the DB instead
+        from workers.enqueue import enqueue_sweep
+
+        enqueue_sweep(settings, session, sweep.id)
     body = sweep_status_body(session, sweep)
     body["created"] = created
     return JSONResponse(status_code=202 if created else 200, content=body)

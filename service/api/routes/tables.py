@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import func, select
@@ -12,7 +13,8 @@ from sqlalchemy.orm import Session
 
 from service.api.deps import Caller, get_session, require_scope
 from service.db.models import TableVersion
-from service.tables.dialects import DIALECTS
+from service.tables.dialects import DIALECTS, dialect_phases
+from service.tables.diff import diff_entries
 from service.tables.validate import TableValidationError
 from service.tables.versions import NoWinners, generate_and_store, latest_version, table_item
 
@@ -27,6 +29,10 @@ class TableRequest(BaseModel):
     dialect: str = Field("llaminar-rocm-decode", examples=["llaminar-rocm-decode"])
 
 
+def _field_error(field: str, message: str) -> None:
+    raise RequestValidationError([{"loc": ("body", field), "msg": message, "type": "value_error"}])
+
+
 @router.post("", status_code=201)
 def generate_table(
     request: TableRequest,
@@ -34,17 +40,9 @@ def generate_table(
     session: Session = Depends(get_session),
 ) -> dict[str, Any]:
     if request.dialect not in DIALECTS:
-        from fastapi.exceptions import RequestValidationError
-
-        raise RequestValidationError(
-            [
-                {
-                    "loc": ("body", "dialect"),
-                    "msg": f"unknown dialect; known: {sorted(DIALECTS)}",
-                    "type": "value_error",
-                }
-            ]
-        )
+        _field_error("dialect", f"unknown dialect; known: {sorted(DIALECTS)}")
+    if request.phase not in dialect_phases(request.dialect):
+        _field_error("phase", f"dialect {request.dialect} does not emit {request.phase} tables")
     try:
         version = generate_and_store(session, request.arch, request.phase, request.dialect)
     except NoWinners as error:
@@ -113,3 +111,39 @@ def get_table_inc(
 ) -> PlainTextResponse:
     version = _get(session, table_id)
     return PlainTextResponse(version.content, headers={"ETag": version.sha256})
+
+
+@router.get("/{table_id}/diff")
+def diff_table(
+    table_id: int,
+    base: int | None = Query(None, description="base version id; default: this version's parent"),
+    _caller: Caller = Depends(require_scope("read")),
+    session: Session = Depends(get_session),
+) -> dict[str, Any]:
+    """Entries added, removed and changed between `base` and this version, with regret changes."""
+    head = _get(session, table_id)
+    base_id = base if base is not None else head.parent_id
+    if base_id is None:
+        raise HTTPException(404, f"table {table_id} has no parent; pass ?base=ID")
+    old = _get(session, base_id)
+    if (old.arch, old.phase) != (head.arch, head.phase):
+        raise RequestValidationError(
+            [
+                {
+                    "loc": ("query", "base"),
+                    "msg": f"base {old.id} is {old.arch}/{old.phase}, not {head.arch}/{head.phase}",
+                    "type": "value_error",
+                }
+            ]
+        )
+    diff = diff_entries(old.entries or [], head.entries or [])
+    metric_keys = ("coverage", "exact_hit_rate", "mean_regret", "p95_regret")
+    before, after = old.metrics or {}, head.metrics or {}
+    return {
+        "id": head.id,
+        "base": old.id,
+        "same_content": old.sha256 == head.sha256,
+        "metrics": {k: {"before": before.get(k), "after": after.get(k)} for k in metric_keys},
+        "counts": {k: len(v) for k, v in diff.items()},
+        **diff,
+    }

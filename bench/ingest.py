@@ -1,0 +1,147 @@
+"""Dispatch-row ingest speed: Postgres COPY vs executemany, and SQLite executemany, in one run.
+
+Each method writes ROWS dispatch rows (spread over measurements like a real task) through
+workers.bulk.insert_dispatch_rows inside one transaction, into a freshly migrated database.
+Prints JSON: rows/s per method, with machine, date and command.
+Usage: .venv/bin/python bench/ingest.py [--rows N] [--repeats R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import sys
+import tempfile
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sqlalchemy import create_engine, delete, func, select, text
+from sqlalchemy.orm import Session
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from service.db.migrate import upgrade  # noqa: E402
+from service.db.models import Dispatch, Measurement, Sweep, Task, Variant  # noqa: E402
+from service.db.session import session_factory  # noqa: E402
+from workers.bulk import DispatchRow, insert_dispatch_rows  # noqa: E402
+
+ADMIN_URL = os.environ.get("TUNEBASE_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+PER_MEASUREMENT = 2000
+
+
+def seed_measurements(session: Session, count: int) -> list[int]:
+    sweep = Sweep(arch="host", phase="decode", spec={}, labels={})
+    session.add(sweep)
+    session.flush()
+    task = Task(sweep_id=sweep.id, arch="host", phase="decode", format="Q8_0", shape="B", n=1, k=32, m=1,
+                variants=[])  # fmt: skip
+    session.add(task)
+    variant = Variant(family="decode", name=f"bench-{uuid.uuid4().hex[:12]}", params={}, declared_order=0)
+    session.add(variant)
+    session.flush()
+    rows = [
+        Measurement(task_id=None, sweep_id=sweep.id, variant_id=variant.id, arch="host", phase="decode",
+                    format="Q8_0", codebook=19, shape="B", n=1, k=32, m=1)  # fmt: skip
+        for _ in range(count)
+    ]
+    session.add_all(rows)
+    session.flush()
+    return [m.id for m in rows]
+
+
+def make_rows(measurement_ids: list[int], total: int) -> list[DispatchRow]:
+    rng = random.Random(0)
+    rows: list[DispatchRow] = []
+    for index in range(total):
+        mid = measurement_ids[index // PER_MEASUREMENT]
+        device = 20_000 + rng.randrange(5_000)
+        rows.append((mid, index % PER_MEASUREMENT, device, device + 3_000, index % 8, None))
+    return rows
+
+
+def time_method(url: str, method: str, total: int, repeats: int) -> dict[str, object]:
+    factory = session_factory(url)
+    best = float("inf")
+    for _ in range(repeats):
+        with factory.begin() as session:
+            session.execute(delete(Dispatch))
+            ids = seed_measurements(session, -(-total // PER_MEASUREMENT))
+        rows = make_rows(ids, total)
+        start = time.perf_counter()
+        with factory.begin() as session:  # one transaction, committed: the figure includes the commit
+            insert_dispatch_rows(session, rows, method)
+        best = min(best, time.perf_counter() - start)
+        with factory() as session:
+            assert session.scalar(select(func.count()).select_from(Dispatch)) >= total
+    return {"method": method, "rows": total, "best_seconds": round(best, 4), "rows_per_s": round(total / best)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    results: list[dict[str, object]] = []
+
+    name = f"tunebase_bench_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+        server_version = connection.scalar(text("SHOW server_version"))
+    pg_url = ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    try:
+        upgrade(pg_url)
+        for method in ("copy", "executemany"):
+            results.append({"database": f"postgres {server_version}", **time_method(pg_url, method, args.rows,
+                                                                                       args.repeats)})  # fmt: skip
+    finally:
+        session_factory(pg_url).kw["bind"].dispose()
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        sqlite_url = f"sqlite:///{tmp}/bench.sqlite3"
+        upgrade(sqlite_url)
+        import sqlite3
+
+        results.append({"database": f"sqlite {sqlite3.sqlite_version} (WAL)",
+                        **time_method(sqlite_url, "executemany", args.rows, args.repeats)})  # fmt: skip
+
+    print(
+        json.dumps(
+            {
+                "bench": "ingest",
+                "date": datetime.now(UTC).isoformat(timespec="seconds"),
+                "machine": {
+                    "hostname": platform.node(),
+                    "cpu": _cpu_model(),
+                    "cpus": os.cpu_count(),
+                    "python": platform.python_version(),
+                },
+                "command": " ".join([".venv/bin/python", "bench/ingest.py", *sys.argv[1:]]),
+                "target_rows_per_s_postgres": 300_000,
+                "results": results,
+            },
+            indent=2,
+        )
+    )
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+if __name__ == "__main__":
+    main()

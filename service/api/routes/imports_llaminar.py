@@ -1,0 +1,66 @@
+"""`POST /v1/imports/llaminar-csv`: store Llaminar trainer CSVs as imported summaries (all or nothing)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy.orm import Session
+
+from service.api.deps import Caller, get_session, require_scope
+from service.imports.llaminar_csv import ARCHES, CsvImportError, parse_files, store_rows
+
+router = APIRouter(prefix="/v1/imports", tags=["imports"])
+
+
+class CsvFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=300, examples=["rocm_prefill_trainer.csv"])
+    content: str = Field(min_length=1, max_length=64 * 1024 * 1024)
+
+
+class LlaminarCsvImport(BaseModel):
+    """Trainer CSVs (prefill or decode schema, detected from the header); arch overrides the backend column."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    arch: str | None = Field(None, examples=["gfx906"], description=f"one of {', '.join(ARCHES)}")
+    files: list[CsvFile] = Field(min_length=1, max_length=64)
+
+
+@router.post("/llaminar-csv", status_code=201)
+def import_llaminar_csv(
+    request: LlaminarCsvImport,
+    _caller: Caller = Depends(require_scope("submit")),
+    session: Session = Depends(get_session),
+) -> dict[str, Any]:
+    if request.arch is not None and request.arch not in ARCHES:
+        raise RequestValidationError(
+            [{"loc": ("body", "arch"), "msg": f"unknown arch; known: {', '.join(ARCHES)}", "type": "value_error"}]
+        )
+    try:
+        parsed = parse_files([(f.name, f.content) for f in request.files], request.arch)
+    except CsvImportError as error:
+        index = {f.name: i for i, f in enumerate(request.files)}
+        raise RequestValidationError(
+            [
+                {
+                    "loc": ("body", "files", index.get(problem.split(":", 1)[0], 0), "content"),
+                    "msg": problem,
+                    "type": "value_error",
+                }
+                for problem in error.problems
+            ]
+        ) from None
+    result = store_rows(session, parsed)
+    session.commit()
+    return {
+        "measurements": result.measurements,
+        "points": result.points,
+        "winners": result.winners,
+        "skipped": list(parsed.skipped),
+        "rows": len(parsed.rows),
+    }

@@ -1,0 +1,237 @@
+"""What the dashboard shows, read straight from the database (the server's own session, read-only)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from service.dashboard.svg import BoxStats, box_stats
+from service.db.models import Artifact, Dispatch, Measurement, Sweep, TableVersion, Variant, Winner
+from service.sweeps.service import sweep_status_body
+
+MAX_SWEEPS = 20
+MAX_TABLES = 20
+
+
+def recent_sweeps(session: Session, limit: int = MAX_SWEEPS) -> list[dict[str, Any]]:
+    sweeps = session.scalars(select(Sweep).order_by(Sweep.id.desc()).limit(limit)).all()
+    return [sweep_status_body(session, s) for s in sweeps]
+
+
+@dataclass(frozen=True)
+class HeatmapGroup:
+    arch: str
+    phase: str
+    format: str
+    winners: int
+
+
+def heatmap_groups(session: Session) -> list[HeatmapGroup]:
+    rows = session.execute(
+        select(Winner.arch, Winner.phase, Winner.format, func.count())
+        .group_by(Winner.arch, Winner.phase, Winner.format)
+        .order_by(Winner.arch, Winner.phase, Winner.format)
+    ).all()
+    return [HeatmapGroup(a, p, f, int(c)) for a, p, f, c in rows]
+
+
+@dataclass
+class Heatmap:
+    """Rows are shapes (N x K), columns are M; a cell is the winner there, or None when unmeasured."""
+
+    arch: str
+    phase: str
+    format: str
+    shapes: list[tuple[str, int, int]]
+    ms: list[int]
+    cells: dict[tuple[int, int, int], Winner] = field(default_factory=dict)
+
+    @property
+    def variants(self) -> list[str]:
+        return sorted({w.variant for w in self.cells.values()})
+
+
+def heatmap(session: Session, arch: str, phase: str, format_name: str) -> Heatmap:
+    winners = session.scalars(
+        select(Winner).where(Winner.arch == arch, Winner.phase == phase, Winner.format == format_name)
+    ).all()
+    shapes: dict[tuple[int, int], str] = {}
+    for w in winners:
+        shapes.setdefault((w.n, w.k), w.shape)
+    ordered = sorted(((name, n, k) for (n, k), name in shapes.items()), key=lambda s: (s[1] * s[2], s[1]))
+    result = Heatmap(arch, phase, format_name, ordered, sorted({w.m for w in winners}))
+    result.cells = {(w.n, w.k, w.m): w for w in winners}
+    return result
+
+
+@dataclass(frozen=True)
+class Series:
+    """One variant's timing distribution at a point: the dispatch rows of its newest measurement."""
+
+    variant: str
+    measurement_id: int
+    parity_pass: bool
+    median_us: float | None
+    stats: BoxStats | None
+    is_winner: bool
+
+
+@dataclass
+class PointDistributions:
+    arch: str
+    phase: str
+    format: str
+    m: int
+    n: int
+    k: int
+    shape: str
+    winner: Winner | None
+    series: list[Series]
+
+
+def point_distributions(
+    session: Session, arch: str, phase: str, format_name: str, m: int, n: int, k: int
+) -> PointDistributions:
+    """Newest measurement per variant at the point, with its per-dispatch device times in µs."""
+    rows = session.execute(
+        select(Measurement, Variant.name)
+        .join(Variant, Measurement.variant_id == Variant.id)
+        .where(
+            Measurement.arch == arch,
+            Measurement.phase == phase,
+            Measurement.format == format_name,
+            Measurement.m == m,
+            Measurement.n == n,
+            Measurement.k == k,
+        )
+        .order_by(Measurement.id)
+    ).all()
+    newest: dict[str, Measurement] = {}
+    for measurement, variant in rows:
+        newest[variant] = measurement
+    times: dict[int, list[float]] = defaultdict(list)
+    ids = [m.id for m in newest.values()]
+    if ids:
+        for measurement_id, device_ns in session.execute(
+            select(Dispatch.measurement_id, Dispatch.device_ns).where(Dispatch.measurement_id.in_(ids))
+        ):
+            times[measurement_id].append(device_ns / 1000.0)
+    winner = session.scalar(
+        select(Winner).where(
+            Winner.arch == arch,
+            Winner.phase == phase,
+            Winner.format == format_name,
+            Winner.m == m,
+            Winner.n == n,
+            Winner.k == k,
+        )
+    )
+    series = [
+        Series(
+            variant=variant,
+            measurement_id=measurement.id,
+            parity_pass=measurement.parity_pass,
+            median_us=measurement.median_us,
+            stats=box_stats(times.get(measurement.id, [])),
+            is_winner=winner is not None and winner.variant == variant,
+        )
+        for variant, measurement in newest.items()
+    ]
+    series.sort(key=lambda s: (not s.parity_pass, s.median_us if s.median_us is not None else float("inf")))
+    shape = next(iter(newest.values())).shape if newest else (winner.shape if winner else f"{n}x{k}")
+    return PointDistributions(arch, phase, format_name, m, n, k, shape, winner, series)
+
+
+@dataclass
+class MeasurementDetail:
+    measurement: Measurement
+    variant: str
+    artifact: Artifact | None
+    resources: list[tuple[str, list[tuple[str, str]], list[str]]]
+
+
+def _flatten(value: Any, prefix: str = "") -> list[tuple[str, str]]:
+    if isinstance(value, dict):
+        pairs: list[tuple[str, str]] = []
+        for key, item in value.items():
+            if key == "diagnosis":
+                continue
+            pairs.extend(_flatten(item, f"{prefix}{key}." if isinstance(item, dict) else f"{prefix}{key}"))
+        return pairs
+    if isinstance(value, list):
+        return [(prefix.rstrip("."), ", ".join(str(v) for v in value))]
+    return [(prefix.rstrip("."), str(value))]
+
+
+def resource_sections(
+    resources: dict[str, Any], variant: str
+) -> list[tuple[str, list[tuple[str, str]], list[str]]]:
+    """Show what the backend stored, whatever its shape: one section per kernel-like entry.
+
+    Entries whose name mentions this variant come first; diagnosis lines are pulled out of any entry.
+    """
+    entries: list[tuple[str, dict[str, Any]]] = []
+    kernels = resources.get("kernels")
+    if isinstance(kernels, list):
+        entries = [(str(k.get("name", i)), k) for i, k in enumerate(kernels) if isinstance(k, dict)]
+    elif isinstance(kernels, dict):
+        entries = [(str(name), k) for name, k in kernels.items() if isinstance(k, dict)]
+    elif resources and all(isinstance(v, dict) for v in resources.values()):
+        entries = [(str(name), v) for name, v in resources.items()]
+    elif resources:
+        entries = [("artifact", resources)]
+    token = variant.lower().replace("/", "_")
+    entries.sort(key=lambda e: token not in e[0].lower())
+    sections = []
+    for name, entry in entries:
+        diagnosis = entry.get("diagnosis") or []
+        lines = [str(d) for d in diagnosis] if isinstance(diagnosis, list) else [str(diagnosis)]
+        sections.append((name, _flatten(entry), lines))
+    return sections
+
+
+def measurement_detail(session: Session, measurement_id: int) -> MeasurementDetail | None:
+    measurement = session.get(Measurement, measurement_id)
+    if measurement is None:
+        return None
+    artifact = session.get(Artifact, measurement.artifact_id) if measurement.artifact_id else None
+    variant = measurement.variant.name
+    sections = resource_sections(dict(artifact.resources or {}), variant) if artifact else []
+    return MeasurementDetail(measurement, variant, artifact, sections)
+
+
+def recent_tables(session: Session, limit: int = MAX_TABLES) -> list[TableVersion]:
+    return list(session.scalars(select(TableVersion).order_by(TableVersion.id.desc()).limit(limit)).all())
+
+
+@dataclass(frozen=True)
+class EntryChange:
+    kind: str  # added | removed | changed
+    key: str
+    before: str
+    after: str
+
+
+def _entry_key(entry: dict[str, Any]) -> tuple[Any, ...]:
+    return (entry.get("codebook"), entry.get("m"), entry.get("n"), entry.get("k"))
+
+
+def entries_diff(base: list[Any], head: list[Any]) -> list[EntryChange]:
+    """Exact entries that appeared, vanished or changed variant between two versions."""
+    before = {_entry_key(e): e for e in base if isinstance(e, dict)}
+    after = {_entry_key(e): e for e in head if isinstance(e, dict)}
+    changes: list[EntryChange] = []
+    for key in sorted(set(before) | set(after), key=lambda t: tuple(-1 if v is None else v for v in t)):
+        old, new = before.get(key), after.get(key)
+        label = f"cb{key[0]} M={key[1]} {key[2]}x{key[3]}"
+        if old is None and new is not None:
+            changes.append(EntryChange("added", label, "", str(new.get("variant"))))
+        elif new is None and old is not None:
+            changes.append(EntryChange("removed", label, str(old.get("variant")), ""))
+        elif old is not None and new is not None and old.get("variant") != new.get("variant"):
+            changes.append(EntryChange("changed", label, str(old.get("variant")), str(new.get("variant"))))
+    return changes

@@ -1,0 +1,1 @@
+"""Importers of results measured outside Tunebase (Llaminar trainer CSVs, rocprof captures)."""

@@ -1,0 +1,263 @@
+"""Import of Llaminar ROCm NativeVNNI trainer CSVs (prefill and decode schemas).
+
+Rows become imported summaries: measurements with source="llaminar-csv" and no
+dispatch rows, so the winners and the table generator use them like sweep
+results. The trainer reports min/mean/stddev but no median; its own ranking
+statistic, min_us, is stored as the point estimate (median_us), and
+n_dispatches=0 marks that no per-dispatch data stands behind it.
+
+Parsing is all-or-nothing: every bad row is reported with file and line number,
+and nothing is stored unless every row of every file is good.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from kernels.formats.registry import FORMATS
+from service.db.models import Measurement, Variant
+from service.tables.codecs import get_codec
+
+PREFILL_HEADER: tuple[str, ...] = tuple(
+    "backend,phase,format,codebook,shape,category,m,n,k,variant,min_us,mean_us,stddev_us,gflops,"
+    "cosine,correctness_pass,is_best".split(",")
+)
+DECODE_HEADER: tuple[str, ...] = tuple(
+    "backend,phase,format,codebook,shape,m,n,k,variant,kb,target_waves,weight_bytes,min_us,mean_us,"
+    "stddev_us,eff_bw_gbs,bw_efficiency,speedup_vs_int8,theoretical_speedup,kernel_efficiency,cosine,"
+    "correctness_pass,is_best".split(",")
+)
+ARCHES = ("gfx906", "gfx90a", "gfx942", "gfx950", "sm_90", "host")
+SOURCE = "llaminar-csv"
+
+# Trainer spellings of prefill variants: N64/MT32/MB1/U2, N64/MT32/MB1 (unroll 4), N64_M32_MB1_UG2.
+_PREFILL_SPELLING = re.compile(r"N(?P<n>\d+)[/_]M(?:T)?(?P<m>\d+)[/_]MB(?P<mb>\d+)(?:[/_]U(?:G)?(?P<u>\d+))?")
+
+
+class CsvImportError(ValueError):
+    """One or more rows are bad; `problems` holds `file:line: message` strings."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("llaminar CSV import failed:\n  " + "\n  ".join(self.problems))
+
+
+@dataclass(frozen=True)
+class ImportedRow:
+    """One good row, normalised: canonical variant name, arch resolved."""
+
+    source: str  # file:line
+    arch: str
+    phase: str
+    format: str
+    codebook: int
+    shape: str
+    m: int
+    n: int
+    k: int
+    variant: str
+    min_us: float
+    mean_us: float
+    stddev_us: float
+    cosine: float | None
+    parity_pass: bool
+    is_best: bool
+
+
+@dataclass(frozen=True)
+class ParseResult:
+    rows: tuple[ImportedRow, ...]
+    skipped: tuple[str, ...]  # rows deliberately not imported (AUTO variants), with reasons
+
+
+def canonical_variant(phase: str, raw: str) -> str | None:
+    """Trainer spelling -> canonical name; None for AUTO (the engine's own heuristic)."""
+    value = raw.strip().upper()
+    if value == "AUTO":
+        return None
+    if phase == "prefill":
+        match = _PREFILL_SPELLING.fullmatch(value)
+        if match is None:
+            raise ValueError(f"variant {raw!r} is not a prefill variant (N{{n}}/MT{{m}}/MB{{mb}}/U{{u}})")
+        name = f"N{match['n']}/MT{match['m']}/MB{match['mb']}/U{match['u'] or '4'}"
+    else:
+        name = value
+    get_codec(phase).parse_variant(name)
+    return name
+
+
+def _int(row: dict[str, str], column: str, minimum: int | None = None) -> int:
+    raw = (row.get(column) or "").strip()
+    try:
+        value = int(raw, 0)
+    except ValueError:
+        raise ValueError(f"{column}={raw!r} is not an integer") from None
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{column}={value} must be >= {minimum}")
+    return value
+
+
+def _float(row: dict[str, str], column: str, positive: bool = False, optional: bool = False) -> float | None:
+    raw = (row.get(column) or "").strip()
+    if not raw and optional:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{column}={raw!r} is not a number") from None
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise ValueError(f"{column}={raw!r} must be a finite {'positive' if positive else 'non-negative'} number")
+    return value
+
+
+def _flag(row: dict[str, str], column: str) -> bool:
+    raw = (row.get(column) or "").strip().lower()
+    if raw in ("1", "true", "yes"):
+        return True
+    if raw in ("0", "false", "no"):
+        return False
+    raise ValueError(f"{column}={raw!r} is not 0/1")
+
+
+def _parse_row(row: dict[str, str], schema: str, arch: str | None) -> ImportedRow | None:
+    phase = (row.get("phase") or "").strip()
+    if phase != schema:
+        raise ValueError(f"phase={phase!r} in a {schema} CSV")
+    backend = (row.get("backend") or "").strip()
+    resolved = arch or (backend if backend in ARCHES else None)
+    if resolved is None:
+        raise ValueError(f"backend={backend!r} names no arch; pass the arch explicitly")
+    fmt = (row.get("format") or "").strip().upper()
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}")
+    codebook = _int(row, "codebook")
+    if codebook != FORMATS[fmt].codebook:
+        raise ValueError(f"codebook {codebook} does not match {fmt} (codebook {FORMATS[fmt].codebook})")
+    shape = (row.get("shape") or "").strip()
+    m, n, k = _int(row, "m", 1), _int(row, "n", 1), _int(row, "k", 1)
+    variant = canonical_variant(phase, row.get("variant") or "")
+    min_us = _float(row, "min_us", positive=True)
+    mean_us = _float(row, "mean_us", positive=True)
+    stddev_us = _float(row, "stddev_us")
+    cosine = _float(row, "cosine", optional=True)
+    parity, best = _flag(row, "correctness_pass"), _flag(row, "is_best")
+    if variant is None:
+        return None
+    if phase == "decode":
+        kb, tw = _int(row, "kb"), _int(row, "target_waves")
+        if get_codec("decode").parse_variant(variant) != (kb, tw):
+            raise ValueError(f"variant {variant} disagrees with kb={kb} target_waves={tw}")
+    assert min_us is not None and mean_us is not None and stddev_us is not None
+    return ImportedRow(
+        "", resolved, phase, fmt, codebook, shape or f"{n}x{k}", m, n, k, variant,
+        min_us, mean_us, stddev_us, cosine, parity, best,
+    )  # fmt: skip
+
+
+def parse_csv(name: str, text: str, arch: str | None = None) -> tuple[list[ImportedRow], list[str], list[str]]:
+    """Rows, skipped notes and problems of one file (never raises for bad rows)."""
+    reader = csv.DictReader(io.StringIO(text))
+    header = tuple(h.strip() for h in (reader.fieldnames or ()))
+    if set(PREFILL_HEADER) <= set(header):
+        schema = "prefill"
+    elif set(DECODE_HEADER) <= set(header):
+        schema = "decode"
+    else:
+        missing_p = [c for c in PREFILL_HEADER if c not in header]
+        missing_d = [c for c in DECODE_HEADER if c not in header]
+        missing = missing_p if len(missing_p) <= len(missing_d) else missing_d
+        return [], [], [f"{name}:1: header is neither the prefill nor the decode schema (missing {', '.join(missing)})"]
+    rows: list[ImportedRow] = []
+    skipped: list[str] = []
+    problems: list[str] = []
+    for line, raw in enumerate(reader, start=2):
+        where = f"{name}:{reader.line_num if reader.line_num else line}"
+        clean = {(k or "").strip(): (v if isinstance(v, str) else "") for k, v in raw.items()}
+        if None in raw:
+            problems.append(f"{where}: more fields than the header")
+            continue
+        try:
+            parsed = _parse_row(clean, schema, arch)
+        except ValueError as exc:
+            problems.append(f"{where}: {exc}")
+            continue
+        if parsed is None:
+            skipped.append(f"{where}: AUTO variant (engine heuristic) not imported")
+            continue
+        rows.append(replace(parsed, source=where))
+    if not rows and not problems and not skipped:
+        problems.append(f"{name}: no data rows")
+    return rows, skipped, problems
+
+
+def parse_files(files: Sequence[tuple[str, str]], arch: str | None = None) -> ParseResult:
+    """Parse every file; raise CsvImportError listing every bad row if any."""
+    rows: list[ImportedRow] = []
+    skipped: list[str] = []
+    problems: list[str] = []
+    for name, text in files:
+        r, s, p = parse_csv(name, text, arch)
+        rows += r
+        skipped += s
+        problems += p
+    if problems:
+        raise CsvImportError(problems)
+    return ParseResult(tuple(rows), tuple(skipped))
+
+
+def _variant(session: Session, phase: str, name: str, cache: dict[tuple[str, str], Variant]) -> Variant:
+    key = (phase, name)
+    if key not in cache:
+        found = session.scalar(select(Variant).where(Variant.family == phase, Variant.name == name))
+        if found is None:
+            config = get_codec(phase).parse_variant(name)
+            found = Variant(family=phase, name=name, params=dict(zip(get_codec(phase).config_fields, config, strict=True)))
+            session.add(found)
+            session.flush()
+        cache[key] = found
+    return cache[key]
+
+
+@dataclass(frozen=True)
+class StoreResult:
+    measurements: int
+    points: int
+    winners: int
+    skipped: int
+
+
+def store_rows(session: Session, result: ParseResult) -> StoreResult:
+    """Add measurements (duplicates of one point+variant keep the lowest min_us) and refresh winners.
+
+    The caller owns the transaction: commit on success, roll back on any error.
+    """
+    from service.winners import refresh_point
+
+    best: dict[tuple[str, str, str, int, int, int, str], ImportedRow] = {}
+    for r in result.rows:
+        key = (r.arch, r.phase, r.format, r.m, r.n, r.k, r.variant)
+        if key not in best or r.min_us < best[key].min_us:
+            best[key] = r
+    cache: dict[tuple[str, str], Variant] = {}
+    for r in best.values():
+        variant = _variant(session, r.phase, r.variant, cache)
+        session.add(
+            Measurement(
+                variant_id=variant.id, arch=r.arch, phase=r.phase, format=r.format, codebook=r.codebook,
+                shape=r.shape, n=r.n, k=r.k, m=r.m, source=SOURCE, n_dispatches=0,
+                median_us=r.min_us, min_us=r.min_us, mean_us=r.mean_us, stddev_us=r.stddev_us,
+                cv=r.stddev_us / r.mean_us if r.mean_us else None, cosine=r.cosine, parity_pass=r.parity_pass,
+            )
+        )  # fmt: skip
+    session.flush()
+    points = sorted({(r.arch, r.phase, r.format, r.m, r.n, r.k) for r in best.values()})
+    winners = sum(refresh_point(session, *p) is not None for p in points)
+    return StoreResult(len(best), len(points), winners, len(result.skipped))

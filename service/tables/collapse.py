@@ -1,0 +1,89 @@
+"""Alias collapse to the runtime dispatch surface (DESIGN §6).
+
+Formats that share a codebook id go through one decode path at run time, so a
+table holds one choice per (codebook, M, N, K). The choice maximises the worst
+alias-relative performance: for each candidate variant, its slowdown relative to
+each alias's own best variant is computed, and the variant whose worst slowdown
+is smallest wins. A variant that fails parity (is absent) for any alias with
+times is only considered when no variant passes for all of them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from service.tables.model import PointKey, PointTimes, TableChoice
+
+
+@dataclass(frozen=True)
+class AliasPoint:
+    """One format's result at a point: its declared winner and every parity-passing time."""
+
+    format: str
+    codebook: int
+    m: int
+    n: int
+    k: int
+    shape: str
+    winner: str
+    winner_median_us: float
+    times_us: Mapping[str, float]  # empty when only the winner is known (imported winners)
+
+    @property
+    def point(self) -> PointKey:
+        return (self.codebook, self.m, self.n, self.k)
+
+
+@dataclass(frozen=True)
+class CollapsedPoint:
+    choice: TableChoice
+    times: PointTimes | None  # worst alias-relative time ratio per candidate variant
+    worst_alias_regret: float | None  # chosen variant's worst slowdown vs an alias's best - 1
+
+
+def worst_relative(group: Sequence[AliasPoint]) -> dict[str, tuple[int, float]]:
+    """Per variant: (aliases lacking it, worst time / alias-best ratio over aliases having it)."""
+    timed = [a for a in group if a.times_us]
+    variants = sorted({v for a in timed for v in a.times_us})
+    scores: dict[str, tuple[int, float]] = {}
+    for v in variants:
+        ratios = [a.times_us[v] / min(a.times_us.values()) for a in timed if v in a.times_us]
+        scores[v] = (len(timed) - len(ratios), max(ratios))
+    return scores
+
+
+def collapse_point(group: Sequence[AliasPoint]) -> CollapsedPoint:
+    """The single choice for one (codebook, M, N, K) from its aliases' results."""
+    if not group:
+        raise ValueError("collapse of an empty alias group")
+    if len({a.point for a in group}) != 1:
+        raise ValueError("alias group mixes points")
+    if len({a.format for a in group}) != len(group):
+        raise ValueError(f"alias group at {group[0].point} repeats a format")
+    wins = Counter(a.winner for a in group)
+    scores = worst_relative(group)
+    if scores:
+        # missing-for-no-alias first, then worst ratio, then the variant more aliases declared, then name
+        chosen = min(scores, key=lambda v: (scores[v][0], scores[v][1], -wins[v], v))
+    else:  # no times at all: the winner most aliases agree on
+        chosen = min(wins, key=lambda v: (-wins[v], v))
+    representative = min(group, key=lambda a: (a.winner != chosen, chosen not in a.times_us, a.format))
+    median = representative.times_us.get(chosen, representative.winner_median_us)
+    cb, m, n, k = group[0].point
+    choice = TableChoice(
+        cb, tuple(sorted(a.format for a in group)), m, n, k, representative.shape, chosen, median
+    )
+    complete = {v: s[1] for v, s in scores.items() if s[0] == 0}
+    times = PointTimes(cb, m, n, k, representative.shape, complete) if chosen in complete else None
+    worst = scores[chosen][1] - 1.0 if chosen in scores and scores[chosen][0] == 0 else None
+    return CollapsedPoint(choice, times, worst)
+
+
+def collapse_aliases(points: Sequence[AliasPoint]) -> list[CollapsedPoint]:
+    """One CollapsedPoint per (codebook, M, N, K), sorted by point."""
+    groups: dict[PointKey, list[AliasPoint]] = defaultdict(list)
+    for a in points:
+        groups[a.point].append(a)
+    return [collapse_point(sorted(g, key=lambda a: a.format)) for _, g in sorted(groups.items())]

@@ -1,0 +1,184 @@
+"""C++ text shared by the Llaminar dialects: comments, header block, lookup helpers, fallback.
+
+Both Llaminar includes use the same shapes (`ROCmNativeVNNI{Decode,Prefill}...`),
+so the pieces are rendered from one place with the phase's prefix.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+
+from service.tables.dialects.base import RuleMap
+from service.tables.fallback import ASPECT_CLASSES
+from service.tables.model import CODEBOOK_FORMATS, FallbackRule, HeaderInfo, TableChoice
+
+_SAFE_COMMENT_RE = re.compile(r"[^A-Za-z0-9_.,:;=+<>()%/ \-]")
+ASPECT_IDENT: dict[str, str] = {
+    "very_wide": "kVeryWide",
+    "wide": "kWide",
+    "balanced": "kBalanced",
+    "tall": "kTall",
+}
+
+
+def comment(text: str) -> str:
+    """Make text safe inside a // comment (no newlines, no trailing backslash)."""
+    return _SAFE_COMMENT_RE.sub("_", text)
+
+
+def formats_of(codebook: int, choices: Sequence[TableChoice]) -> tuple[str, ...]:
+    found: list[str] = []
+    for c in choices:
+        for f in c.formats:
+            if f not in found:
+                found.append(f)
+    return tuple(found) or tuple(CODEBOOK_FORMATS.get(codebook, ()))
+
+
+def fmt_metric(value: float | None) -> str:
+    return "n/a (no per-variant times)" if value is None else f"{value * 100:.2f}%"
+
+
+def header_comment(info: HeaderInfo, by_cb: dict[int, list[TableChoice]]) -> list[str]:
+    m = info.metrics
+    sweeps = ", ".join(info.sweep_ids) if info.sweep_ids else "(none)"
+    threshold = "n/a" if m.overlay_threshold is None else f"{m.overlay_threshold * 100:.2f}%"
+    lines = [
+        "Generated file - do not edit by hand.",
+        f"generator: {info.generator} {info.version}",
+        f"dialect: {info.dialect}",
+        f"arch: {info.arch}",
+        f"phase: {info.phase}",
+        f"sweeps: {sweeps}",
+        f"measured points: {m.points} (with per-variant times: {m.regret_points})",
+        f"coverage: {fmt_metric(m.coverage)}",
+        f"exact-hit rate: {fmt_metric(m.exact_hit_rate)}",
+        f"winner match rate: {fmt_metric(m.winner_match_rate)}",
+        f"mean regret: {fmt_metric(m.mean_regret)}",
+        f"p95 regret: {fmt_metric(m.p95_regret)}",
+        f"max regret: {fmt_metric(m.max_regret)}",
+        f"fallback held-out (grouped CV) mean regret: {fmt_metric(m.segments_cv_regret)}",
+        f"exact entries: {m.entries} (overlays where fallback regret > {threshold})",
+        f"fallback rules: {m.fallback_rules}",
+    ]
+    for cb in sorted(by_cb):
+        lines.append(f"  codebook {cb} ({','.join(formats_of(cb, by_cb[cb]))}): {len(by_cb[cb])} entries")
+    lines.append("regret = time(chosen variant) / time(best variant) - 1")
+    return ["// " + comment(line) for line in lines] + [""]
+
+
+def lookup_helpers(prefix: str) -> str:
+    """Binary search over a sorted exact table and the work-size rule pick."""
+    p = f"ROCmNativeVNNI{prefix}"
+    return f"""\
+template <size_t Count>
+inline bool find{p}DispatchEntry(
+    const {p}TuningEntry (&table)[Count], uint64_t key,
+    {p}DispatchConfig &out) {{
+    size_t lo = 0;
+    size_t hi = Count;
+    while (lo < hi) {{
+        const size_t mid = lo + (hi - lo) / 2;
+        const uint64_t probe = table[mid].key;
+        if (probe == key) {{
+            out = table[mid].config;
+            return true;
+        }}
+        if (probe < key) {{
+            lo = mid + 1;
+        }} else {{
+            hi = mid;
+        }}
+    }}
+    return false;
+}}
+
+template <size_t Count>
+inline {p}DispatchConfig pick{p}AspectRule(
+    const {p}AspectRule (&rules)[Count], long long work_items) {{
+    for (size_t i = 0; i < Count; ++i) {{
+        if (rules[i].max_work_items >= work_items) {{
+            return rules[i].config;
+        }}
+    }}
+    return rules[Count - 1].config;
+}}
+"""
+
+
+def render_fallback(
+    prefix: str, m_name: str, fallback_rules: RuleMap, config: Callable[[str], str]
+) -> list[str]:
+    """`select...AspectFallback(codebook_id, m, n, k, out)`: switch on codebook and M, rules by work."""
+    p = f"ROCmNativeVNNI{prefix}"
+    nested: dict[int, dict[int, dict[str, list[FallbackRule]]]] = defaultdict(lambda: defaultdict(dict))
+    for (cb, m, aspect), rules in fallback_rules.items():
+        if rules:
+            nested[cb][m][aspect] = list(rules)
+    out = [
+        f"inline bool select{p}AspectFallback(",
+        f"    uint8_t codebook_id, int {m_name}, int n, int k,",
+        f"    {p}DispatchConfig &out) {{",
+        "    if (n <= 0 || k <= 0) {",
+        "        return false;",
+        "    }",
+        "    const long long work_items = static_cast<long long>(n) * static_cast<long long>(k);",
+        "    // aspect classes of N/K: very_wide >= 16, wide >= 2, balanced >= 0.75, tall",
+        "    const int aspect_class = n >= 16LL * k ? 0 : n >= 2LL * k ? 1 : 4LL * n >= 3LL * k ? 2 : 3;",
+    ]
+    if nested:
+        out.append("    switch (codebook_id) {")
+    else:
+        out += [f"    (void){v};" for v in ("codebook_id", m_name, "work_items", "aspect_class", "out")]
+    for cb in sorted(nested):
+        out += [f"    case {cb}: {{", f"        switch ({m_name}) {{"]
+        for m in sorted(nested[cb]):
+            out.append(f"        case {m}: {{")
+            for aspect in ASPECT_CLASSES:
+                group = nested[cb][m].get(aspect)
+                if not group:
+                    continue
+                ident = ASPECT_IDENT[aspect]
+                out.append(f"            if (aspect_class == {ASPECT_CLASSES.index(aspect)}) {{  // {aspect}")
+                out.append(f"                static constexpr {p}AspectRule {ident}[] = {{")
+                for i, r in enumerate(group):
+                    if len(group) == 1:
+                        bound = "any work"
+                    elif i == len(group) - 1:
+                        bound = f"work > {group[i - 1].max_work_items}"
+                    else:
+                        bound = f"work <= {r.max_work_items}"
+                    worst = "" if r.worst_regret is None else f", worst regret {r.worst_regret:.4f}"
+                    out.append(
+                        f"                    {{{r.max_work_items}LL, {config(r.variant)}}},"
+                        f"  // {comment(f'{bound}: {r.variant} ({r.points} pts{worst})')}"
+                    )
+                out += [
+                    "                };",
+                    f"                out = pick{p}AspectRule({ident}, work_items);",
+                    "                return true;",
+                    "            }",
+                ]
+            out += ["            return false;", "        }"]
+        out += ["        default:", "            return false;", "        }", "    }"]
+    if nested:
+        out += ["    default:", "        return false;", "    }"]
+    else:
+        out.append("    return false;")
+    out += ["}", ""]
+    return out
+
+
+def function_body(text: str, signature: str) -> str:
+    start = text.find(signature)
+    if start < 0:
+        raise ValueError(f"{signature!r} not found in table text")
+    end = text.find("\n}\n", start)
+    return text[start : end if end >= 0 else len(text)]
+
+
+def fallback_codebooks(text: str, prefix: str) -> set[int]:
+    body = function_body(text, f"inline bool selectROCmNativeVNNI{prefix}AspectFallback(")
+    return {int(cb) for cb in re.findall(r"\n    case (\d+):", body)}

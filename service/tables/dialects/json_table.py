@@ -1,0 +1,130 @@
+"""Dialect `json`: the same table as data, for engines that load tables at run time.
+
+Phase-agnostic: the phase's codec supplies config fields, the M policy and keys.
+Validation cannot compile JSON, so the replay reads the emitted document with
+an independent evaluator (it does not reuse the generator's lookup model).
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from service.tables.codecs import PREFILL_M_BUCKETS, PhaseCodec, get_codec
+from service.tables.dialects.base import ReplayAnswers, RuleMap
+from service.tables.model import HeaderInfo, PointKey, TableChoice
+
+ASPECTS = ("very_wide", "wide", "balanced", "tall")
+
+
+class JsonDialect:
+    """Emits one JSON document: header, M policy, exact entries and fallback rules per codebook."""
+
+    name: str = "json"
+    compiled: bool = False
+
+    def __init__(self, phase: str = "decode") -> None:
+        self.phase = phase
+        self.codec: PhaseCodec = get_codec(phase)
+
+    def parse_variant(self, variant: str) -> tuple[int, ...]:
+        return self.codec.parse_variant(variant)
+
+    def render(self, choices: Sequence[TableChoice], fallback_rules: RuleMap, header_info: HeaderInfo) -> str:
+        codebooks: dict[str, dict[str, Any]] = {}
+
+        def slot(cb: int) -> dict[str, Any]:
+            return codebooks.setdefault(str(cb), {"formats": [], "exact": [], "fallback": {}})
+
+        for c in sorted(choices, key=lambda c: (c.codebook, self.codec.pack_key(c.m, c.n, c.k))):
+            s = slot(c.codebook)
+            s["formats"] = sorted(set(s["formats"]) | set(c.formats))
+            s["exact"].append(
+                {
+                    "key": self.codec.pack_key(c.m, c.n, c.k),
+                    "m": c.m,
+                    "n": c.n,
+                    "k": c.k,
+                    "config": list(self.parse_variant(c.variant)),
+                    "variant": c.variant,
+                    "shape": c.shape,
+                    "median_us": round(c.median_us, 6),
+                }
+            )
+        for (cb, m, aspect), rules in sorted(fallback_rules.items()):
+            if rules:
+                slot(cb)["fallback"].setdefault(str(m), {})[aspect] = [
+                    {
+                        "max_work_items": r.max_work_items,
+                        "config": list(self.parse_variant(r.variant)),
+                        "variant": r.variant,
+                        "points": r.points,
+                        "worst_regret": r.worst_regret,
+                    }
+                    for r in rules
+                ]
+        info = header_info
+        document = {
+            "format": "tunebase-dispatch-table",
+            "format_version": 1,
+            "generator": f"{info.generator} {info.version}",
+            "dialect": info.dialect,
+            "arch": info.arch,
+            "phase": info.phase,
+            "sweep_ids": list(info.sweep_ids),
+            "metrics": {
+                "coverage": info.metrics.coverage,
+                "exact_hit_rate": info.metrics.exact_hit_rate,
+                "mean_regret": info.metrics.mean_regret,
+                "p95_regret": info.metrics.p95_regret,
+                "points": info.metrics.points,
+                "entries": info.metrics.entries,
+                "fallback_rules": info.metrics.fallback_rules,
+            },
+            "config_fields": list(self.codec.config_fields),
+            "m_policy": list(PREFILL_M_BUCKETS) if self.phase == "prefill" else None,
+            "aspect_classes": "very_wide N>=16K, wide N>=2K, balanced 4N>=3K, tall",
+            "codebooks": codebooks,
+        }
+        return json.dumps(document, indent=1, sort_keys=True) + "\n"
+
+    def replay_program(self, header_name: str, queries: Sequence[PointKey]) -> str:
+        raise NotImplementedError("the json dialect is replayed in-process")
+
+    def parse_replay_output(self, stdout: str) -> ReplayAnswers:
+        raise NotImplementedError("the json dialect is replayed in-process")
+
+    def replay_text(self, text: str, queries: Sequence[PointKey], workdir: Path) -> ReplayAnswers:
+        doc = json.loads(text)
+        policy: list[int] | None = doc.get("m_policy")
+        answers: ReplayAnswers = {}
+        for cb, m, n, k in queries:
+            m_key = m
+            if policy:
+                i = bisect.bisect_left(policy, m)
+                m_key = policy[i] if i < len(policy) else m
+            table = doc["codebooks"].get(str(cb))
+            answer: tuple[int, ...] | None = None
+            if table is not None:
+                for e in table["exact"]:
+                    if (e["m"], e["n"], e["k"]) == (m_key, n, k):
+                        answer = tuple(e["config"])
+                        break
+                if answer is None and n > 0 and k > 0:
+                    aspect = ASPECTS[0 if n >= 16 * k else 1 if n >= 2 * k else 2 if 4 * n >= 3 * k else 3]
+                    rules = table["fallback"].get(str(m_key), {}).get(aspect)
+                    if rules:
+                        chosen = next((r for r in rules if r["max_work_items"] >= n * k), rules[-1])
+                        answer = tuple(chosen["config"])
+            answers[(cb, m, n, k)] = answer
+        return answers
+
+    def emitted_keys(self, text: str) -> dict[int, list[int]]:
+        doc = json.loads(text)
+        return {int(cb): [int(e["key"]) for e in t["exact"]] for cb, t in doc["codebooks"].items() if t["exact"]}
+
+    def emitted_codebooks(self, text: str) -> set[int]:
+        return {int(cb) for cb in json.loads(text)["codebooks"]}

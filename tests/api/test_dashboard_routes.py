@@ -1,0 +1,85 @@
+"""Dashboard HTML from the server's own session: heatmap cells, box-plot series, resources, access setting."""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+from service.config import Settings
+from service.dashboard.data import entries_diff, resource_sections
+from service.dashboard.svg import box_stats, nice_ticks
+from tests.api.conftest import Populated
+
+
+def test_dashboard_pages_render_real_data(populated: Populated) -> None:
+    client = populated.client()  # dashboard_public defaults to True: no token
+    index = client.get("/")
+    assert index.status_code == 200 and "text/html" in index.headers["content-type"]
+    cells = re.findall(r'<rect class="cell" data-variant="([^"]+)" data-m="(\d)"', index.text)
+    assert len(cells) == 8  # 2 formats x 2 shapes x 2 M, one winner each
+    assert {v for v, _ in cells} <= {"KB1/TW4", "KB2/TW8", "KB8/TW8"}
+    assert 'class="sweep" data-id="' in index.text and "Api_Wide 256x256" in index.text
+    only_q8 = client.get("/", params={"format": "Q8_0"}).text
+    assert only_q8.count('<rect class="cell"') == 4
+
+    link = re.search(r'href="(/dashboard/point\?[^"]+)"', index.text)
+    assert link is not None
+    point = client.get(link.group(1).replace("&amp;", "&"))
+    assert point.status_code == 200
+    series = re.findall(
+        r'<g class="series" data-variant="([^"]+)" data-parity="pass" data-n="(\d+)"', point.text
+    )
+    assert sorted(v for v, _ in series) == ["KB1/TW4", "KB2/TW8", "KB8/TW8"]
+    assert all(int(n) >= 6 for _, n in series) and point.text.count('class="box"') == 3
+
+    measurement = re.search(r'href="/dashboard/measurements/(\d+)"', point.text)
+    assert measurement is not None
+    detail = client.get(f"/dashboard/measurements/{measurement.group(1)}")
+    assert detail.status_code == 200 and "ISA / resources" in detail.text
+    assert client.get("/dashboard/tables").status_code == 200
+    assert client.get("/dashboard/measurements/999999").status_code == 404
+
+
+def test_dashboard_can_require_a_token(populated: Populated) -> None:
+    private = Populated(
+        populated.settings.model_copy(update={"dashboard_public": False}),
+        populated.sweep_id,
+        populated.submit_token,
+        populated.read_token,
+    )
+    assert private.client().get("/").status_code == 401
+    assert private.client(populated.read_token).get("/").status_code == 200
+    assert isinstance(private.settings, Settings)
+
+
+def test_plot_helpers() -> None:
+    stats = box_stats([1, 2, 3, 4, 5, 6, 7, 8, 100])
+    assert stats is not None and stats.median == 5 and stats.outliers == (100,) and stats.whisker_hi == 8
+    assert box_stats([]) is None
+    ticks = nice_ticks(0.0, 23.0)
+    assert ticks[0] == 0 and ticks[-1] >= 20 and all(b > a for a, b in itertools.pairwise(ticks))
+    sections = resource_sections(
+        {
+            "kernels": [
+                {"name": "other", "vgpr": 40},
+                {"name": "decode_kb8_tw8", "vgpr": 64, "diagnosis": ["spills"]},
+            ]
+        },
+        "KB8/TW8",
+    )
+    assert (
+        sections[0][0] == "decode_kb8_tw8"
+        and ("vgpr", "64") in sections[0][1]
+        and sections[0][2] == ["spills"]
+    )
+    changes = entries_diff(
+        [
+            {"codebook": 0, "m": 1, "n": 8, "k": 8, "variant": "A"},
+            {"codebook": 0, "m": 2, "n": 8, "k": 8, "variant": "A"},
+        ],
+        [
+            {"codebook": 0, "m": 1, "n": 8, "k": 8, "variant": "B"},
+            {"codebook": 0, "m": 3, "n": 8, "k": 8, "variant": "A"},
+        ],
+    )
+    assert [c.kind for c in changes] == ["changed", "removed", "added"]

@@ -1,0 +1,166 @@
+"""Read routes over a real host sweep: results, dispatches (JSON + CSV), registry, metrics, errors."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import select, update
+
+from service.db.models import Measurement
+from service.db.session import session_scope
+from tests.api.conftest import Populated
+
+ENVELOPE = {"total", "limit", "offset", "items"}
+
+
+def test_results_filter_and_paginate(populated: Populated) -> None:
+    client = populated.client(populated.read_token)
+    everything = client.get("/v1/results", params={"limit": 500}).json()
+    assert set(everything) == ENVELOPE
+    assert everything["total"] == 2 * 2 * 2 * 3 == len(everything["items"])  # formats x shapes x M x variants
+    ids = [item["id"] for item in everything["items"]]
+    assert ids == sorted(ids, reverse=True)
+    first = client.get("/v1/results", params={"limit": 5, "offset": 0}).json()
+    second = client.get("/v1/results", params={"limit": 5, "offset": 5}).json()
+    assert [i["id"] for i in first["items"] + second["items"]] == ids[:10]
+    assert first["total"] == second["total"] == 24
+
+    point = client.get(
+        "/v1/results", params={"format": "Q4_0", "m": 2, "n": 128, "k": 512, "variant": "KB8/TW8"}
+    ).json()
+    assert point["total"] == 1
+    item = point["items"][0]
+    assert (item["format"], item["m"], item["n"], item["k"], item["variant"]) == (
+        "Q4_0",
+        2,
+        128,
+        512,
+        "KB8/TW8",
+    )
+    assert item["shape"] == "Api_Tall" and item["sweep_id"] == populated.sweep_id
+    assert item["n_dispatches"] >= 6 and item["p10_us"] <= item["median_us"] <= item["p90_us"]
+    assert item["parity"]["pass"] is True and item["parity"]["cosine"] > 0.999
+    by_shape = client.get("/v1/results", params={"shape": "Api_Wide", "arch": "host"}).json()
+    assert by_shape["total"] == 12 and {i["shape"] for i in by_shape["items"]} == {"Api_Wide"}
+    assert client.get("/v1/results", params={"sweep": populated.sweep_id + 99}).json()["total"] == 0
+    assert client.get("/v1/results", params={"parity": "false"}).json()["total"] == 0
+
+    bad = client.get("/v1/results", params={"phase": "sideways", "limit": 0})
+    assert bad.status_code == 422
+    assert sorted(f["field"] for f in bad.json()["error"]["fields"]) == ["limit", "phase"]
+
+
+def test_dispatches_json_and_streamed_csv_agree(populated: Populated) -> None:
+    client = populated.client(populated.read_token)
+    measurement = client.get("/v1/results", params={"limit": 1}).json()["items"][0]
+    as_json = client.get(f"/v1/measurements/{measurement['id']}/dispatches").json()
+    assert as_json["measurement_id"] == measurement["id"]
+    assert as_json["total"] == measurement["n_dispatches"] == len(as_json["items"])
+    seqs = [row["seq"] for row in as_json["items"]]
+    assert seqs == sorted(seqs)
+    page = client.get(
+        f"/v1/measurements/{measurement['id']}/dispatches", params={"limit": 2, "offset": 1}
+    ).json()
+    assert page["items"] == as_json["items"][1:3]
+
+    for response in (
+        client.get(f"/v1/measurements/{measurement['id']}/dispatches", params={"format": "csv"}),
+        client.get(f"/v1/measurements/{measurement['id']}/dispatches", headers={"Accept": "text/csv"}),
+    ):
+        assert response.status_code == 200 and response.headers["content-type"].startswith("text/csv")
+        rows = list(csv.DictReader(io.StringIO(response.text)))
+        assert [{k: int(v) for k, v in row.items()} for row in rows] == as_json["items"]
+    median_ns = sorted(r["device_ns"] for r in as_json["items"])[len(as_json["items"]) // 2]
+    assert abs(median_ns / 1000 - measurement["median_us"]) / measurement["median_us"] < 0.5
+
+    detail = client.get(f"/v1/measurements/{measurement['id']}").json()
+    assert detail["artifact"]["backend"] == "host" and isinstance(detail["artifact"]["resources"], dict)
+    missing = client.get("/v1/measurements/999999/dispatches")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+
+
+def test_registry_routes(populated: Populated) -> None:
+    client = populated.client(populated.read_token)
+    devices = client.get("/v1/devices").json()
+    assert set(devices) == ENVELOPE and devices["total"] == 1
+    device = devices["items"][0]
+    assert device["backend"] == "host" and device["arch"] == "host" and device["compute_units"] >= 1
+    assert client.get("/v1/devices", params={"arch": "gfx906"}).json()["total"] == 0
+    profiles = client.get("/v1/profiles", params={"limit": 500}).json()
+    names = {p["name"] for p in profiles["items"]}
+    assert {"qwen36-core", "qwen36", "smoke", "family-smoke"} <= names
+    core = next(p for p in profiles["items"] if p["name"] == "qwen36-core")
+    assert {"name": "Qwen36_FFN_GateUp", "n": 17408, "k": 5120} in core["shapes"]
+
+
+def test_sweep_status_counts_parity_failures(populated: Populated) -> None:
+    client = populated.client(populated.read_token)
+    assert client.get(f"/v1/sweeps/{populated.sweep_id}").json()["parity_failures"] == 0
+    url = populated.settings.resolved_database_url
+    with session_scope(url) as session:
+        victim = session.scalars(
+            select(Measurement.id).where(Measurement.sweep_id == populated.sweep_id)
+        ).first()
+        session.execute(update(Measurement).where(Measurement.id == victim).values(parity_pass=False))
+    try:
+        status = client.get(f"/v1/sweeps/{populated.sweep_id}").json()
+        assert status["parity_failures"] == 1 and status["status"] == "done"
+        failing = client.get("/v1/results", params={"parity": "false"}).json()
+        assert [i["id"] for i in failing["items"]] == [victim]
+    finally:
+        with session_scope(url) as session:
+            session.execute(update(Measurement).where(Measurement.id == victim).values(parity_pass=True))
+
+
+def test_metrics_prometheus_text(populated: Populated) -> None:
+    client = populated.client(populated.read_token)
+    client.get("/v1/results")
+    client.get("/v1/results", params={"phase": "nope"})
+    response = client.get("/metrics")  # no token needed: counts only
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
+    families = {f.name: f for f in text_string_to_metric_families(response.text)}
+    tasks = {s.labels["state"]: s.value for s in families["tunebase_tasks"].samples}
+    assert tasks["done"] == 8 and tasks["queued"] == 0
+    sweeps = {s.labels["status"]: s.value for s in families["tunebase_sweeps"].samples}
+    assert sweeps["done"] >= 1
+    total = sum(i["n_dispatches"] for i in client.get("/v1/results", params={"limit": 500}).json()["items"])
+    assert families["tunebase_dispatches_stored"].samples[0].value == total
+    latency = families["tunebase_http_request_duration_seconds"].samples
+    counts = {(s.labels["route"], s.labels["status"]): s.value for s in latency if s.name.endswith("_count")}
+    assert counts[("/v1/results", "200")] >= 1 and counts[("/v1/results", "422")] == 1
+
+
+def test_one_error_body_everywhere(populated: Populated) -> None:
+    anonymous = populated.client()
+    reader = populated.client(populated.read_token)
+    responses = {
+        401: anonymous.get("/v1/results"),
+        403: reader.post(
+            "/v1/observed-shapes", json={"arch": "host", "format": "Q8_0", "m": 1, "n": 64, "k": 64}
+        ),
+        404: reader.get("/v1/measurements/424242"),
+        405: reader.delete("/v1/results"),
+        422: reader.get("/v1/measurements/not-a-number"),
+    }
+    for status, response in responses.items():
+        assert response.status_code == status, (status, response.text)
+        error = response.json()["error"]
+        assert set(error) == {"code", "message", "fields"} and error["message"]
+    assert responses[422].json()["error"]["fields"][0]["field"] == "measurement_id"
+    overflow = reader.get("/v1/sweeps/99999999999999999999999")
+    assert overflow.status_code == 422 and overflow.json()["error"]["code"] == "validation_failed"
+
+
+def test_openapi_documents_examples_and_error_body(populated: Populated) -> None:
+    schema = populated.client().get("/openapi.json").json()
+    assert "ErrorBody" in schema["components"]["schemas"]
+    results = schema["paths"]["/v1/results"]["get"]
+    assert results["responses"]["422"]["content"]["application/json"]["schema"]["$ref"].endswith("ErrorBody")
+    assert "example" in results["responses"]["200"]["content"]["application/json"]
+    dispatches = schema["paths"]["/v1/measurements/{measurement_id}/dispatches"]["get"]["responses"]["200"]
+    assert {"application/json", "text/csv"} <= set(dispatches["content"])
+    observed = schema["components"]["schemas"]["ObservedReport"]
+    assert observed["examples"][0]["format"] == "Q4_K"
+    assert "include_observed" in schema["components"]["schemas"]["SweepSpec"]["properties"]

@@ -1,0 +1,46 @@
+"""Bulk dispatch-row writes: COPY on Postgres, one executemany on SQLite, inside the caller's transaction.
+
+Dispatch rows are the bulk of the database (every timed launch is a row), so they bypass the ORM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy.orm import Session
+
+DISPATCH_COLUMNS = ("measurement_id", "seq", "device_ns", "wall_ns", "buffer_index", "event_ns")
+DispatchRow = tuple[int, int, int, int | None, int, int | None]  # event_ns: CUDA events (cuda backend)
+
+_COPY_SQL = f"COPY dispatches ({', '.join(DISPATCH_COLUMNS)}) FROM STDIN"
+_INSERT_SQL = (
+    f"INSERT INTO dispatches ({', '.join(DISPATCH_COLUMNS)}) "
+    f"VALUES ({', '.join('?' for _ in DISPATCH_COLUMNS)})"
+)
+_PG_INSERT_SQL = _INSERT_SQL.replace("?", "%s")
+
+
+def insert_dispatch_rows(session: Session, rows: Sequence[DispatchRow], method: str = "auto") -> int:
+    """Insert rows in the session's current transaction; method 'auto' | 'copy' | 'executemany'."""
+    if not rows:
+        return 0
+    connection = session.connection()
+    dialect = connection.dialect.name
+    if method == "auto":
+        method = "copy" if dialect == "postgresql" else "executemany"
+    raw = connection.connection.driver_connection
+    if method == "copy":
+        if dialect != "postgresql":
+            raise ValueError("COPY needs Postgres")
+        with raw.cursor() as cursor, cursor.copy(_COPY_SQL) as copy:  # type: ignore[union-attr]
+            for row in rows:
+                copy.write_row(row)
+        return len(rows)
+    if method != "executemany":
+        raise ValueError(f"unknown bulk method {method!r}")
+    cursor = raw.cursor()  # type: ignore[union-attr]
+    try:
+        cursor.executemany(_PG_INSERT_SQL if dialect == "postgresql" else _INSERT_SQL, rows)
+    finally:
+        cursor.close()
+    return len(rows)
