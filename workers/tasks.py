@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.config import Settings, get_settings
 from service.db.models import Device, Task, utcnow
-from service.db.session import session_factory
+from service.db.session import session_factory, session_scope
 from workers.backends.base import Backend
 from workers.backends.registry import backend_name_for_arch
 from workers.celery_app import NIGHTLY_TABLES, RECONCILE, RUN_TASK, app
@@ -158,8 +158,6 @@ def reconcile() -> dict[str, list[int]]:
 def nightly_tables() -> str:
     """Nightly (beat): regenerate every table from the stored winners."""
     from service.tables.nightly import regenerate_all  # type: ignore[import-not-found,unused-ignore]
-
-    from service.db.session import session_scope
 
     with session_scope(get_settings().resolved_database_url) as session:
         result = regenerate_all(session)

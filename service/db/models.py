@@ -275,3 +275,53 @@ class ObservedShape(Base):
     first_seen: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     last_seen: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     last_sweep_id: Mapped[int | None] = mapped_column(ForeignKey("sweeps.id", ondelete="SET NULL"))
+
+
+class Capture(Base):
+    """A profiler capture made by hand (rocprof / rocprofv3 files), imported as it was (issue 9 part 4)."""
+
+    __tablename__ = "captures"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tool: Mapped[str] = mapped_column(String(24), default="rocprof")
+    label: Mapped[str] = mapped_column(String(200), default="")
+    files: Mapped[list[Any]] = mapped_column(JSON, default=list)  # [{"name", "kind", "rows"}]
+    imported_by: Mapped[str] = mapped_column(String(200), default="")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class CaptureDispatch(Base):
+    """One dispatch row of an imported capture, on the profiler's own clock (ns)."""
+
+    __tablename__ = "capture_dispatches"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    capture_id: Mapped[int] = mapped_column(ForeignKey("captures.id", ondelete="CASCADE"), index=True)
+    file_index: Mapped[int] = mapped_column(Integer)
+    seq: Mapped[int] = mapped_column(Integer)
+    kernel: Mapped[str] = mapped_column(Text)
+    start_ns: Mapped[int] = mapped_column(BigInteger)
+    end_ns: Mapped[int] = mapped_column(BigInteger)
+    duration_ns: Mapped[int] = mapped_column(BigInteger)
+    agent: Mapped[str] = mapped_column(String(80), default="")
+    queue: Mapped[str] = mapped_column(String(80), default="")
+    dispatch_id: Mapped[int | None] = mapped_column(BigInteger)
+    resources: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class CaptureKernelStat(Base):
+    """One row of a per-kernel statistics file (kernel_stats.csv / results.stats.csv) of a capture."""
+
+    __tablename__ = "capture_kernel_stats"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    capture_id: Mapped[int] = mapped_column(ForeignKey("captures.id", ondelete="CASCADE"), index=True)
+    file_index: Mapped[int] = mapped_column(Integer)
+    kernel: Mapped[str] = mapped_column(Text)
+    calls: Mapped[int] = mapped_column(BigInteger)
+    total_ns: Mapped[int] = mapped_column(BigInteger)
+    average_ns: Mapped[float] = mapped_column(Float)
+    percentage: Mapped[float] = mapped_column(Float)
+    min_ns: Mapped[int | None] = mapped_column(BigInteger)
+    max_ns: Mapped[int | None] = mapped_column(BigInteger)
+    stddev_ns: Mapped[float | None] = mapped_column(Float)

@@ -6,6 +6,7 @@ shared server on 6379; every test gets its own Redis DB number and Postgres data
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
@@ -100,10 +101,8 @@ def descendants(pid: int) -> list[int]:
 
 def kill_tree(pid: int) -> None:
     for target in [pid, *descendants(pid)]:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(target, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 @dataclass
@@ -202,13 +201,16 @@ class Cluster:
 
     def running_tasks(self, sweep_id: int) -> list[Task]:
         with self.factory() as session:
-            return list(session.scalars(select(Task).where(Task.sweep_id == sweep_id, Task.state == "running")))
+            query = select(Task).where(Task.sweep_id == sweep_id, Task.state == "running")
+            return list(session.scalars(query))
 
     def assert_no_duplicates(self, sweep_id: int) -> None:
         """Each done task has one measurement per variant and exactly its dispatch rows, once each."""
         with self.factory() as session:
-            for task in session.scalars(select(Task).where(Task.sweep_id == sweep_id, Task.state == "done")):
-                measurements = session.scalars(select(Measurement).where(Measurement.task_id == task.id)).all()
+            done = select(Task).where(Task.sweep_id == sweep_id, Task.state == "done")
+            for task in session.scalars(done):
+                query = select(Measurement).where(Measurement.task_id == task.id)
+                measurements = session.scalars(query).all()
                 assert len(measurements) == len(task.variants), task.id
                 for m in measurements:
                     rows, distinct = session.execute(

@@ -75,8 +75,8 @@ def test_redis_restart_mid_sweep_is_recovered_by_the_reconciler(cluster: Cluster
     """Redis restarts without persistence: every queued message is gone; the DB still knows the
     tasks, and the reconciler re-sends them once their arch queue is seen empty."""
     cluster.start_worker("w1")
-    shapes = [{"name": f"Redis_{i}", "n": 512, "k": 2048} for i in range(6)]
-    spec = smoke_spec(shapes=[{**s, "k": s["k"] + 32 * i} for i, s in enumerate(shapes)], min_dispatches=1000)
+    shapes = [{"name": f"Redis_{i}", "n": 512, "k": 2048 + 32 * i} for i in range(6)]
+    spec = smoke_spec(shapes=shapes, min_dispatches=1000)
     sweep_id = cluster.submit(spec)
     cluster.wait(sweep_id, 90, until=lambda c: c["done"] >= 1)
     cluster.redis.restart()

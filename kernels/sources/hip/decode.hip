@@ -95,7 +95,7 @@ TB_DEV float tb_block_dot(const tb_i32 *w, const tb_i32 *xq, tb_i32 xsum, float 
 }
 
 template <int KB>
-__device__ inline void tb_decode_body(TB_DECODE_PARAMS) {
+__device__ TB_FORCEINLINE void tb_decode_body(TB_DECODE_PARAMS) {
     const int tid = TB_TID;
     const int lane = tid & (TB_WAVE - 1);
     const int wave = tid / TB_WAVE;

@@ -80,7 +80,7 @@ struct TbPrefillStage {
 };
 
 template <int NT, int MT>
-__device__ inline void tb_prefill_fetch(TbPrefillStage<NT, MT> &st, TB_PREFILL_PARAMS, int n0, int m0, int kb0) {
+__device__ TB_FORCEINLINE void tb_prefill_fetch(TbPrefillStage<NT, MT> &st, TB_PREFILL_PARAMS, int n0, int m0, int kb0) {
     const int tid = TB_TID;
     const int nb = k >> 5;
     const int ng = k / TB_GROUP;
@@ -123,7 +123,7 @@ __device__ inline void tb_prefill_fetch(TbPrefillStage<NT, MT> &st, TB_PREFILL_P
 }
 
 template <int NT, int MT>
-__device__ inline void tb_prefill_store(TbPrefillSmem<NT, MT> &sm, const TbPrefillStage<NT, MT> &st, int buf) {
+__device__ TB_FORCEINLINE void tb_prefill_store(TbPrefillSmem<NT, MT> &sm, const TbPrefillStage<NT, MT> &st, int buf) {
     const int tid = TB_TID;
 #pragma unroll
     for (int j = 0; j < TbPrefillStage<NT, MT>::WB; ++j) {
@@ -147,7 +147,7 @@ __device__ inline void tb_prefill_store(TbPrefillSmem<NT, MT> &sm, const TbPrefi
 }
 
 template <int NT, int MT, int U>
-__device__ inline void tb_prefill_body(TB_PREFILL_PARAMS) {
+__device__ TB_FORCEINLINE void tb_prefill_body(TB_PREFILL_PARAMS) {
     constexpr int RN = NT / 64; /* weight rows per thread */
     constexpr int RM = MT / 4;  /* activation rows per thread */
     static_assert(RN * RM <= 16, "register tile too large (N128/MT64 is excluded)");

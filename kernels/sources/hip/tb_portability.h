@@ -36,11 +36,12 @@ typedef unsigned long long tb_size; /* 64-bit index type; size_t needs a header 
 #define __shared__ __attribute__((shared))
 #define __host__ __attribute__((host))
 #endif
-#define TB_DEV static __device__ __forceinline__
-#if defined(TB_AMD) && !defined(TB_HIP_HEADERS)
-#undef TB_DEV
-#define TB_DEV static __device__ inline __attribute__((always_inline))
+#if defined(TB_AMD)
+#define TB_FORCEINLINE inline __attribute__((always_inline))
+#else
+#define TB_FORCEINLINE __forceinline__
 #endif
+#define TB_DEV static __device__ TB_FORCEINLINE
 
 /* __launch_bounds__(threads, second): the second argument is what Llaminar's min_blocks sets.
  * HIP's headers map it to amdgpu_waves_per_eu; we spell the same attributes out when headers

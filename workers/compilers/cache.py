@@ -1,0 +1,108 @@
+"""Content-addressed compile cache: one code object per (family, format kind, arch) unit.
+
+The key hashes everything that changes the binary (DESIGN §5.6): the source *and every
+header it includes* (quoted includes, followed recursively from the source's directory),
+family, format kind, arch, the compiler's identity and version, its flags and the defines.
+Writes go to a temp file then ``os.replace``, so concurrent workers never read half a file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from workers.compilers.base import CompileResult, Compiler
+
+_INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+
+
+def source_closure(source: Path) -> dict[str, str]:
+    """The source and every quoted include it reaches: {path relative to the source dir: text}."""
+    root = source.parent
+    seen: dict[str, str] = {}
+    stack = [source]
+    while stack:
+        path = stack.pop()
+        rel = os.path.relpath(path, root)
+        if rel in seen or not path.is_file():
+            continue
+        text = path.read_text()
+        seen[rel] = text
+        for name in _INCLUDE_RE.findall(text):
+            stack.append((path.parent / name).resolve())
+    return seen
+
+
+def source_hash(source: Path) -> str:
+    """sha256 over the source closure (file names and contents, in sorted order)."""
+    h = hashlib.sha256()
+    for rel, text in sorted(source_closure(source).items()):
+        h.update(rel.encode() + b"\0" + text.encode() + b"\0")
+    return h.hexdigest()
+
+
+def cache_key(
+    source: Path, family: str, kind: str, arch: str, compiler: Compiler, defines: dict[str, str]
+) -> str:
+    blob = json.dumps(
+        {
+            "source": source_hash(source),
+            "family": family,
+            "kind": kind,
+            "arch": arch,
+            "compiler": compiler.identity(),
+            "flags": list(compiler.flags(arch)),
+            "defines": dict(sorted(defines.items())),
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+@dataclass
+class CachedCompile:
+    result: CompileResult
+    key: str
+    source_hash: str
+    compiled: bool  # False: served from the cache
+
+
+class CompileCache:
+    """Code objects under ``root/<key[:2]>/<family>_<kind>_<arch>_<key[:24]>.co``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def path_for(self, key: str, family: str, kind: str, arch: str) -> Path:
+        return self.root / key[:2] / f"{family}_{kind}_{arch}_{key[:24]}.co"
+
+    def get_or_compile(
+        self, compiler: Compiler, source: Path, family: str, kind: str, arch: str, defines: dict[str, str]
+    ) -> CachedCompile:
+        """Reuse a cached object or compile one; failures are returned (and not cached)."""
+        src_hash = source_hash(source)
+        key = cache_key(source, family, kind, arch, compiler, defines)
+        final = self.path_for(key, family, kind, arch)
+        log_path = final.with_suffix(".log")
+        if final.is_file():
+            log = log_path.read_text() if log_path.is_file() else ""
+            return CachedCompile(CompileResult(True, log, final), key, src_hash, compiled=False)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(suffix=".co.tmp", dir=final.parent)
+        os.close(fd)
+        tmp = Path(tmp_name)
+        try:
+            result = compiler.compile(source, arch, defines, tmp)
+            if result.ok:
+                log_path.write_text(result.log)
+                os.replace(tmp, final)
+                result = CompileResult(True, result.log, final)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+        return CachedCompile(result, key, src_hash, compiled=True)
