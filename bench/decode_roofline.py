@@ -210,7 +210,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--no-cublas", action="store_true")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--source", type=Path, help="decode source with the library ABI (default: the library's)")
     args = parser.parse_args(argv)
+    if args.source:
+        import os
+
+        from workers.harness.cuda_abi import SOURCE_ENV
+
+        os.environ[SOURCE_ENV] = str(args.source.resolve())
     formats = [f for f in args.formats.split(",") if f]
     ms = [int(v) for v in args.m.split(",") if v]
 
@@ -231,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": started.isoformat(timespec="seconds"),
         "command": "python " + " ".join(["bench/decode_roofline.py", *(argv if argv is not None else sys.argv[1:])]),
         "device": sweep["device"],
+        "kernel_source": str(args.source or "kernels/sources/hip/decode.hip"),
         "l2_bytes": l2,
         "copy": copy,
         "summary": summarize(sweep, copy),

@@ -8,6 +8,7 @@ command -v cc >/dev/null || need_pkgs+=(gcc)
 command -v c++ >/dev/null || need_pkgs+=(g++)
 command -v pg_ctlcluster >/dev/null || need_pkgs+=(postgresql)
 command -v redis-server >/dev/null || need_pkgs+=(redis-server)
+command -v docker-compose >/dev/null || need_pkgs+=(docker-compose)  # tests/deploy: `docker-compose config`
 test -x /usr/bin/chromium || need_pkgs+=(chromium)  # the dashboard's browser test (Playwright drives it)
 command -v llvm-objdump-15 >/dev/null || need_pkgs+=(llvm-15)  # gfx906/gfx90a disassembly, readelf cross-check
 command -v hipcc >/dev/null || need_pkgs+=(hipcc)  # gfx906/gfx90a code objects (HIP_PLATFORM=amd)

@@ -597,10 +597,11 @@ def table_diff(
     table = Table()
     for column in ("change", "CB", "M", "N x K", "before", "after", "regret change"):
         table.add_column(column)
-    for e in diff["added"]:
-        table.add_row("added", str(e["codebook"]), str(e["m"]), f"{e['n']}x{e['k']}", "-", e["variant"] or "-", "")
-    for e in diff["removed"]:
-        table.add_row("removed", str(e["codebook"]), str(e["m"]), f"{e['n']}x{e['k']}", e["variant"] or "-", "-", "")
+    for kind in ("added", "removed"):
+        for e in diff[kind]:
+            variant = e["variant"] or "-"
+            before, after = ("-", variant) if kind == "added" else (variant, "-")
+            table.add_row(kind, str(e["codebook"]), str(e["m"]), f"{e['n']}x{e['k']}", before, after, "")
     for e in diff["changed"]:
         before, after = e["before"], e["after"]
         table.add_row(
@@ -637,6 +638,52 @@ def import_llaminar_csv(
             f"imported {result['measurements']} measurements at {result['points']} points "
             f"({result['winners']} winners refreshed, {len(result['skipped'])} rows skipped)"
         )
+
+
+@import_app.command("rocprof")
+def import_rocprof(
+    files: list[Path] = typer.Argument(
+        ..., help="rocprofv3 kernel_trace.csv / kernel_stats.csv or rocprof results.csv / results.stats.csv"
+    ),
+    label: str = typer.Option("", help="free text stored with the capture (device, ROCm version, ...)"),
+    as_json: bool = typer.Option(False, "--json", help="print the per-kernel summary as JSON"),
+    url: str = UrlOption,
+    token: str | None = TokenOption,
+) -> None:
+    """Store a hand-made rocprof capture (all files or none) and print its per-kernel summary."""
+    from service.imports.rocprof import CaptureImportError, parse_files
+
+    payload: list[dict[str, str]] = []
+    for path in files:
+        try:
+            payload.append({"name": path.name, "content": path.read_bytes().decode("utf-8-sig")})
+        except (OSError, UnicodeDecodeError) as error:
+            raise usage_error(f"cannot read {path} as text: {error}") from None
+    try:  # refuse bad files here, with their line numbers, before anything is sent
+        parse_files([(f["name"], f["content"]) for f in payload])
+    except CaptureImportError as error:
+        for problem in error.problems:
+            console.print(f"[red]error:[/red] {problem}", markup=False, highlight=False)
+        raise typer.Exit(2) from None
+    body = {"files": payload, "label": label}
+    result = _api_call(_client(url, token)._call, "POST", "/v1/imports/rocprof", json=body)
+    if as_json:
+        out.print_json(data=result["kernels"])
+        return
+    kinds = ", ".join(f"{f['name']} ({f['kind']}, {f['rows']} rows)" for f in result["files"])
+    table = Table(title=f"capture {result['id']}: {kinds}")
+    for column in ("kernel", "calls", "median ns", "min ns", "max ns", "total ns"):
+        table.add_column(column, overflow="fold")
+
+    def cell(value: object) -> str:
+        return "-" if value is None else str(value)
+
+    for k in result["kernels"]:
+        table.add_row(
+            k["kernel"], str(k["calls"]), cell(k["median_ns"]), cell(k["min_ns"]), cell(k["max_ns"]),
+            str(k["total_ns"]),
+        )  # fmt: skip
+    out.print(table)
 
 
 @app.command()

@@ -18,4 +18,12 @@ def family_for_phase(phase: str) -> KernelFamily:
     raise KeyError(f"no kernel family for phase {phase!r}; known phases: {known}")
 
 
-__all__ = ["FAMILIES", "DecodeFamily", "InvalidVariant", "KernelFamily", "PrefillFamily", "Variant", "family_for_phase"]
+__all__ = [
+    "FAMILIES",
+    "DecodeFamily",
+    "InvalidVariant",
+    "KernelFamily",
+    "PrefillFamily",
+    "Variant",
+    "family_for_phase",
+]

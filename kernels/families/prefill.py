@@ -57,7 +57,11 @@ def _one_of(values: tuple[int, ...]) -> str:
 def constraints(backend: str) -> list[Constraint]:
     """Declared constraints of the prefill space for one backend."""
     ax = _axes(backend)
-    why = "host kernels are generated for these only" if backend == "host" else "template instantiated for these"
+    why = (
+        "host kernels are generated for these only"
+        if backend == "host"
+        else "template instantiated for these"
+    )
     rules = [
         Constraint(lambda p: p[0] in ax["n"], f"n_tile must be one of {_one_of(ax['n'])} ({why})"),
         Constraint(lambda p: p[1] in ax["m"], f"m_tile must be one of {_one_of(ax['m'])} ({why})"),
@@ -97,7 +101,12 @@ class PrefillFamily:
             if not _valid((n, m, mb, u), backend)
         ]
         return [
-            Variant(self.name, variant_name(*p), {"n_tile": p[0], "m_tile": p[1], "min_blocks": p[2], "unroll": p[3]}, i)
+            Variant(
+                self.name,
+                variant_name(*p),
+                {"n_tile": p[0], "m_tile": p[1], "min_blocks": p[2], "unroll": p[3]},
+                i,
+            )
             for i, p in enumerate(points)
         ]
 

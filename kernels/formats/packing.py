@@ -18,7 +18,12 @@ from kernels.formats.registry import QuantFormat, get_format
 
 Unpacker = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray | None]]
 
-_UNPACKERS: dict[str, Unpacker] = {"Q8_0": q8_0.unpack, **legacy.UNPACKERS, **kquants.UNPACKERS, **iq4.UNPACKERS}
+_UNPACKERS: dict[str, Unpacker] = {
+    "Q8_0": q8_0.unpack,
+    **legacy.UNPACKERS,
+    **kquants.UNPACKERS,
+    **iq4.UNPACKERS,
+}
 _KINDS: dict[str, FormatKind] = {"Q8_0": q8_0.KIND, **legacy.KINDS, **kquants.KINDS, **iq4.KINDS}
 
 # Formats every backend must run (issue 3, first wave), in sweep order.
@@ -42,7 +47,9 @@ def pack(fmt: QuantFormat | str, gguf_blocks: np.ndarray) -> PackedWeights:
     kind = format_kind(f.name)
     blocks = np.ascontiguousarray(gguf_blocks, dtype=np.uint8)
     if blocks.ndim != 2 or blocks.shape[1] % f.block_bytes:
-        raise ValueError(f"{f.name}: expected uint8 [N][k/{f.block_weights}*{f.block_bytes}], got {blocks.shape}")
+        raise ValueError(
+            f"{f.name}: expected uint8 [N][k/{f.block_weights}*{f.block_bytes}], got {blocks.shape}"
+        )
     n = blocks.shape[0]
     k = blocks.shape[1] // f.block_bytes * f.block_weights
     q, scale, mins = _UNPACKERS[f.name](blocks.reshape(-1, f.block_bytes))

@@ -13,10 +13,12 @@ from service.api.routes import (
     devices,
     health,
     imports_llaminar,
+    imports_rocprof,
     measurements,
     metrics,
     observed,
     profiles,
+    registry,
     results,
     sweeps,
     tables,
@@ -49,10 +51,11 @@ def create_app(settings: Settings | None = None, start_embedded_worker: bool = T
     app.state.session_factory = session_factory(settings.resolved_database_url)
     install_error_handlers(app)
     metrics.install_metrics(app)
-    routers = (health, metrics, sweeps, winners, tables, results, measurements, devices, profiles, observed)
+    routers = (health, metrics, sweeps, winners, tables, results, measurements, devices, profiles, observed, registry)
     for module in routers:
         app.include_router(module.router)
     app.include_router(compare.router)
     app.include_router(imports_llaminar.router)
+    app.include_router(imports_rocprof.router)
     app.include_router(dashboard.router)
     return app

@@ -26,15 +26,15 @@ from kernels.formats.registry import FORMATS
 from service.db.models import Measurement, Variant
 from service.tables.codecs import get_codec
 
-PREFILL_HEADER: tuple[str, ...] = tuple(
-    "backend,phase,format,codebook,shape,category,m,n,k,variant,min_us,mean_us,stddev_us,gflops,"
-    "cosine,correctness_pass,is_best".split(",")
-)
-DECODE_HEADER: tuple[str, ...] = tuple(
-    "backend,phase,format,codebook,shape,m,n,k,variant,kb,target_waves,weight_bytes,min_us,mean_us,"
-    "stddev_us,eff_bw_gbs,bw_efficiency,speedup_vs_int8,theoretical_speedup,kernel_efficiency,cosine,"
-    "correctness_pass,is_best".split(",")
-)
+PREFILL_HEADER: tuple[str, ...] = (
+    "backend", "phase", "format", "codebook", "shape", "category", "m", "n", "k", "variant",
+    "min_us", "mean_us", "stddev_us", "gflops", "cosine", "correctness_pass", "is_best",
+)  # fmt: skip
+DECODE_HEADER: tuple[str, ...] = (
+    "backend", "phase", "format", "codebook", "shape", "m", "n", "k", "variant", "kb", "target_waves",
+    "weight_bytes", "min_us", "mean_us", "stddev_us", "eff_bw_gbs", "bw_efficiency", "speedup_vs_int8",
+    "theoretical_speedup", "kernel_efficiency", "cosine", "correctness_pass", "is_best",
+)  # fmt: skip
 ARCHES = ("gfx906", "gfx90a", "gfx942", "gfx950", "sm_90", "host")
 SOURCE = "llaminar-csv"
 
@@ -114,7 +114,9 @@ def _float(row: dict[str, str], column: str, positive: bool = False, optional: b
     except ValueError:
         raise ValueError(f"{column}={raw!r} is not a number") from None
     if not math.isfinite(value) or value < 0 or (positive and value == 0):
-        raise ValueError(f"{column}={raw!r} must be a finite {'positive' if positive else 'non-negative'} number")
+        raise ValueError(
+            f"{column}={raw!r} must be a finite {'positive' if positive else 'non-negative'} number"
+        )
     return value
 
 
@@ -162,7 +164,9 @@ def _parse_row(row: dict[str, str], schema: str, arch: str | None) -> ImportedRo
     )  # fmt: skip
 
 
-def parse_csv(name: str, text: str, arch: str | None = None) -> tuple[list[ImportedRow], list[str], list[str]]:
+def parse_csv(
+    name: str, text: str, arch: str | None = None
+) -> tuple[list[ImportedRow], list[str], list[str]]:
     """Rows, skipped notes and problems of one file (never raises for bad rows)."""
     reader = csv.DictReader(io.StringIO(text))
     header = tuple(h.strip() for h in (reader.fieldnames or ()))
@@ -174,7 +178,11 @@ def parse_csv(name: str, text: str, arch: str | None = None) -> tuple[list[Impor
         missing_p = [c for c in PREFILL_HEADER if c not in header]
         missing_d = [c for c in DECODE_HEADER if c not in header]
         missing = missing_p if len(missing_p) <= len(missing_d) else missing_d
-        return [], [], [f"{name}:1: header is neither the prefill nor the decode schema (missing {', '.join(missing)})"]
+        return (
+            [],
+            [],
+            [f"{name}:1: header is neither the prefill nor the decode schema (missing {', '.join(missing)})"],
+        )
     rows: list[ImportedRow] = []
     skipped: list[str] = []
     problems: list[str] = []
@@ -219,7 +227,9 @@ def _variant(session: Session, phase: str, name: str, cache: dict[tuple[str, str
         found = session.scalar(select(Variant).where(Variant.family == phase, Variant.name == name))
         if found is None:
             config = get_codec(phase).parse_variant(name)
-            found = Variant(family=phase, name=name, params=dict(zip(get_codec(phase).config_fields, config, strict=True)))
+            found = Variant(
+                family=phase, name=name, params=dict(zip(get_codec(phase).config_fields, config, strict=True))
+            )
             session.add(found)
             session.flush()
         cache[key] = found

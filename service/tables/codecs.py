@@ -46,9 +46,11 @@ _DECODE_RE = re.compile(r"^KB(\d+)/TW(\d+)$")
 class DecodeCodec:
     """Decode: `KB{kb}/TW{tw}`, key (m&0xFF)<<56 | (k&0xFFFFFF)<<28 | (n&0x0FFFFFFF)."""
 
-    phase = "decode"
-    config_fields = ("kb", "target_waves_per_cu")
-    max_m, max_n, max_k = 0xFF, 0x0FFFFFFF, 0xFFFFFF
+    phase: str = "decode"
+    config_fields: tuple[str, ...] = ("kb", "target_waves_per_cu")
+    max_m: int = 0xFF
+    max_n: int = 0x0FFFFFFF
+    max_k: int = 0xFFFFFF
 
     def parse_variant(self, variant: str) -> tuple[int, ...]:
         match = _DECODE_RE.match(variant)
@@ -75,15 +77,18 @@ class PrefillCodec:
     Key (m_key&0xFFFFFF)<<40 | (k&0xFFFFF)<<20 | (n&0xFFFFF), as Llaminar packs it.
     """
 
-    phase = "prefill"
-    config_fields = ("n_tile", "m_tile", "min_blocks", "unroll")
-    max_m, max_n, max_k = 0xFFFFFF, 0xFFFFF, 0xFFFFF
+    phase: str = "prefill"
+    config_fields: tuple[str, ...] = ("n_tile", "m_tile", "min_blocks", "unroll")
+    max_m: int = 0xFFFFFF
+    max_n: int = 0xFFFFF
+    max_k: int = 0xFFFFF
 
     def parse_variant(self, variant: str) -> tuple[int, ...]:
         match = _PREFILL_RE.match(variant)
         if match is None:
             raise ValueError(
-                f"prefill variant {variant!r} is not of the form N{{n_tile}}/MT{{m_tile}}/MB{{mb}}/U{{unroll}}"
+                f"prefill variant {variant!r} is not of the form "
+                "N{n_tile}/MT{m_tile}/MB{min_blocks}/U{unroll}"
             )
         config = tuple(int(g) for g in match.groups())
         if not all(0 <= v <= 0xFF for v in config):

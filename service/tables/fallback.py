@@ -74,9 +74,7 @@ def _best_variant(points: Sequence[MeasuredPoint]) -> _Segment:
         scored.append((max(regrets), sum(regrets) / len(regrets), -wins[v], v))
     worst, mean, _, v = min(scored)
     timed = [point_regret(p, v) for p in points if p.times_us is not None]
-    return _Segment(
-        v, worst, mean, max(timed) if timed else None, sum(timed) / len(timed) if timed else None
-    )
+    return _Segment(v, worst, mean, max(timed) if timed else None, sum(timed) / len(timed) if timed else None)
 
 
 def _fit_segments(
@@ -126,9 +124,7 @@ def _fit_segments(
             if mean_r is not None and prev.mean_regret is not None:
                 mean_r = (mean_r * n_points + prev.mean_regret * prev.points) / (n_points + prev.points)
             n_points += prev.points
-        rules.append(
-            FallbackRule(codebook, m, aspect, max_work, seg.variant, n_points, worst_r, mean_r)
-        )
+        rules.append(FallbackRule(codebook, m, aspect, max_work, seg.variant, n_points, worst_r, mean_r))
     return tuple(rules)
 
 
@@ -175,7 +171,9 @@ def cv_regret(points: Sequence[MeasuredPoint], max_segments: int) -> float | Non
     return sum(held) / len(held)
 
 
-def choose_segments(points: Sequence[MeasuredPoint], max_segments: int = MAX_SEGMENTS) -> tuple[int, float | None]:
+def choose_segments(
+    points: Sequence[MeasuredPoint], max_segments: int = MAX_SEGMENTS
+) -> tuple[int, float | None]:
     """Segment count with the lowest held-out mean regret; ties go to fewer segments."""
     distinct = len({p.work_items for p in points})
     limit = max(1, min(max_segments, distinct))

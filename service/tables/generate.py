@@ -89,7 +89,9 @@ def measured_points(
             )
         points.append(MeasuredPoint(c.codebook, c.m, c.n, c.k, c.shape, c.variant, times))
     if times_by_point:
-        failures += [f"CB={p.codebook} M={p.m} {p.n}x{p.k}: times without a choice" for p in times_by_point.values()]
+        failures += [
+            f"CB={p.codebook} M={p.m} {p.n}x{p.k}: times without a choice" for p in times_by_point.values()
+        ]
     if failures:
         raise TableValidationError(failures)
     return sorted(points, key=lambda p: p.point)

@@ -39,7 +39,7 @@ def compute_metrics(
     overlay_threshold: float | None = None,
     cv_regret: float | None = None,
 ) -> TableMetrics:
-    """Coverage, exact-hit rate, winner match and regret of `lookup` over `points`."""
+    """Coverage, exact-hit rate (answer = winner), exact-entry rate and regret over `points`."""
     answered = exact = matches = 0
     regrets: list[float] = []
     for p in points:
@@ -55,14 +55,14 @@ def compute_metrics(
     total = len(points)
     return TableMetrics(
         coverage=answered / total if total else 0.0,
-        exact_hit_rate=exact / total if total else 0.0,
+        exact_hit_rate=matches / total if total else 0.0,
         mean_regret=sum(regrets) / len(regrets) if regrets else None,
         p95_regret=percentile(regrets, 95.0) if regrets else None,
         entries=sum(len(t) for t in lookup.entries.values()),
         fallback_rules=fallback_rules,
         points=total,
         regret_points=len(regrets),
-        winner_match_rate=matches / total if total else 0.0,
+        exact_entry_rate=exact / total if total else 0.0,
         max_regret=max(regrets) if regrets else None,
         overlay_threshold=overlay_threshold,
         segments_cv_regret=cv_regret,

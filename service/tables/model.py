@@ -111,14 +111,14 @@ class TableMetrics:
     """How well the table answers the measured points (regret needs all times)."""
 
     coverage: float  # share of measured points the table answers at all
-    exact_hit_rate: float  # share answered by an exact (overlay) entry
+    exact_hit_rate: float  # share whose answer is exactly the declared winner
     mean_regret: float | None
     p95_regret: float | None
     entries: int
     fallback_rules: int
     points: int = 0
     regret_points: int = 0
-    winner_match_rate: float = 0.0  # share whose answer is the declared winner
+    exact_entry_rate: float = 0.0  # share answered by an exact (overlay) entry
     max_regret: float | None = None
     overlay_threshold: float | None = None
     segments_cv_regret: float | None = None  # mean held-out regret of the fallback (grouped CV)

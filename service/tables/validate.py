@@ -110,7 +110,9 @@ def check_choices(
             failures.append(f"{where}: M/N/K out of the key's range (would alias)")
             continue
         if codec.m_key(c.m) != c.m:
-            failures.append(f"{where}: M={c.m} is not an M-policy bucket (run time looks up {codec.m_key(c.m)})")
+            failures.append(
+                f"{where}: M={c.m} is not an M-policy bucket (run time looks up {codec.m_key(c.m)})"
+            )
         try:
             dialect.parse_variant(c.variant)
         except ValueError as exc:
@@ -168,7 +170,9 @@ def _check_replay(
     return _compare(got, exp), len(got)
 
 
-def _compare(got: dict[tuple[int, int, int, int], tuple[int, ...] | None], exp: TableExpectations) -> list[str]:
+def _compare(
+    got: dict[tuple[int, int, int, int], tuple[int, ...] | None], exp: TableExpectations
+) -> list[str]:
     failures: list[str] = []
     for a in exp.answers:
         where = f"CB={a.codebook} M={a.m} {a.n}x{a.k}"

@@ -22,10 +22,19 @@ class NoWinners(LookupError):
     """Nothing measured for this (arch, phase): there is no table to generate."""
 
 
-def variant_times(session: Session, arch: str, phase: str) -> dict[tuple[str, int, int, int], dict[str, float]]:
+def variant_times(
+    session: Session, arch: str, phase: str
+) -> dict[tuple[str, int, int, int], dict[str, float]]:
     """Newest parity-passing median of every variant at every point: regret needs all of them."""
     rows = session.execute(
-        select(Measurement.format, Measurement.m, Measurement.n, Measurement.k, Variant.name, Measurement.median_us)
+        select(
+            Measurement.format,
+            Measurement.m,
+            Measurement.n,
+            Measurement.k,
+            Variant.name,
+            Measurement.median_us,
+        )
         .join(Variant, Measurement.variant_id == Variant.id)
         .where(
             Measurement.arch == arch,
@@ -77,10 +86,8 @@ def build_table(session: Session, arch: str, phase: str, dialect: str) -> Genera
     if not points:
         raise NoWinners(f"no winners for arch={arch} phase={phase}")
     collapsed = collapse_aliases(points)
-    sweep_ids = sorted(
-        {str(s) for w in session.scalars(select(Winner.sweep_ids).where(Winner.arch == arch, Winner.phase == phase))
-         for s in (w or [])}
-    )  # fmt: skip
+    rows = session.scalars(select(Winner.sweep_ids).where(Winner.arch == arch, Winner.phase == phase))
+    sweep_ids = sorted({str(s) for ids in rows for s in (ids or [])})
     return generate_table(
         [c.choice for c in collapsed],
         [c.times for c in collapsed if c.times is not None],
@@ -153,7 +160,8 @@ def table_item(version: TableVersion) -> dict[str, Any]:
         "parent_id": version.parent_id,
         "sweep_ids": list(version.sweep_ids or []),
         "metrics": {
-            key: metrics.get(key) for key in ("coverage", "exact_hit_rate", "mean_regret", "p95_regret")
+            key: metrics.get(key)
+            for key in ("coverage", "exact_hit_rate", "exact_entry_rate", "mean_regret", "p95_regret")
         },
         "entries": len(version.entries or []),
     }

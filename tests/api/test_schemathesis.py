@@ -47,7 +47,7 @@ def test_openapi_fuzz_has_no_server_errors(api_server: LiveServer, tmp_path: Pat
             "--workers",
             "1",
             "--max-time",
-            "90",
+            "75",
             "--header",
             f"Authorization: Bearer {token}",
             "--report",

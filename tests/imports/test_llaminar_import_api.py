@@ -23,7 +23,9 @@ def _token(server: LiveServer) -> dict[str, str]:
 def _count(url: str) -> tuple[int, int]:
     engine = create_engine(url)
     with engine.connect() as c:
-        measurements = c.scalar(select(func.count()).select_from(Measurement).where(Measurement.source == "llaminar-csv"))
+        measurements = c.scalar(
+            select(func.count()).select_from(Measurement).where(Measurement.source == "llaminar-csv")
+        )
         winners = c.scalar(select(func.count()).select_from(Winner))
     engine.dispose()
     return int(measurements or 0), int(winners or 0)
@@ -59,10 +61,23 @@ def test_import_generate_and_diff(live_server: LiveServer, tmp_path: Path) -> No
     assert r.status_code == 422 and r.json()["error"]["fields"][0]["field"] == "arch"
 
     ids: dict[str, int] = {}
-    for phase, dialect in (("decode", "llaminar-rocm-decode"), ("prefill", "llaminar-rocm-prefill"), ("prefill", "json")):
+    for phase, dialect in (
+        ("decode", "llaminar-rocm-decode"),
+        ("prefill", "llaminar-rocm-prefill"),
+        ("prefill", "json"),
+    ):
         out = tmp_path / f"{phase}-{dialect}.inc"
         run = live_server.cli(
-            "table", "generate", "--arch", "gfx906", "--phase", phase, "--dialect", dialect, "--output", str(out)
+            "table",
+            "generate",
+            "--arch",
+            "gfx906",
+            "--phase",
+            phase,
+            "--dialect",
+            dialect,
+            "--output",
+            str(out),
         )
         assert run.returncode == 0, run.stderr
         ids[f"{phase}/{dialect}"] = json.loads(run.stdout[: run.stdout.rindex("}") + 1])["id"]
@@ -78,7 +93,8 @@ def test_import_generate_and_diff(live_server: LiveServer, tmp_path: Path) -> No
     assert latest.status_code == 200 and latest.text == prefill_text
 
     r = httpx.post(
-        f"{live_server.url}/v1/tables", json={"arch": "gfx906", "phase": "decode", "dialect": "llaminar-rocm-prefill"},
+        f"{live_server.url}/v1/tables",
+        json={"arch": "gfx906", "phase": "decode", "dialect": "llaminar-rocm-prefill"},
         headers=headers,
     )
     assert r.status_code == 422 and r.json()["error"]["fields"][0]["field"] == "phase"
@@ -87,20 +103,32 @@ def test_import_generate_and_diff(live_server: LiveServer, tmp_path: Path) -> No
     changed = tmp_path / "rocm_prefill_2.csv"
     changed.write_text(prefill_csv(("Q8_0",), (64, 600), salt="rerun"))
     assert live_server.cli("import", "llaminar-csv", str(changed), "--arch", "gfx906").returncode == 0
-    run = live_server.cli("table", "generate", "--arch", "gfx906", "--phase", "prefill", "--dialect", "llaminar-rocm-prefill")
+    run = live_server.cli(
+        "table", "generate", "--arch", "gfx906", "--phase", "prefill", "--dialect", "llaminar-rocm-prefill"
+    )
     assert run.returncode == 0, run.stderr
     second = json.loads(run.stdout)
     first = ids["prefill/llaminar-rocm-prefill"]
     assert second["id"] != first and second["parent_id"] == first
 
-    diff = httpx.get(f"{live_server.url}/v1/tables/{second['id']}/diff", params={"base": first}, headers=headers).json()
+    diff = httpx.get(
+        f"{live_server.url}/v1/tables/{second['id']}/diff", params={"base": first}, headers=headers
+    ).json()
     assert diff["base"] == first and diff["changed"] and not diff["added"] and not diff["removed"]
     for e in diff["changed"]:
         assert e["codebook"] == 19  # only Q8_0 was re-measured
-        assert e["before"]["variant"] != e["after"]["variant"] or e["before"]["source"] != e["after"]["source"]
+        assert (
+            e["before"]["variant"] != e["after"]["variant"] or e["before"]["source"] != e["after"]["source"]
+        )
     parent = httpx.get(f"{live_server.url}/v1/tables/{second['id']}/diff", headers=headers).json()
     assert parent["base"] == first and parent["counts"] == diff["counts"]
     run = live_server.cli("table", "diff", str(first), str(second["id"]))
-    assert run.returncode == 0 and f"table {first} -> {second['id']}" in run.stdout and "changed" in run.stdout
-    bad_base = httpx.get(f"{live_server.url}/v1/tables/{second['id']}/diff", params={"base": ids["decode/llaminar-rocm-decode"]}, headers=headers)
+    assert (
+        run.returncode == 0 and f"table {first} -> {second['id']}" in run.stdout and "changed" in run.stdout
+    )
+    bad_base = httpx.get(
+        f"{live_server.url}/v1/tables/{second['id']}/diff",
+        params={"base": ids["decode/llaminar-rocm-decode"]},
+        headers=headers,
+    )
     assert bad_base.status_code == 422 and bad_base.json()["error"]["fields"][0]["field"] == "base"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from sqlalchemy import create_engine, func, select
+from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
 from service.db.models import TableVersion
@@ -35,8 +35,13 @@ def _versions(url: str) -> list[tuple[int, str, str, str, int | None]]:
     engine = create_engine(url)
     with engine.connect() as c:
         rows = c.execute(
-            select(TableVersion.id, TableVersion.arch, TableVersion.phase, TableVersion.dialect, TableVersion.parent_id)
-            .order_by(TableVersion.id)
+            select(
+                TableVersion.id,
+                TableVersion.arch,
+                TableVersion.phase,
+                TableVersion.dialect,
+                TableVersion.parent_id,
+            ).order_by(TableVersion.id)
         ).all()
     engine.dispose()
     return [tuple(r) for r in rows]  # type: ignore[misc]
@@ -111,7 +116,11 @@ def test_celery_beat_and_worker_regenerate_tables(fresh_postgres: str, tmp_path:
         "TUNEBASE_HOME": str(tmp_path),
         "NIGHTLY_EVERY": "2",
     }
-    _import(fresh_postgres, ("p.csv", prefill_csv(("Q4_1", "Q8_0"), (64,))), ("d.csv", decode_csv(("Q8_0",), (1,))))
+    _import(
+        fresh_postgres,
+        ("p.csv", prefill_csv(("Q4_1", "Q8_0"), (64,))),
+        ("d.csv", decode_csv(("Q8_0",), (1,))),
+    )
     celery = [sys.executable, "-m", "celery", "-A", "tests.nightly.beat_app"]
     beat_log, worker_log = tmp_path / "beat.log", tmp_path / "worker.log"
     worker = _spawn(

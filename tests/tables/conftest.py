@@ -35,7 +35,9 @@ def synthetic_time(cb: int, m: int, n: int, k: int, variant: str) -> float:
     return round((n * k / 4e5 + 3.0 * m) * jitter, 3)
 
 
-PREFILL_VARIANTS = [f"N{n}/MT{mt}/MB{mb}/U{u}" for n in (64, 128) for mt in (16, 32) for mb in (1, 2) for u in (2, 4)]
+PREFILL_VARIANTS = [
+    f"N{n}/MT{mt}/MB{mb}/U{u}" for n in (64, 128) for mt in (16, 32) for mb in (1, 2) for u in (2, 4)
+]
 PREFILL_M = (4, 64, 600, 2048)
 
 
@@ -79,7 +81,9 @@ Replay = Callable[..., ReplayAnswers]
 @pytest.fixture
 def replay(cxx: str, tmp_path: Path) -> Replay:
     """Compile the dialect's replay driver against a table text and return its answers."""
-    return lambda text, queries, dialect="llaminar-rocm-decode": _replay(cxx, text, queries, tmp_path, dialect)
+    return lambda text, queries, dialect="llaminar-rocm-decode": _replay(
+        cxx, text, queries, tmp_path, dialect
+    )
 
 
 def _replay(cxx: str, text: str, queries: list[PointKey], tmp: Path, name: str) -> ReplayAnswers:

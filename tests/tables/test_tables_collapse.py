@@ -37,7 +37,9 @@ def test_variant_failing_parity_on_one_alias_is_excluded() -> None:
 def test_single_alias_is_its_own_winner_and_ties_go_to_declared_winner() -> None:
     one = collapse_point([alias("Q8_0", {"A": 10.0, "B": 12.0}, cb=19)])
     assert one.choice.variant == "A" and one.worst_alias_regret == 0.0
-    tie = collapse_point([alias("Q4_1", {"A": 10.0, "B": 10.0}, winner="B"), alias("Q4_K", {"A": 5.0, "B": 5.0}, winner="B")])
+    tie = collapse_point(
+        [alias("Q4_1", {"A": 10.0, "B": 10.0}, winner="B"), alias("Q4_K", {"A": 5.0, "B": 5.0}, winner="B")]
+    )
     assert tie.choice.variant == "B"  # equal ratios: the variant the aliases declared
 
 

@@ -13,8 +13,8 @@ from service.tables.fallback import (
     fit_fallback_fixed,
     shape_folds,
 )
-from service.tables.overlays import select_overlays
 from service.tables.model import MeasuredPoint
+from service.tables.overlays import select_overlays
 
 
 def balanced(n: int, times: dict[str, float], shape: str | None = None) -> MeasuredPoint:
@@ -107,5 +107,5 @@ def test_generated_table_regret_bounded_by_threshold(threshold: float) -> None:
         assert (d.source == "exact") == (d.fallback_regret > threshold), d
         assert d.regret <= threshold + 1e-12
     assert g.metrics.entries == sum(d.source == "exact" for d in g.decisions)
-    assert g.metrics.exact_hit_rate == pytest.approx(g.metrics.entries / 4)
+    assert g.metrics.exact_entry_rate == pytest.approx(g.metrics.entries / 4)
     assert g.metrics.overlay_threshold == threshold

@@ -11,11 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from service.tables import GeneratedTable, PointTimes, TableChoice, TableValidationError, generate_decode_table
+from service.tables import (
+    GeneratedTable,
+    PointTimes,
+    TableChoice,
+    TableValidationError,
+    generate_decode_table,
+)
 from service.tables.dialects import DIALECTS, get_dialect
 from service.tables.dialects.base import ReplayAnswers
 from service.tables.lookup import pack_decode_key
-from service.tables.model import PointKey
 from service.tables.validate import ExpectedAnswer, TableExpectations, validate_table
 
 Data = tuple[list[TableChoice], list[PointTimes]]
@@ -88,7 +93,8 @@ def test_header_comment_records_provenance_and_metrics(table: str) -> None:
         "phase: decode",
         "sweeps: sweep-a, sweep-b",
         "coverage: 100.00%",
-        "exact-hit rate: ",
+        "exact-hit rate (answer = measured winner): ",
+        "exact-entry rate (answered by an overlay entry): ",
         "mean regret: ",
         "p95 regret: ",
         "fallback held-out (grouped CV) mean regret: ",
@@ -120,7 +126,9 @@ def test_header_compiles_warning_free(table: str, cxx: str, tmp_path: Path, std:
     subprocess.run([*argv, "-I", str(tmp_path), str(unit)], check=True, timeout=120)
 
 
-def test_replay_answers_every_point_within_threshold(data: Data, generated: GeneratedTable, replay: Replay) -> None:
+def test_replay_answers_every_point_within_threshold(
+    data: Data, generated: GeneratedTable, replay: Replay
+) -> None:
     choices, times = data
     dialect = get_dialect("llaminar-rocm-decode")
     answers = replay(generated.text, [c.point for c in choices])

@@ -12,7 +12,7 @@ from service.tables.dialects.base import ReplayAnswers
 from service.tables.fallback import aspect_class, fit_fallback, fit_fallback_fixed, pick_rule
 from service.tables.lookup import DecodeLookup
 from service.tables.metrics import compute_metrics, percentile
-from service.tables.model import MeasuredPoint, PointKey
+from service.tables.model import MeasuredPoint
 
 Data = tuple[list[TableChoice], list[PointTimes]]
 Replay = Callable[..., ReplayAnswers]  # the conftest `replay` fixture
@@ -122,10 +122,10 @@ def test_metrics_hand_worked_example() -> None:
     assert m.points == 3 and m.regret_points == 3
     assert m.entries == 0 and m.fallback_rules == 1
     assert m.coverage == 1.0
-    assert m.exact_hit_rate == 0.0  # nothing answered by an exact entry
-    assert m.winner_match_rate == pytest.approx(2 / 3)  # P1 answered KB8/TW8, not its winner
+    assert m.exact_entry_rate == 0.0  # nothing answered by an exact entry
+    assert m.exact_hit_rate == pytest.approx(2 / 3)  # P1 answered KB8/TW8, not its winner
     assert m.mean_regret == 0.0 and m.p95_regret == 0.0
-    assert "mean regret: 0.00%" in table.text and "exact-hit rate: 0.00%" in table.text
+    assert "mean regret: 0.00%" in table.text and "exact-entry rate (answered by an overlay entry): 0.00%" in table.text
 
     # Make KB4/TW4 win P3 by 25%: a single KB8/TW8 segment now costs 25% at P3 and a split
     # at the 4M/16M midpoint fits training data, but held out it cannot be learned from 1 point.
@@ -149,8 +149,8 @@ def test_metrics_direct_two_points() -> None:
     # fastest variant: KB8/TW8 then KB4/TW4 (b's declared winner is not its fastest).
     m = compute_metrics(lookup, pts, fallback_rules=2)
     assert m.coverage == 1.0
-    assert m.exact_hit_rate == 0.0  # no exact entries
-    assert m.winner_match_rate == 0.5  # b's declared winner KB8/TW8 differs from the answer KB4/TW4
+    assert m.exact_entry_rate == 0.0  # no exact entries
+    assert m.exact_hit_rate == 0.5  # b's declared winner KB8/TW8 differs from the answer KB4/TW4
     assert m.mean_regret == 0.0 and m.p95_regret == 0.0
 
     forced = DecodeLookup({19: {}}, {(19, 1, "balanced"): fit_fallback(pts[:1])[(19, 1, "balanced")]})

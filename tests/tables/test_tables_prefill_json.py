@@ -54,12 +54,16 @@ def test_prefill_codec_keys_and_policy() -> None:
         codec.parse_variant("KB8/TW8")
 
 
-def test_prefill_header_has_llaminar_names_and_compiles(prefill: GeneratedTable, cxx: str, tmp_path: Path) -> None:
+def test_prefill_header_has_llaminar_names_and_compiles(
+    prefill: GeneratedTable, cxx: str, tmp_path: Path
+) -> None:
     for name in PREFILL_NAMES:
         assert name in prefill.text, name
     assert "phase: prefill" in prefill.text
     assert ", ".join(str(b) for b in PREFILL_M_BUCKETS[:12]) in prefill.text
-    assert any("compiles" in c for c in prefill.checks) and any("replay reproduces" in c for c in prefill.checks)
+    assert any("compiles" in c for c in prefill.checks) and any(
+        "replay reproduces" in c for c in prefill.checks
+    )
     (tmp_path / "p.inc").write_text(prefill.text)
     (tmp_path / "u.cpp").write_text(
         '#include "p.inc"\n#include "p.inc"\n'
@@ -67,7 +71,17 @@ def test_prefill_header_has_llaminar_names_and_compiles(prefill: GeneratedTable,
         "    llaminar2::rocm::generated::ROCmNativeVNNIPrefillDispatchConfig c{};\n"
         "    return llaminar2::rocm::generated::selectROCmNativeVNNIPrefillGenerated<5>(m, n, k, c);\n}\n"
     )
-    argv = [cxx, "-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-Wpedantic", "-Werror", "-I", str(tmp_path)]
+    argv = [
+        cxx,
+        "-std=c++17",
+        "-fsyntax-only",
+        "-Wall",
+        "-Wextra",
+        "-Wpedantic",
+        "-Werror",
+        "-I",
+        str(tmp_path),
+    ]
     subprocess.run([*argv, str(tmp_path / "u.cpp")], check=True, timeout=120)
     for line in prefill.text.splitlines():
         if line.strip().startswith("{0x"):
@@ -91,7 +105,9 @@ def test_prefill_replay_rounds_m_up_to_buckets(prefill: GeneratedTable, replay: 
 def test_prefill_rejects_off_policy_m(prefill_data: Data) -> None:
     choices, _ = prefill_data
     with pytest.raises(TableValidationError, match="not an M-policy bucket"):
-        generate_table([replace(choices[0], m=100)], [], "gfx906", ["s"], "llaminar-rocm-prefill", phase="prefill")
+        generate_table(
+            [replace(choices[0], m=100)], [], "gfx906", ["s"], "llaminar-rocm-prefill", phase="prefill"
+        )
     with pytest.raises(TableValidationError, match="N\\{n_tile\\}"):
         generate_table([replace(choices[0], variant="KB8/TW8")], [], "g", ["s"], "llaminar-rocm-prefill")
 
@@ -120,9 +136,12 @@ def test_json_validation_catches_tampering(prefill: GeneratedTable, prefill_data
     js = generate_table(choices, times, "gfx906", ["1"], "json", phase="prefill")
     dialect = get_dialect("json", "prefill")
     answers = tuple(
-        ExpectedAnswer(d.codebook, d.m, d.n, d.k, config=dialect.parse_variant(d.variant or "")) for d in js.decisions
+        ExpectedAnswer(d.codebook, d.m, d.n, d.k, config=dialect.parse_variant(d.variant or ""))
+        for d in js.decisions
     )
-    exp = TableExpectations(answers, frozenset({0, 5, 19}), frozenset(a.config for a in answers if a.config), "json", "prefill")
+    exp = TableExpectations(
+        answers, frozenset({0, 5, 19}), frozenset(a.config for a in answers if a.config), "json", "prefill"
+    )
     assert validate_table(js.text, exp).ok
     doc = json.loads(js.text)
     cb = next(cb for cb, t in doc["codebooks"].items() if len(t["exact"]) >= 2)

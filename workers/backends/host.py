@@ -1,9 +1,12 @@
-"""The host (CPU) backend: C decode kernels built with ``cc``, timed in C per dispatch.
+"""The host (CPU) backend: C decode (GEMV) and prefill (GEMM) kernels built with ``cc``, timed in C.
 
 It runs everywhere (CI included), so it is the backend that proves the whole
-pipeline end to end. One shared library per (family, format) holds every host
-variant as its own symbol; libraries live in a content-addressed cache keyed by
-source, format, variant list, compiler identity and flags (DESIGN §5.6).
+pipeline end to end. Kernels read the packed kernel layout (kernels/formats/packed.py)
+and quantise activations to int8 per 32-block like the GPU kernels, so every first-wave
+format runs through one source per family. One shared library per (family, format kind)
+holds every host variant as its own symbol; libraries live in a content-addressed cache
+keyed by source (+ included headers), family, kind, variant list, compiler identity and
+flags (DESIGN §5.6).
 """
 
 from __future__ import annotations
@@ -24,9 +27,13 @@ from pathlib import Path
 
 import numpy as np
 
-from kernels.families.base import InvalidVariant, Variant
+from kernels.families.abi import symbol as kernel_symbol
+from kernels.families.base import InvalidVariant, KernelFamily, Variant
 from kernels.families.decode import DecodeFamily
-from kernels.reference import Problem, build_problem, sample_rows
+from kernels.families.prefill import PrefillFamily
+from kernels.formats.packed import PackedWeights
+from kernels.formats.packing import PACKABLE, format_kind
+from kernels.reference import INT8_ACTIVATIONS, Problem, build_problem, sample_rows
 from workers.backends.base import (
     ArtifactInfo,
     DeviceInfo,
@@ -36,12 +43,15 @@ from workers.backends.base import (
     TaskSpec,
     VariantResult,
 )
+from workers.compilers.cache import source_hash as closure_hash
 from workers.harness.interleave import DispatchFn, interleave
-from workers.harness.racing import policy_for
 
-DEFAULT_SOURCE = Path(__file__).resolve().parents[2] / "kernels" / "sources" / "host" / "decode_gemv.c"
+HOST_SOURCES = Path(__file__).resolve().parents[2] / "kernels" / "sources" / "host"
+DEFAULT_SOURCE = HOST_SOURCES / "decode_gemv.c"
+DEFAULT_PREFILL_SOURCE = HOST_SOURCES / "prefill_gemm.c"
 DEFAULT_FLAGS: tuple[str, ...] = ("-O3", "-std=c11", "-fPIC", "-shared")  # no -march=native: portable results
-HOST_FORMATS: tuple[str, ...] = ("Q8_0", "Q4_0")
+HOST_FORMATS: tuple[str, ...] = PACKABLE  # every format with a packing into the kernel layout
+HOST_PHASES: tuple[str, ...] = ("decode", "prefill")
 
 MAX_WEIGHT_COPIES = 64
 MAX_ROTATION_BYTES = 1 << 30
@@ -50,8 +60,11 @@ PARITY_SAMPLE_ROWS = 512
 COMPILE_TIMEOUT_S = 120
 PROBE_TIMEOUT_S = 10
 
-# void sym(const uint8_t *w, const float *x, float *y, int m, int n, int k)
+# void sym(const int8_t *qs, const uint16_t *scales, const uint16_t *mins, const float *x, float *y,
+#          int m, int n, int k)
 _KERNEL_ARGTYPES: list[type[ctypes.c_void_p] | type[ctypes.c_int]] = [
+    ctypes.c_void_p,
+    ctypes.c_void_p,
     ctypes.c_void_p,
     ctypes.c_void_p,
     ctypes.c_void_p,
@@ -109,12 +122,19 @@ def weight_copies(copy_bytes: int, llc: int, warm_cache: bool) -> int:
 
 
 def symbol_for(format_name: str, variant: Variant) -> str:
-    """Exported C symbol of a host decode variant, e.g. ``tb_decode_q8_0_kb4_tw8``."""
-    return f"tb_decode_{format_name.lower()}_kb{variant.params['kb']}_tw{variant.params['tw']}"
+    """Exported C symbol of a host variant; the same names as the GPU kernels (kernels.families.abi)."""
+    return kernel_symbol(variant)
+
+
+def _variant_macro(variant: Variant) -> str:
+    p = variant.params
+    if variant.family == "decode":
+        return f"TB_V({p['kb']},{p['tw']})"
+    return f"TB_P({p['n_tile']},{p['m_tile']},{p['min_blocks']},{p['unroll']})"
 
 
 class HostBackend:
-    """Compiles and times host decode kernels; one instance per worker process."""
+    """Compiles and times host decode and prefill kernels; one instance per worker process."""
 
     name: str = "host"
 
@@ -124,12 +144,17 @@ class HostBackend:
         source_path: Path | None = None,
         cc: str = "cc",
         flags: tuple[str, ...] = DEFAULT_FLAGS,
+        prefill_source_path: Path | None = None,
     ) -> None:
         self.artifact_dir = Path(artifact_dir)
         self.source_path = Path(source_path) if source_path is not None else DEFAULT_SOURCE
+        self.prefill_source_path = (
+            Path(prefill_source_path) if prefill_source_path is not None else DEFAULT_PREFILL_SOURCE
+        )
         self.cc = cc
         self.flags = tuple(flags)
         self.family = DecodeFamily()
+        self.families: dict[str, KernelFamily] = {"decode": self.family, "prefill": PrefillFamily()}
         self._libs: dict[str, ctypes.CDLL] = {}  # keep loaded libraries alive per artifact path
 
     # -- identity -----------------------------------------------------------------
@@ -166,20 +191,26 @@ class HostBackend:
         """None when this backend has kernels for the point, else why not."""
         if arch != "host":
             return f"host backend runs arch 'host' only, not {arch!r}"
-        if phase != "decode":
-            return f"host backend has no {phase!r} kernels (decode only)"
+        if phase not in HOST_PHASES:
+            return f"host backend has no {phase!r} kernels (phases: {', '.join(HOST_PHASES)})"
         if format_name not in HOST_FORMATS:
             return f"host backend has no {format_name} kernel (supported: {', '.join(HOST_FORMATS)})"
         return None
 
     # -- compilation ----------------------------------------------------------------
 
-    def cache_key(self, source: str, format_name: str, variants: list[Variant]) -> str:
-        """sha256 over everything that changes the binary."""
+    def _source(self, phase: str) -> Path:
+        return self.source_path if phase == "decode" else self.prefill_source_path
+
+    def cache_key(self, source: str, format_name: str, variants: list[Variant], phase: str = "decode") -> str:
+        """sha256 over everything that changes the binary (``source``: hash of source + headers)."""
+        kind = format_kind(format_name)
         blob = json.dumps(
             {
                 "source": source,
-                "format": format_name,
+                "family": phase,
+                "kind": kind.name,
+                "defines": kind.defines,
                 "variants": [v.name for v in variants],
                 "compiler": self.cc,
                 "toolchain": self.toolchain,
@@ -189,30 +220,34 @@ class HostBackend:
         )
         return hashlib.sha256(blob.encode()).hexdigest()
 
-    def build(self, format_name: str, variants: list[Variant] | None = None) -> ArtifactInfo:
-        """Compile (or reuse) the library holding ``variants`` (default: the whole host space).
+    def build(
+        self, format_name: str, variants: list[Variant] | None = None, phase: str = "decode"
+    ) -> ArtifactInfo:
+        """Compile (or reuse) the library holding ``variants`` (default: the family's whole host space).
 
-        Never raises for compiler failures: they come back as ``ok=False`` with the log.
+        One library serves every format of one kind (sym / asym / sym16). Never raises for
+        compiler failures: they come back as ``ok=False`` with the log.
         """
-        variants = self.family.space("host") if variants is None else variants
-        try:
-            source = self.source_path.read_text()
-        except OSError as exc:
+        family = self.families[phase]
+        variants = family.space("host") if variants is None else variants
+        source_path = self._source(phase)
+        kind = format_kind(format_name)
+        if not source_path.is_file():
             return ArtifactInfo(
                 cache_key="",
-                path=str(self.source_path),
+                path=str(source_path),
                 source_hash="",
                 toolchain=self.toolchain,
                 flags=self.flags,
                 compiled=False,
                 ok=False,
-                log=f"cannot read source: {exc}",
+                log=f"cannot read source: {source_path} does not exist",
             )
-        source_hash = hashlib.sha256(source.encode()).hexdigest()
-        key = self.cache_key(source, format_name, variants)
+        source_hash = closure_hash(source_path, (HOST_SOURCES,))
+        key = self.cache_key(source_hash, format_name, variants, phase)
         out_dir = self.artifact_dir / key[:2]
-        lib_path = out_dir / f"decode_{format_name.lower()}_{key[:24]}.so"
-        # one entry per exported symbol; host kernels have no ISA resource report (yet)
+        lib_path = out_dir / f"{phase}_{kind.name}_{key[:24]}.so"
+        # one entry per exported symbol; host kernels have no ISA resource report
         resources: dict[str, dict[str, object]] = {symbol_for(format_name, v): {} for v in variants}
         info = ArtifactInfo(
             key, str(lib_path), source_hash, self.toolchain, self.flags, False, True, "", resources
@@ -224,17 +259,19 @@ class HostBackend:
             info.ok, info.log = False, f"C compiler {self.cc!r} not found"
             return info
         out_dir.mkdir(parents=True, exist_ok=True)
-        variant_list = " ".join(f"TB_V({v.params['kb']},{v.params['tw']})" for v in variants)
+        variant_list = " ".join(_variant_macro(v) for v in variants)
         fd, tmp_name = tempfile.mkstemp(suffix=".so.tmp", dir=out_dir)
         os.close(fd)
         argv = [
             self.cc,
             *self.flags,
-            f"-DTB_FORMAT_{format_name.upper()}",
+            *(f"-D{k}={v}" for k, v in sorted(kind.defines.items())),
             f"-DTB_VARIANT_LIST={variant_list}",
+            f"-I{HOST_SOURCES}",
             "-o",
             tmp_name,
-            str(self.source_path),
+            str(source_path),
+            "-lm",
         ]
         try:
             proc = _run(argv, COMPILE_TIMEOUT_S)
@@ -271,13 +308,14 @@ class HostBackend:
         if reason is not None:
             raise ValueError(reason)
         device = self.detect() or DeviceInfo("host", "host", cpu_model(), os.cpu_count() or 1, "", "", "")
-        artifact = self.build(spec.format)
+        family = self.families[spec.phase]
+        artifact = self.build(spec.format, phase=spec.phase)
 
         results: dict[str, VariantResult] = {}
         parsed: list[tuple[str, Variant]] = []
         for name in spec.variants:
             try:
-                parsed.append((name, self.family.parse(name, "host")))
+                parsed.append((name, family.parse(name, "host")))
             except InvalidVariant as exc:
                 results[name] = VariantResult(name, [], None, error=str(exc))
 
@@ -296,12 +334,12 @@ class HostBackend:
         if spec.n * spec.k > PARITY_SAMPLE_ABOVE:
             rows = sample_rows(spec.n, PARITY_SAMPLE_ROWS, spec.seed)
         problem = build_problem(spec.format, spec.n, spec.k, spec.m, seed=spec.seed, rows=rows)
-        copies = weight_copies(problem.weights.nbytes, llc_bytes(), spec.warm_cache)
-        pool = np.empty((copies, *problem.weights.shape), dtype=np.uint8)
-        pool[:] = problem.weights  # identical copies: parity holds whichever copy is read
+        assert problem.packed is not None  # every HOST_FORMATS entry is packable
+        copies = weight_copies(problem.packed.nbytes, llc_bytes(), spec.warm_cache)
+        pools = _rotation_pools(problem.packed, copies)  # identical copies: parity holds whichever is read
         x = np.ascontiguousarray(problem.x)
         y = np.empty((spec.m, spec.n), dtype=np.float32)
-        w_ptrs = [pool[i].ctypes.data for i in range(copies)]
+        w_ptrs = [tuple(p[i].ctypes.data if p is not None else 0 for p in pools) for i in range(copies)]
         x_ptr, y_ptr = x.ctypes.data, y.ctypes.data
 
         lib = self._load(artifact.path)
@@ -320,16 +358,8 @@ class HostBackend:
             fn_ptr = ctypes.cast(kernel, ctypes.c_void_p).value
             dispatchers.append((name, self._dispatcher(lib, fn_ptr, w_ptrs, x_ptr, y_ptr, spec)))
 
-        # race: up to max_dispatches, the policy drops variants shown slower; exhaustive: min_dispatches each
-        passed = [n for n, _ in dispatchers if (p := results[n].parity) is not None and p.passed]
-        policy = policy_for(spec, eligible=passed)
         timing = interleave(
-            dispatchers,
-            rounds=spec.max_dispatches if policy is not None else spec.min_dispatches,
-            warmup=spec.warmup,
-            buffers=copies,
-            progress=progress,
-            policy=policy,
+            dispatchers, rounds=spec.min_dispatches, warmup=spec.warmup, buffers=copies, progress=progress
         )
         for name, rows_ in timing.dispatches.items():
             results[name].dispatches = rows_
@@ -339,21 +369,44 @@ class HostBackend:
 
     @staticmethod
     def _parity(
-        kernel: Callable[..., object], problem: Problem, w_ptr: int, x_ptr: int, y: np.ndarray, y_ptr: int
+        kernel: Callable[..., object],
+        problem: Problem,
+        w_ptr: tuple[int, ...],
+        x_ptr: int,
+        y: np.ndarray,
+        y_ptr: int,
     ) -> Parity:
-        """NaN-fill the output, run once, compare with the FP32 reference."""
+        """NaN-fill the output, run once, compare with the FP32 reference (int8-activation bounds)."""
         y.fill(np.nan)
-        kernel(w_ptr, x_ptr, y_ptr, problem.m, problem.n, problem.k)
-        return problem.check(y)
+        kernel(*w_ptr, x_ptr, y_ptr, problem.m, problem.n, problem.k)
+        return problem.check(y, INT8_ACTIVATIONS)
 
     @staticmethod
     def _dispatcher(
-        lib: ctypes.CDLL, fn_ptr: int | None, w_ptrs: list[int], x_ptr: int, y_ptr: int, spec: TaskSpec
+        lib: ctypes.CDLL,
+        fn_ptr: int | None,
+        w_ptrs: list[tuple[int, ...]],
+        x_ptr: int,
+        y_ptr: int,
+        spec: TaskSpec,
     ) -> DispatchFn:
         timer = lib.tb_time_dispatch
         m, n, k = spec.m, spec.n, spec.k
 
         def dispatch(buffer_index: int) -> int:
-            return int(timer(fn_ptr, w_ptrs[buffer_index], x_ptr, y_ptr, m, n, k))
+            return int(timer(fn_ptr, *w_ptrs[buffer_index], x_ptr, y_ptr, m, n, k))
 
         return dispatch
+
+
+def _rotation_pools(packed: PackedWeights, copies: int) -> list[np.ndarray | None]:
+    """``copies`` identical copies of each packed array (qs, scales, mins-or-None)."""
+    pools: list[np.ndarray | None] = []
+    for arr in (packed.qs, packed.scales, packed.mins):
+        if arr is None:
+            pools.append(None)
+            continue
+        pool = np.empty((copies, *arr.shape), dtype=arr.dtype)
+        pool[:] = arr
+        pools.append(pool)
+    return pools

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from workers.compilers.base import CompileResult, Compiler
+from workers.compilers.base import Compiler, CompileResult
 from workers.compilers.hipcc import HipccCompiler
 from workers.compilers.nvcc import NvccCompiler
 from workers.compilers.zig_clang import ZigClangCompiler

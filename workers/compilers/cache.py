@@ -16,32 +16,37 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from workers.compilers.base import CompileResult, Compiler
+from workers.compilers.base import Compiler, CompileResult
 
 _INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 
 
-def source_closure(source: Path) -> dict[str, str]:
-    """The source and every quoted include it reaches: {path relative to the source dir: text}."""
-    root = source.parent
+def source_closure(source: Path, include_dirs: tuple[Path, ...] = ()) -> dict[str, str]:
+    """The source and every quoted include it reaches: {include name: text}.
+
+    A quoted include is looked up next to the including file, then in ``include_dirs``
+    (the compiler's -I order).
+    """
     seen: dict[str, str] = {}
-    stack = [source]
+    stack: list[tuple[str, Path]] = [(source.name, source)]
     while stack:
-        path = stack.pop()
-        rel = os.path.relpath(path, root)
-        if rel in seen or not path.is_file():
+        name, path = stack.pop()
+        if name in seen or not path.is_file():
             continue
         text = path.read_text()
-        seen[rel] = text
-        for name in _INCLUDE_RE.findall(text):
-            stack.append((path.parent / name).resolve())
+        seen[name] = text
+        for inc in _INCLUDE_RE.findall(text):
+            for folder in (path.parent, *include_dirs):
+                if (folder / inc).is_file():
+                    stack.append((inc, folder / inc))
+                    break
     return seen
 
 
-def source_hash(source: Path) -> str:
-    """sha256 over the source closure (file names and contents, in sorted order)."""
+def source_hash(source: Path, include_dirs: tuple[Path, ...] = ()) -> str:
+    """sha256 over the source closure (include names and contents, in sorted order)."""
     h = hashlib.sha256()
-    for rel, text in sorted(source_closure(source).items()):
+    for rel, text in sorted(source_closure(source, include_dirs).items()):
         h.update(rel.encode() + b"\0" + text.encode() + b"\0")
     return h.hexdigest()
 

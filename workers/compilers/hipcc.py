@@ -39,7 +39,9 @@ class HipccCompiler:
         if arch not in self.arches:
             return CompileResult(False, f"hipcc driver builds {sorted(self.arches)}, not {arch}", None)
         if not self.available():
-            return CompileResult(False, f"{self.hipcc} not found (apt-get install hipcc rocm-device-libs)", None)
+            return CompileResult(
+                False, f"{self.hipcc} not found (apt-get install hipcc rocm-device-libs)", None
+            )
         argv = [
             self.hipcc, *self.flags(arch), f"-I{source.parent}", *define_flags(defines),
             str(source), "-o", str(out_path),

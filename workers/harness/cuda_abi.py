@@ -118,10 +118,18 @@ class FixtureBinding:
         ]  # fmt: skip
 
 
+SOURCE_ENV = "TUNEBASE_CUDA_DECODE_SOURCE"  # a decode source with the library's ABI (A/B of kernels)
+
+
 def default_binding() -> KernelBinding:
-    """The kernel library's binding when its source exists, else the fixture kernel."""
+    """The kernel library's binding (or ``$TUNEBASE_CUDA_DECODE_SOURCE``), else the fixture kernel."""
+    import os
+
     from workers.harness.cuda_library import LIBRARY_SOURCE, LibraryBinding
 
+    override = os.environ.get(SOURCE_ENV, "")
+    if override:
+        return LibraryBinding(Path(override).resolve())
     if LIBRARY_SOURCE.is_file():
         return LibraryBinding()
     return FixtureBinding()

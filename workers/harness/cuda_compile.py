@@ -42,13 +42,18 @@ def nvrtc_version() -> str:
     return f"nvrtc {major}.{minor}"
 
 
-def read_headers(include_dir: Path) -> dict[str, str]:
-    """Every header beside the source: all of them enter the cache key and NVRTC's virtual includes."""
+LIBRARY_INCLUDE = Path(__file__).resolve().parents[2] / "kernels" / "sources" / "hip"
+
+
+def read_headers(*include_dirs: Path) -> dict[str, str]:
+    """Every header beside the source, then the library's (tb_portability.h): all enter the cache key
+    and NVRTC's virtual includes; the first directory wins on a name clash."""
     headers: dict[str, str] = {}
-    if include_dir.is_dir():
-        for path in sorted(include_dir.iterdir()):
-            if path.suffix in {".h", ".hpp", ".cuh"} and path.is_file():
-                headers[path.name] = path.read_text()
+    for include_dir in include_dirs:
+        if include_dir.is_dir():
+            for path in sorted(include_dir.iterdir()):
+                if path.suffix in {".h", ".hpp", ".cuh"} and path.is_file():
+                    headers.setdefault(path.name, path.read_text())
     return headers
 
 
@@ -78,7 +83,7 @@ def compile_cubin(
         source = source_path.read_text()
     except OSError as exc:
         return CompileResult("", str(source_path), "", toolchain, tuple(options), False, False, str(exc))
-    headers = read_headers(source_path.parent)
+    headers = read_headers(source_path.parent, LIBRARY_INCLUDE)
     source_hash = hashlib.sha256(source.encode()).hexdigest()
     key = cache_key(source, headers, options, name_expressions, toolchain)
     out_dir = artifact_dir / key[:2]

@@ -23,7 +23,7 @@ class CsvFile(BaseModel):
 
 
 class LlaminarCsvImport(BaseModel):
-    """Trainer CSVs (prefill or decode schema, detected from the header); arch overrides the backend column."""
+    """Trainer CSVs (prefill or decode schema, from the header); arch overrides the backend column."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -39,7 +39,13 @@ def import_llaminar_csv(
 ) -> dict[str, Any]:
     if request.arch is not None and request.arch not in ARCHES:
         raise RequestValidationError(
-            [{"loc": ("body", "arch"), "msg": f"unknown arch; known: {', '.join(ARCHES)}", "type": "value_error"}]
+            [
+                {
+                    "loc": ("body", "arch"),
+                    "msg": f"unknown arch; known: {', '.join(ARCHES)}",
+                    "type": "value_error",
+                }
+            ]
         )
     try:
         parsed = parse_files([(f.name, f.content) for f in request.files], request.arch)

@@ -78,6 +78,7 @@ class JsonDialect:
             "metrics": {
                 "coverage": info.metrics.coverage,
                 "exact_hit_rate": info.metrics.exact_hit_rate,
+                "exact_entry_rate": info.metrics.exact_entry_rate,
                 "mean_regret": info.metrics.mean_regret,
                 "p95_regret": info.metrics.p95_regret,
                 "points": info.metrics.points,
@@ -124,7 +125,9 @@ class JsonDialect:
 
     def emitted_keys(self, text: str) -> dict[int, list[int]]:
         doc = json.loads(text)
-        return {int(cb): [int(e["key"]) for e in t["exact"]] for cb, t in doc["codebooks"].items() if t["exact"]}
+        return {
+            int(cb): [int(e["key"]) for e in t["exact"]] for cb, t in doc["codebooks"].items() if t["exact"]
+        }
 
     def emitted_codebooks(self, text: str) -> set[int]:
         return {int(cb) for cb in json.loads(text)["codebooks"]}

@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
-from service.tables.codecs import DecodeCodec
+from service.tables.codecs import DecodeCodec, PhaseCodec
 from service.tables.dialects.base import ReplayAnswers, RuleMap
 from service.tables.dialects.cpp_common import (
     comment,
@@ -64,7 +64,7 @@ class LlaminarRocmDecodeDialect:
     compiled: bool = True
 
     def __init__(self) -> None:
-        self.codec = DecodeCodec()
+        self.codec: PhaseCodec = DecodeCodec()
 
     def parse_variant(self, variant: str) -> tuple[int, ...]:
         return self.codec.parse_variant(variant)

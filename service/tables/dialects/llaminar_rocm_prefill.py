@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
-from service.tables.codecs import PREFILL_M_BUCKETS, PrefillCodec
+from service.tables.codecs import PREFILL_M_BUCKETS, PhaseCodec, PrefillCodec
 from service.tables.dialects.base import ReplayAnswers, RuleMap
 from service.tables.dialects.cpp_common import (
     comment,
@@ -93,7 +93,7 @@ class LlaminarRocmPrefillDialect:
     compiled: bool = True
 
     def __init__(self) -> None:
-        self.codec = PrefillCodec()
+        self.codec: PhaseCodec = PrefillCodec()
 
     def parse_variant(self, variant: str) -> tuple[int, ...]:
         return self.codec.parse_variant(variant)
@@ -156,7 +156,8 @@ class LlaminarRocmPrefillDialect:
         rows = "\n".join(f"    {{{cb}, {m}, {n}, {k}}}," for cb, m, n, k in queries) or "    {0, 0, 0, 0},"
         count = max(len(queries), 1)
         cases = "\n".join(
-            f"        case {cb}: ok = gen::selectROCmNativeVNNIPrefillGenerated<{cb}>(q.m, q.n, q.k, cfg); break;"
+            f"        case {cb}: ok = gen::selectROCmNativeVNNIPrefillGenerated<{cb}>(q.m, q.n, q.k, cfg);"
+            " break;"
             for cb in sorted({q[0] for q in queries})
         )
         return f"""\

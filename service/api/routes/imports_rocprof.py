@@ -1,0 +1,179 @@
+"""`POST /v1/imports/rocprof`, `GET /v1/imports/rocprof/{id}`: hand-made rocprof captures (all or nothing).
+
+The POST takes either multipart/form-data (``files`` repeated, optional ``label``: what `curl -F`
+sends) or a JSON body ``{"files": [{"name", "content"}], "label"}`` (what the CLI sends). A file
+that is unknown or damaged is refused with 422 naming it and its line; nothing is stored then.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import APIRouter, Depends, HTTPException, Path, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import UploadFile
+
+from service.api.deps import MAX_ID, Caller, get_session, require_scope
+from service.api.errors import ERROR_RESPONSES, NOT_FOUND
+from service.imports.rocprof import MAX_FILES, CaptureImportError, capture_summary, parse_files, store_capture
+
+router = APIRouter(prefix="/v1/imports", tags=["imports"], responses={**ERROR_RESPONSES, **NOT_FOUND})
+
+MAX_FILE_BYTES = 64 * 1024 * 1024
+
+
+class CaptureFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=300, examples=["kernel_trace.csv"])
+    content: str = Field(max_length=MAX_FILE_BYTES)
+
+
+class RocprofImport(BaseModel):
+    """rocprofv3 kernel_trace.csv / kernel_stats.csv or rocprof results.csv / results.stats.csv files."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    label: str = Field("", max_length=200, examples=["mi50 decode q4_0, ROCm 5.7"])
+    files: list[CaptureFile] = Field(min_length=1, max_length=MAX_FILES)
+
+
+class KernelSummary(BaseModel):
+    kernel: str
+    calls: int
+    median_ns: float | None = Field(description="null when only a statistics file named the kernel")
+    min_ns: int | None
+    max_ns: int | None
+    total_ns: int
+
+
+class CaptureFileInfo(BaseModel):
+    name: str
+    kind: str = Field(examples=["rocprofv3_kernel_trace"])
+    rows: int
+
+
+class CaptureSummary(BaseModel):
+    id: int
+    label: str
+    created_at: str | None
+    files: list[CaptureFileInfo]
+    dispatches: int
+    kernels: list[KernelSummary]
+
+
+_REQUEST_BODY: dict[str, Any] = {
+    "required": True,
+    "content": {
+        "application/json": {"schema": RocprofImport.model_json_schema()},
+        "multipart/form-data": {
+            "schema": {
+                "type": "object",
+                "required": ["files"],
+                "properties": {
+                    "files": {"type": "array", "items": {"type": "string", "format": "binary"}},
+                    "label": {"type": "string", "maxLength": 200},
+                },
+            }
+        },
+    },
+}
+
+
+def _invalid(loc: tuple[Any, ...], message: str) -> RequestValidationError:
+    return RequestValidationError([{"loc": ("body", *loc), "msg": message, "type": "value_error"}])
+
+
+async def _multipart(request: Request) -> tuple[list[tuple[str, str]], str, str]:
+    """(files, label, field prefix) from a multipart form; bad uploads are 422s naming the part."""
+    try:
+        form = await request.form(max_files=MAX_FILES, max_fields=16, max_part_size=MAX_FILE_BYTES)
+    except (HTTPException, ValueError, AssertionError) as error:
+        raise _invalid(("files",), f"unreadable multipart body: {error}") from None
+    uploads = form.getlist("files")
+    if not uploads:
+        raise _invalid(("files",), "at least one file part named 'files' is required")
+    files: list[tuple[str, str]] = []
+    for index, part in enumerate(uploads):
+        if not isinstance(part, UploadFile):
+            raise _invalid(("files", index), "must be a file part")
+        data = await part.read()
+        if len(data) > MAX_FILE_BYTES:
+            raise _invalid(("files", index), f"larger than {MAX_FILE_BYTES} bytes")
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError as error:
+            message = f"{part.filename}: not UTF-8 text (byte {error.start})"
+            raise _invalid(("files", index), message) from None
+        files.append((part.filename or f"file{index}", text))
+    label = form.get("label") or ""
+    if not isinstance(label, str) or len(label) > 200:
+        raise _invalid(("label",), "must be text of at most 200 characters")
+    return files, label, ""
+
+
+async def _json(request: Request) -> tuple[list[tuple[str, str]], str, str]:
+    try:
+        payload = json.loads(await request.body())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise _invalid((), f"body is not JSON: {error}") from None
+    try:
+        body = RocprofImport.model_validate(payload)
+    except ValidationError as error:
+        problems = error.errors(include_url=False, include_context=False)
+        raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in problems]) from None
+    return [(f.name, f.content) for f in body.files], body.label, "content"
+
+
+@router.post(
+    "/rocprof", status_code=201, response_model=CaptureSummary, openapi_extra={"requestBody": _REQUEST_BODY}
+)
+async def import_rocprof(
+    request: Request,
+    caller: Caller = Depends(require_scope("submit")),
+    session: Session = Depends(get_session),
+) -> dict[str, Any]:
+    """Store a capture's dispatch rows and statistics; answer with the per-kernel summary."""
+    content_type = request.headers.get("content-type", "")
+    if content_type.startswith("multipart/form-data"):
+        files, label, leaf = await _multipart(request)
+    else:
+        files, label, leaf = await _json(request)
+    try:
+        parsed = parse_files(files)
+    except CaptureImportError as error:
+        raise RequestValidationError(
+            [
+                {
+                    "loc": ("body", "files", p.index, *((leaf,) if leaf else ())),
+                    "msg": str(p),
+                    "type": "value_error",
+                }
+                for p in error.problems
+            ]
+        ) from None
+
+    def store() -> dict[str, Any]:
+        capture = store_capture(session, parsed, label, caller.name)
+        session.commit()
+        summary = capture_summary(session, capture.id)
+        assert summary is not None
+        return summary
+
+    return await run_in_threadpool(store)
+
+
+@router.get("/rocprof/{capture_id}", response_model=CaptureSummary)
+def get_rocprof_capture(
+    capture_id: int = Path(ge=1, le=MAX_ID, description="capture id (from POST /v1/imports/rocprof)"),
+    _caller: Caller = Depends(require_scope("read")),
+    session: Session = Depends(get_session),
+) -> dict[str, Any]:
+    summary = capture_summary(session, capture_id)
+    if summary is None:
+        raise HTTPException(404, f"capture {capture_id} not found")
+    return summary
