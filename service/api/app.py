@@ -51,7 +51,8 @@ def create_app(settings: Settings | None = None, start_embedded_worker: bool = T
     app.state.session_factory = session_factory(settings.resolved_database_url)
     install_error_handlers(app)
     metrics.install_metrics(app)
-    routers = (health, metrics, sweeps, winners, tables, results, measurements, devices, profiles, observed, registry)
+    routers = (health, metrics, sweeps, winners, tables, results, measurements, devices, profiles, observed)
+    routers = (*routers, registry)
     for module in routers:
         app.include_router(module.router)
     app.include_router(compare.router)
