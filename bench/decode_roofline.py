@@ -106,6 +106,26 @@ def cublas_fp16(shapes: list[dict[str, Any]], ms: list[int], l2_bytes: int) -> l
     return out
 
 
+def cublas_in_child(shapes: list[dict[str, Any]], ms: list[int], l2_bytes: int) -> list[dict[str, Any]]:
+    """Run ``cublas_fp16`` in a child process with a clean PYTHONPATH.
+
+    Why: on the device machine the project's own pinned wheels sit on PYTHONPATH, and torch fails
+    to import beside some of them; the child needs nothing but torch.
+    """
+    import os
+    import subprocess
+
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    payload = json.dumps({"shapes": shapes, "ms": ms, "l2": l2_bytes})
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--cublas-child", payload],
+        capture_output=True, text=True, timeout=300, env=env, check=False,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        return [{"error": proc.stderr[-2000:]}]
+    return list(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
 def run_sweep(home: Path, formats: list[str], ms: list[int], dispatches: int, warmup: int) -> dict[str, Any]:
     """The service path: migrate SQLite, submit the sweep, run its tasks with the embedded worker loop."""
     from service.config import Settings
@@ -211,7 +231,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-cublas", action="store_true")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--source", type=Path, help="decode source with the library ABI (default: the library's)")
+    parser.add_argument("--cublas-child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.cublas_child:
+        job = json.loads(args.cublas_child)
+        print(json.dumps(cublas_fp16(job["shapes"], job["ms"], job["l2"])))
+        return 0
     if args.source:
         import os
 
@@ -224,15 +249,18 @@ def main(argv: list[str] | None = None) -> int:
     started = dt.datetime.now(dt.UTC)
     with tempfile.TemporaryDirectory(prefix="tunebase-bench-") as tmp:
         sweep = run_sweep(Path(tmp), formats, ms, args.dispatches, args.warmup)
+    if args.out:  # keep the sweep even if a later stage fails
+        args.out.with_suffix(".sweep.json").write_text(json.dumps(sweep, indent=1, default=str))
     from workers.harness import cuda_driver as cd
 
     ctx = cd.Context.open(0)
     copy = copy_bandwidth()
     l2 = ctx.attribute("CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE")
     shapes = _qwen36_shapes()
-    cublas = [] if args.no_cublas else cublas_fp16(shapes, ms, l2)
+    cublas = [] if args.no_cublas else cublas_in_child(shapes, ms, l2)
     for row in cublas:
-        row["fraction_of_copy"] = row["bandwidth_gbs"] / copy["bandwidth_gbs"]
+        if "bandwidth_gbs" in row:
+            row["fraction_of_copy"] = row["bandwidth_gbs"] / copy["bandwidth_gbs"]
     result = {
         "bench": "decode_roofline",
         "date": started.isoformat(timespec="seconds"),

@@ -206,7 +206,7 @@ def dataset(session: Any, arch: str, phase: str, dialect: str) -> dict[str, Any]
     collapsed = collapse_aliases(alias_points(session, arch, phase))
     points = [
         MeasuredPoint(c.choice.codebook, c.choice.m, c.choice.n, c.choice.k, c.choice.shape, c.choice.variant,
-                      c.times.times_us)
+                      c.times.times_us, c.times.ties)
         for c in collapsed if c.times is not None
     ]  # fmt: skip
     table = build_table(session, arch, phase, dialect)

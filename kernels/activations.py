@@ -36,7 +36,7 @@ def quantize_activations(x: np.ndarray) -> QuantizedActivations:
     inv = np.where(amax > 0, np.float32(127) / safe, np.float32(0)).astype(np.float32)
     xq = np.rint(xb * inv[:, :, None]).astype(np.int8)
     xs = (amax / np.float32(127)).astype(np.float32)
-    return QuantizedActivations(xq.reshape(m, k), xs, xq.astype(np.int32).sum(axis=2))
+    return QuantizedActivations(xq.reshape(m, k), xs, xq.astype(np.int32).sum(axis=2, dtype=np.int32))
 
 
 def int8_gemm(p: PackedWeights, qa: QuantizedActivations) -> np.ndarray:

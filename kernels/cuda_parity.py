@@ -30,7 +30,14 @@ class ParityRow:
 
 
 def prepare(
-    out: Path, format_name: str, n: int, k: int, m: int, variants: list[Variant], sms: int = 132, seed: int = 0
+    out: Path,
+    format_name: str,
+    n: int,
+    k: int,
+    m: int,
+    variants: list[Variant],
+    sms: int = 132,
+    seed: int = 0,
 ) -> Problem:
     """Write one problem and its launch list for ``variants`` (decode or prefill) into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
@@ -70,6 +77,6 @@ def check(out: Path, problem: Problem, variants: list[Variant]) -> list[ParityRo
             else np.full((problem.m, problem.n), np.nan, dtype=np.float32)
         )
         parity = score(problem.expected, y, INT8_ACTIVATIONS)
-        model_rel = float(np.linalg.norm(y - model) / max(np.linalg.norm(model), 1e-30))
+        model_rel = float(np.linalg.norm(y - model)) / max(float(np.linalg.norm(model)), 1e-30)
         rows.append(ParityRow(symbol(v), parity.rel_l2, parity.passed, model_rel))
     return rows

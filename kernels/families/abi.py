@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from kernels.families.base import Variant
 
@@ -75,7 +76,7 @@ class Launch:
     counters: int = 0  # decode KB > 1: uint32 count (== grid.x), zeroed once
     scalars: dict[str, int] = field(default_factory=dict, compare=False)  # int args by name
 
-    def __iter__(self) -> Iterator[object]:
+    def __iter__(self) -> Iterator[Any]:
         return iter((self.grid, self.block, self.shared_bytes))
 
 

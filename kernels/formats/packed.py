@@ -63,9 +63,12 @@ class PackedWeights:
 
     def rows(self, sel: np.ndarray | slice) -> PackedWeights:
         """A row subset (copy), e.g. for chunked references."""
-        mins = None if self.mins is None else np.ascontiguousarray(self.mins[sel])
+        mins = None if self.mins is None else np.array(self.mins[sel], order="C", copy=True)
         return PackedWeights(
-            np.ascontiguousarray(self.qs[sel]), np.ascontiguousarray(self.scales[sel]), mins, self.group
+            np.array(self.qs[sel], order="C", copy=True),
+            np.array(self.scales[sel], order="C", copy=True),
+            mins,
+            self.group,
         )
 
 

@@ -52,10 +52,10 @@ def create_app(settings: Settings | None = None, start_embedded_worker: bool = T
     install_error_handlers(app)
     metrics.install_metrics(app)
     routers = (health, metrics, sweeps, winners, tables, results, measurements, devices, profiles, observed)
-    routers = (*routers, registry)
     for module in routers:
         app.include_router(module.router)
     app.include_router(compare.router)
+    app.include_router(registry.router)
     app.include_router(imports_llaminar.router)
     app.include_router(imports_rocprof.router)
     app.include_router(dashboard.router)

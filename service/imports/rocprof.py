@@ -77,6 +77,15 @@ def _check_ranges(parsed: ParsedCapture, text: str) -> None:
                 raise ProfileFormatError(f"value {value} out of range", lines[position], parsed.source)
 
 
+def _encodable(text: str) -> bool:
+    """JSON may carry lone surrogates; no database column can hold them."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def parse_files(files: Sequence[tuple[str, str]]) -> list[ParsedCapture]:
     """Parse every (name, text); raises CaptureImportError naming each bad file and line."""
     if not files:
@@ -86,6 +95,12 @@ def parse_files(files: Sequence[tuple[str, str]]) -> list[ParsedCapture]:
     parsed: list[ParsedCapture] = []
     problems: list[FileProblem] = []
     for index, (name, text) in enumerate(files):
+        bad = next((what for what, value in (("name", name), ("text", text)) if not _encodable(value)), None)
+        if bad is not None:
+            problems.append(
+                FileProblem(index, name.encode("utf-8", "replace").decode(), 0, f"{bad} is not valid Unicode")
+            )
+            continue
         try:
             capture = parse_capture(text, name)
             _check_ranges(capture, text)

@@ -6,6 +6,12 @@ alias-relative performance: for each candidate variant, its slowdown relative to
 each alias's own best variant is computed, and the variant whose worst slowdown
 is smallest wins. A variant that fails parity (is absent) for any alias with
 times is only considered when no variant passes for all of them.
+
+Variants statistically tied with an alias's winner (its tie group, DESIGN §5)
+count as equal to that alias's best when choosing: the tie stays broken the way
+winner selection broke it (toward the incumbent, then the simpler variant), so
+tables do not churn on noise. The times handed on keep the measured ratios (so
+reported regret is the measured one) and name the tied variants separately.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ class AliasPoint:
     winner: str
     winner_median_us: float
     times_us: Mapping[str, float]  # empty when only the winner is known (imported winners)
+    tie_group: tuple[str, ...] = ()  # variants statistically tied with the winner
 
     @property
     def point(self) -> PointKey:
@@ -43,13 +50,20 @@ class CollapsedPoint:
     worst_alias_regret: float | None  # chosen variant's worst slowdown vs an alias's best - 1
 
 
-def worst_relative(group: Sequence[AliasPoint]) -> dict[str, tuple[int, float]]:
-    """Per variant: (aliases lacking it, worst time / alias-best ratio over aliases having it)."""
+def worst_relative(group: Sequence[AliasPoint], ties_equal: bool = True) -> dict[str, tuple[int, float]]:
+    """Per variant: (aliases lacking it, worst time / alias-best ratio over aliases having it).
+
+    With ties_equal, a variant in an alias's tie group counts as ratio 1.0 there.
+    """
     timed = [a for a in group if a.times_us]
     variants = sorted({v for a in timed for v in a.times_us})
     scores: dict[str, tuple[int, float]] = {}
     for v in variants:
-        ratios = [a.times_us[v] / min(a.times_us.values()) for a in timed if v in a.times_us]
+        ratios = [
+            1.0 if ties_equal and v in a.tie_group else a.times_us[v] / min(a.times_us.values())
+            for a in timed
+            if v in a.times_us
+        ]
         scores[v] = (len(timed) - len(ratios), max(ratios))
     return scores
 
@@ -75,9 +89,11 @@ def collapse_point(group: Sequence[AliasPoint]) -> CollapsedPoint:
     choice = TableChoice(
         cb, tuple(sorted(a.format for a in group)), m, n, k, representative.shape, chosen, median
     )
-    complete = {v: s[1] for v, s in scores.items() if s[0] == 0}
-    times = PointTimes(cb, m, n, k, representative.shape, complete) if chosen in complete else None
-    worst = scores[chosen][1] - 1.0 if chosen in scores and scores[chosen][0] == 0 else None
+    measured = worst_relative(group, ties_equal=False)
+    complete = {v: s[1] for v, s in measured.items() if s[0] == 0}
+    ties = frozenset(v for v, s in scores.items() if s[0] == 0 and s[1] == 1.0 and v in complete)
+    times = PointTimes(cb, m, n, k, representative.shape, complete, ties) if chosen in complete else None
+    worst = measured[chosen][1] - 1.0 if chosen in measured and measured[chosen][0] == 0 else None
     return CollapsedPoint(choice, times, worst)
 
 

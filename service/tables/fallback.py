@@ -43,7 +43,9 @@ def aspect_class(n: int, k: int) -> str:
 
 
 def point_regret(point: MeasuredPoint, variant: str) -> float:
-    """Regret of `variant` at a point; 0/1 mismatch when times are unknown."""
+    """Regret used for fitting: 0 for variants tied with the winner, 0/1 mismatch without times."""
+    if variant in point.ties:
+        return 0.0
     if point.times_us is None:
         return 0.0 if variant == point.winner else 1.0
     t = point.times_us.get(variant)

@@ -87,7 +87,8 @@ def measured_points(
                 f"CB={c.codebook} M={c.m} {c.n}x{c.k}: winner {c.variant} "
                 "is not among the point's parity-passing variants"
             )
-        points.append(MeasuredPoint(c.codebook, c.m, c.n, c.k, c.shape, c.variant, times))
+        ties = found.ties if found is not None else frozenset()
+        points.append(MeasuredPoint(c.codebook, c.m, c.n, c.k, c.shape, c.variant, times, ties))
     if times_by_point:
         failures += [
             f"CB={p.codebook} M={p.m} {p.n}x{p.k}: times without a choice" for p in times_by_point.values()

@@ -65,6 +65,7 @@ class PointTimes:
     k: int
     shape: str
     times_us: Mapping[str, float]
+    ties: frozenset[str] = frozenset()  # statistically tied with the best: no regret when fitting
 
     @property
     def point(self) -> PointKey:
@@ -82,6 +83,7 @@ class MeasuredPoint:
     shape: str
     winner: str
     times_us: Mapping[str, float] | None = None
+    ties: frozenset[str] = frozenset()  # fitting counts these as regret 0 (noise-level gaps)
 
     @property
     def point(self) -> PointKey:

@@ -63,7 +63,7 @@ def alias_points(session: Session, arch: str, phase: str) -> list[AliasPoint]:
     return [
         AliasPoint(
             w.format, w.codebook, w.m, w.n, w.k, w.shape, w.variant, w.median_us,
-            times.get((w.format, w.m, w.n, w.k), {}),
+            times.get((w.format, w.m, w.n, w.k), {}), tuple(w.tie_group or ()),
         )
         for w in winners
         if codec.m_key(w.m) == w.m

@@ -165,6 +165,9 @@ def test_bad_file_is_refused_with_its_line_and_nothing_is_stored(client: tuple[T
     binary = http.post("/v1/imports/rocprof", files=[("files", ("x.csv", b"\xff\xfe\x00", "text/csv"))])
     assert binary.status_code == 422 and binary.json()["error"]["fields"][0]["field"] == "files.0"
     assert http.post("/v1/imports/rocprof", json={"files": []}).status_code == 422
+    surrogate = '{"files": [{"name": "a\\udafd.csv", "content": "\\udc0e"}]}'
+    lone = http.post("/v1/imports/rocprof", content=surrogate, headers={"content-type": "application/json"})
+    assert lone.status_code == 422 and lone.json()["error"]["fields"][0]["field"].startswith("files.0.")
     assert (
         http.post(
             "/v1/imports/rocprof", content=b"{", headers={"content-type": "application/json"}

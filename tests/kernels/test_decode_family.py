@@ -57,5 +57,5 @@ def test_both_axes_reported() -> None:
 def test_registry() -> None:
     assert FAMILIES["decode"].name == "decode"
     assert family_for_phase("decode").phase == "decode"
-    with pytest.raises(KeyError, match="known phases: decode"):
-        family_for_phase("prefill")
+    with pytest.raises(KeyError, match="known phases: decode, prefill"):
+        family_for_phase("sideways")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from service.tables import generate_table
 from service.tables.collapse import AliasPoint, collapse_aliases, collapse_point
 
 
@@ -58,3 +59,19 @@ def test_collapse_groups_by_point_and_rejects_bad_groups() -> None:
         collapse_point([alias("Q4_1", {"A": 1.0}), alias("Q4_1", {"A": 2.0})])
     with pytest.raises(ValueError, match="empty"):
         collapse_point([])
+
+
+def test_tie_group_keeps_the_declared_winner_and_reports_measured_regret() -> None:
+    # B is the declared winner (tie broken toward the incumbent); A's median is 0.5% lower
+    # but statistically tied. The choice stays B; the measured ratios are kept, A and B are ties.
+    a, b, c = "KB8/TW8", "KB1/TW4", "KB2/TW4"
+    times = {a: 10.0, b: 10.05, c: 12.0}
+    tied = AliasPoint("Q8_0", 19, 1, 4096, 4096, "S", b, 10.05, times, (a, b))
+    got = collapse_point([tied])
+    assert got.choice.variant == b and got.worst_alias_regret == pytest.approx(0.005)
+    assert got.times is not None and got.times.times_us == pytest.approx({a: 1.0, b: 1.005, c: 1.2})
+    assert got.times.ties == frozenset({a, b})
+    # The fit keeps B for a one-shape group (no chasing noise); the reported regret is the measured 0.5%.
+    table = generate_table([got.choice], [got.times], "gfx906", ["1"])
+    (decision,) = table.decisions
+    assert decision.variant == b and decision.regret == pytest.approx(0.005)

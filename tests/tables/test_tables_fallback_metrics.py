@@ -125,7 +125,10 @@ def test_metrics_hand_worked_example() -> None:
     assert m.exact_entry_rate == 0.0  # nothing answered by an exact entry
     assert m.exact_hit_rate == pytest.approx(2 / 3)  # P1 answered KB8/TW8, not its winner
     assert m.mean_regret == 0.0 and m.p95_regret == 0.0
-    assert "mean regret: 0.00%" in table.text and "exact-entry rate (answered by an overlay entry): 0.00%" in table.text
+    assert (
+        "mean regret: 0.00%" in table.text
+        and "exact-entry rate (answered by an overlay entry): 0.00%" in table.text
+    )
 
     # Make KB4/TW4 win P3 by 25%: a single KB8/TW8 segment now costs 25% at P3 and a split
     # at the 4M/16M midpoint fits training data, but held out it cannot be learned from 1 point.

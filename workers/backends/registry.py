@@ -33,6 +33,10 @@ def create_backend(name: str, artifact_dir: Path) -> Backend:
         from workers.backends.cuda import CudaBackend  # imports without cuda-python; detect() says None
 
         return CudaBackend(artifact_dir=artifact_dir)
+    if name == "rocm":
+        from workers.backends.rocm import RocmBackend  # no HIP import here: the harness is a subprocess
+
+        return RocmBackend(artifact_dir=artifact_dir)
     raise KeyError(f"backend {name!r} is not available in this build")
 
 
@@ -43,4 +47,8 @@ def backend_support(arch: str, phase: str, format_name: str) -> str | None:
         from workers.backends.host import HostBackend
 
         return HostBackend(artifact_dir=Path(".")).supports(arch, phase, format_name)  # no I/O in __init__
+    if name == "rocm":
+        from workers.backends.rocm import RocmBackend
+
+        return RocmBackend(artifact_dir=Path(".")).supports(arch, phase, format_name)  # no I/O in __init__
     return None  # remote workers of other backends decide for themselves

@@ -40,7 +40,10 @@ class KernelRecord:
 
 
 def available() -> bool:
-    return cupti is not None
+    """cupti-python importable and not switched off (TUNEBASE_CUPTI=0, e.g. under ncu, which owns CUPTI)."""
+    import os
+
+    return cupti is not None and os.environ.get("TUNEBASE_CUPTI", "1") != "0"
 
 
 def version() -> str:

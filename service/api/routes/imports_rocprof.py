@@ -144,6 +144,10 @@ async def import_rocprof(
     else:
         files, label, leaf = await _json(request)
     try:
+        label.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _invalid(("label",), "not valid Unicode") from None
+    try:
         parsed = parse_files(files)
     except CaptureImportError as error:
         raise RequestValidationError(

@@ -1,0 +1,73 @@
+"""GET /v1/formats and /v1/families serve the registry (read scope; anonymous only when configured)."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.api.app import create_app
+from service.auth import create_token
+from service.config import Settings
+from service.db.migrate import upgrade
+from service.db.session import session_scope
+
+
+@pytest.fixture(scope="module")
+def settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    home = tmp_path_factory.mktemp("registry")
+    s = Settings(home=home, database_url=f"sqlite:///{home / 'r.sqlite3'}")
+    upgrade(s.resolved_database_url)
+    return s
+
+
+def client(settings: Settings, token: str | None = None) -> TestClient:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return TestClient(create_app(settings, start_embedded_worker=False), headers=headers)
+
+
+@pytest.fixture(scope="module")
+def read_token(settings: Settings) -> str:
+    with session_scope(settings.resolved_database_url) as session:
+        return create_token(session, "registry-read", ["read"])
+
+
+def test_formats(settings: Settings, read_token: str) -> None:
+    body = client(settings, read_token).get("/v1/formats", params={"limit": 100}).json()
+    assert body["total"] == 19 == len(body["items"])
+    by_name = {item["name"]: item for item in body["items"]}
+    q4k = by_name["Q4_K"]
+    assert (q4k["codebook"], q4k["codebook_name"], q4k["block_weights"], q4k["block_bytes"]) == (
+        5,
+        "Q4_1/Q4_K",
+        256,
+        144,
+    )
+    assert q4k["first_wave"] and q4k["kernel_kind"] == "asym" and q4k["packing_exact"] is False
+    assert by_name["Q6_K"]["scale_group"] == 16 and by_name["Q8_0"]["packing_exact"] is True
+    assert by_name["IQ2_XXS"]["kernel_kind"] is None and not by_name["IQ2_XXS"]["first_wave"]
+    assert by_name["Q4_0"]["bits_per_weight"] == 4.5
+    page = client(settings, read_token).get("/v1/formats", params={"limit": 2, "offset": 1}).json()
+    assert [i["name"] for i in page["items"]] == [i["name"] for i in body["items"][1:3]]
+
+
+def test_families(settings: Settings, read_token: str) -> None:
+    body = client(settings, read_token).get("/v1/families").json()
+    fams = {f["name"]: f for f in body["items"]}
+    assert set(fams) == {"decode", "prefill"} and body["total"] == 2
+    decode = fams["decode"]["backends"]
+    assert decode["rocm"]["axes"] == {"kb": [1, 2, 4, 8, 16], "tw": [4, 8, 12, 24]}
+    assert decode["rocm"]["count"] == 20 and decode["host"]["count"] == 8
+    assert decode["host"]["variants"][0] == {"name": "KB1/TW4", "params": {"kb": 1, "tw": 4}, "order": 0}
+    prefill = fams["prefill"]["backends"]
+    assert prefill["cuda"]["count"] == 40 and prefill["host"]["count"] == 8
+    assert any("N128/MT64 is invalid" in c for c in prefill["rocm"]["constraints"])
+    assert not any("N128/MT64" in c for c in prefill["host"]["constraints"])
+    assert fams["prefill"]["phase"] == "prefill"
+
+
+def test_read_scope_required(settings: Settings) -> None:
+    assert client(settings).get("/v1/formats").status_code == 401
+    assert client(settings).get("/v1/families").status_code == 401
+    assert client(settings, "tb_not_a_token").get("/v1/families").status_code == 401
+    open_settings = settings.model_copy(update={"anonymous_read": True})
+    assert client(open_settings).get("/v1/families").status_code == 200

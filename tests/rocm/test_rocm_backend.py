@@ -1,0 +1,184 @@
+"""ROCm backend with real hipcc (gfx906) compiles, and the harness run as a real subprocess.
+
+Only the HIP runtime is replaced: tests/rocm/fake_hip is put first on the harness's PYTHONPATH so
+`from hip import hip` finds the fake (no AMD GPU can exist here). Everything else is real: the
+compile cache, code objects, ISA analysis, the harness process, the watchdog, the JSON protocol.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+
+from kernels.families import abi
+from kernels.families.decode import DecodeFamily
+from workers.backends.base import TaskSpec
+from workers.backends.registry import backend_support, create_backend
+from workers.backends.rocm import RocmBackend
+from workers.compilers import HIP_SOURCES
+from workers.harness.hip_runner import NAN_BITS, launch_for
+from workers.isa.analyze import analyze_file
+
+REPO = Path(__file__).resolve().parents[2]
+FAKE_HIP = Path(__file__).resolve().parent / "fake_hip"
+VARIANTS = ("KB1/TW4", "KB8/TW8")
+
+pytestmark = pytest.mark.skipif(shutil.which("hipcc") is None, reason="Debian hipcc not installed")
+
+
+@pytest.fixture(scope="module")
+def rocm_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("rocm-artifacts")
+
+
+def fake_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(FAKE_HIP), str(REPO)]),
+        "FAKE_HIP_LOG": str(tmp_path / "fake_hip.jsonl"),
+        **extra,
+    }
+
+
+def spec(**overrides: object) -> TaskSpec:
+    base: dict[str, object] = dict(
+        arch="gfx906", phase="decode", format="Q4_0", shape="T", n=256, k=512, m=2,
+        variants=VARIANTS, min_dispatches=5, max_dispatches=5, warmup=2,
+    )  # fmt: skip
+    base.update(overrides)
+    return TaskSpec(**base)  # type: ignore[arg-type]
+
+
+def test_compile_is_cached_and_carries_isa_resources(rocm_cache: Path) -> None:
+    first = RocmBackend(rocm_cache).build("gfx906", "decode", "Q4_0", list(VARIANTS))
+    assert first.artifact.ok and first.artifact.compiled
+    assert "hipcc" in first.artifact.toolchain and "--offload-arch=gfx906" in first.artifact.flags
+    for name in VARIANTS:
+        build = first.variants[name]
+        assert build.error is None and build.path is not None
+        assert build.symbol == abi.symbol(DecodeFamily().parse(name, "rocm"))
+        report = {r["name"]: r for r in analyze_file(build.path)}[build.symbol]
+        stored = first.artifact.resources[build.symbol]
+        for key in ("vgpr", "sgpr", "lds_bytes", "scratch_bytes", "waves_per_simd", "limiter"):
+            assert stored[key] == report[key]
+        assert stored["arch"] == "gfx906" and isinstance(stored["vgpr"], int) and stored["vgpr"] > 0
+    again = RocmBackend(rocm_cache).build("gfx906", "decode", "Q4_0", list(VARIANTS))
+    assert not again.artifact.compiled and again.artifact.cache_key == first.artifact.cache_key
+    assert again.artifact.resources == json.loads(json.dumps(first.artifact.resources))
+
+
+def test_compile_error_stays_with_its_variant(tmp_path: Path) -> None:
+    sources = tmp_path / "hip"
+    shutil.copytree(HIP_SOURCES, sources)
+    decode = sources / "decode.hip"
+    text = decode.read_text()
+    anchor = "__device__ TB_FORCEINLINE void tb_decode_body(TB_DECODE_PARAMS) {\n"
+    assert anchor in text
+    decode.write_text(
+        text.replace(anchor, anchor + '    static_assert(KB != 16, "KB16 broken on purpose");\n')
+    )
+    built = RocmBackend(tmp_path / "cache", sources_dir=sources).build(
+        "gfx906", "decode", "Q4_0", ["KB16/TW4", "KB8/TW8"]
+    )
+    assert not built.artifact.ok
+    broken, fine = built.variants["KB16/TW4"], built.variants["KB8/TW8"]
+    assert broken.path is None and broken.error is not None and "KB16 broken on purpose" in broken.error
+    assert fine.error is None and fine.path is not None
+    assert set(built.artifact.resources) == {"tb_decode_kb8_tw8"}
+
+
+def test_registry_knows_rocm(tmp_path: Path) -> None:
+    assert isinstance(create_backend("rocm", tmp_path), RocmBackend)
+    assert backend_support("gfx906", "decode", "Q4_0") is None
+    assert backend_support("gfx950", "prefill", "Q8_0") is None
+    assert "no Q2_K kernel" in str(backend_support("gfx906", "decode", "Q2_K"))
+
+
+def _fake_log(tmp_path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in (tmp_path / "fake_hip.jsonl").read_text().splitlines()]
+
+
+def test_harness_times_interleaved_with_parity(rocm_cache: Path, tmp_path: Path) -> None:
+    backend = RocmBackend(rocm_cache, env=fake_env(tmp_path), profiler=None)
+    device = backend.detect()
+    assert device is not None and (device.arch, device.compute_units) == ("gfx906", 60)
+    result = backend.run_task(spec())
+    by_name = {r.variant: r for r in result.results}
+    for name in VARIANTS:
+        r = by_name[name]
+        assert r.error is None, r.error
+        assert r.parity is not None and r.parity.passed and r.parity.cosine > 0.9999
+        assert len(r.dispatches) == 5
+        assert all(d.event_ns == d.device_ns and d.wall_ns > 0 for d in r.dispatches)  # no profiler here
+    seqs = sorted((d.seq, r.variant) for r in result.results for d in r.dispatches)
+    assert [s for s, _ in seqs] == list(range(10))
+    assert {v for _, v in seqs[:2]} == set(VARIANTS)  # round-robin, not one variant after the other
+    # Q4_0 256x512: 131072 + 8192 scale bytes per copy; > 2 x 4 MiB L2 needs 61 copies
+    assert result.weight_copies == 61
+    buffers = [d.buffer_index for r in result.results for d in r.dispatches]
+    assert len(set(buffers)) == len(buffers)
+
+    log = _fake_log(tmp_path)
+    launches = [e for e in log if e["call"] == "launch"]
+    assert len(launches) == 2 * (1 + 2 + 5)  # parity + warm-up + timed, per variant
+    # every parity launch follows a NaN fill of the whole output
+    for i, entry in enumerate(log):
+        if entry["call"] == "launch" and i < 6 and log[i - 1]["call"] == "hipMemsetD32":
+            assert log[i - 1]["value"] == NAN_BITS and log[i - 1]["count"] == 2 * 256
+    assert sum(1 for e in log if e["call"] == "hipMemsetD32" and e["value"] == NAN_BITS) == 2
+    for entry in launches:
+        variant = DecodeFamily().parse(
+            "KB8/TW8" if entry["symbol"] == "tb_decode_kb8_tw8" else "KB1/TW4", "rocm"
+        )
+        launch = launch_for("decode", variant, 256, 512, 2, 60)
+        assert entry["grid"] == list(launch.grid) and entry["block"] == [256, 1, 1]
+        args = entry["args"]
+        assert isinstance(args, dict)
+        assert (args["m"], args["n"], args["k"], args["rows_per_wave"]) == (2, 256, 512, launch.rows_per_wave)
+        assert (args["workspace"] != 0) == (variant.params["kb"] > 1) and args["mins"] == 0
+        raw = bytes.fromhex(str(entry["raw"]))
+        assert len(raw) == 72 and struct.unpack_from("<4i", raw, 56) == (2, 256, 512, launch.rows_per_wave)
+
+
+def test_nan_fill_catches_a_partial_kernel(rocm_cache: Path, tmp_path: Path) -> None:
+    env = fake_env(tmp_path, FAKE_HIP_PARTIAL="tb_decode_kb8_tw8")
+    result = RocmBackend(rocm_cache, env=env, profiler=None).run_task(spec())
+    by_name = {r.variant: r for r in result.results}
+    bad = by_name["KB8/TW8"].parity
+    assert bad is not None and not bad.passed
+    good = by_name["KB1/TW4"].parity
+    assert good is not None and good.passed
+
+
+def test_crash_marks_only_its_variant(rocm_cache: Path, tmp_path: Path) -> None:
+    env = fake_env(tmp_path, FAKE_HIP_CRASH="tb_decode_kb8_tw8")
+    result = RocmBackend(rocm_cache, env=env, profiler=None).run_task(spec())
+    by_name = {r.variant: r for r in result.results}
+    crashed = by_name["KB8/TW8"]
+    assert crashed.error is not None and "crashed (exit status 139) during parity of KB8/TW8" in crashed.error
+    assert crashed.dispatches == []
+    survivor = by_name["KB1/TW4"]
+    assert survivor.error is None and len(survivor.dispatches) == 5
+
+
+def test_hang_is_killed_by_the_watchdog(rocm_cache: Path, tmp_path: Path) -> None:
+    env = fake_env(tmp_path, FAKE_HIP_HANG="tb_decode_kb1_tw4")
+    backend = RocmBackend(rocm_cache, env=env, profiler=None, watchdog_s=20)
+    result = backend.run_task(spec())
+    by_name = {r.variant: r for r in result.results}
+    hung = by_name["KB1/TW4"]
+    assert hung.error is not None and "hung (killed after 20 s) during parity of KB1/TW4" in hung.error
+    assert by_name["KB8/TW8"].error is None and len(by_name["KB8/TW8"].dispatches) == 5
+
+
+def test_no_device_means_the_task_fails(rocm_cache: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}  # no hip package at all: no ROCm runtime here
+    backend = RocmBackend(rocm_cache, env=env, profiler=None)
+    assert backend.detect() is None
+    with pytest.raises(RuntimeError, match="no ROCm device"):
+        backend.run_task(spec())

@@ -1,0 +1,121 @@
+"""ROCm pieces that need no GPU and no compiler: argument packing, geometry, profiler argv, mapping."""
+
+from __future__ import annotations
+
+import csv
+import struct
+from pathlib import Path
+
+import pytest
+
+from kernels.families import abi
+from kernels.families.decode import DecodeFamily
+from kernels.families.prefill import PrefillFamily
+from workers.backends.rocm import Profiler, harness_argv, profiled_argv, times_from_capture
+from workers.harness.hip_runner import arg_values, launch_for, llc_bytes, pack_kernel_args, weight_copies
+from workers.profilers.rocprof_detect import parse_capture
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "rocprof"
+
+
+def test_decode_argument_buffer_layout() -> None:
+    variant = DecodeFamily().parse("KB8/TW8", "rocm")
+    launch = launch_for("decode", variant, 17408, 5120, 2, 60)
+    names = ("qs", "scales", "mins", "x", "y", "workspace", "counters")
+    pointers = {name: 0x7F00_0000_1000 * (i + 1) if name != "mins" else 0 for i, name in enumerate(names)}
+    raw = pack_kernel_args(abi.DECODE_ARGS, arg_values("decode", launch, pointers))
+    # 7 pointers at offsets 0..48, then m, n, k, rows_per_wave as int32 at 56..68: 72 bytes
+    assert len(raw) == 72
+    assert struct.unpack_from("<7Q", raw, 0) == tuple(pointers[name] for name in names)
+    # rows_per_wave by hand: 8 waves/CU * 60 CUs / KB 8 = 60 waves per slice; ceil(17408 / 60) = 291
+    assert struct.unpack_from("<4i", raw, 56) == (2, 17408, 5120, 291)
+
+
+def test_prefill_argument_buffer_layout_pads_to_eight() -> None:
+    variant = PrefillFamily().parse("N128/MT32/MB1/U4", "rocm")
+    launch = launch_for("prefill", variant, 5120, 17408, 512, 304)
+    raw = pack_kernel_args(
+        abi.PREFILL_ARGS, arg_values("prefill", launch, {"qs": 8, "scales": 16, "x": 24, "y": 32})
+    )
+    # 5 pointers (40 bytes) + m, n, k (12 bytes) = 52, padded to 56; a NULL mins pointer
+    assert len(raw) == 56
+    assert struct.unpack("<5Q3i4x", raw) == (8, 16, 0, 24, 32, 512, 5120, 17408)
+
+
+def test_launch_geometry_from_abi() -> None:
+    decode = launch_for("decode", DecodeFamily().parse("KB8/TW8", "rocm"), 17408, 5120, 1, 60)
+    # 256 threads = 4 waves of 64; grid.x = ceil(17408 / (291 * 4)) = 15; grid.y = KB
+    assert (decode.grid, decode.block, decode.shared_bytes) == ((15, 8, 1), (256, 1, 1), 0)
+    assert decode.workspace_bytes == 4 * 8 * 1 * 17408 and decode.counters == 15
+    single = launch_for("decode", DecodeFamily().parse("KB1/TW4", "rocm"), 1024, 5120, 4, 60)
+    # 4 * 60 = 240 waves; ceil(1024 / 240) = 5 rows a wave; ceil(1024 / 20) = 52 workgroups
+    assert single.grid == (52, 1, 1) and single.workspace_bytes == 0 and single.counters == 0
+    prefill = launch_for("prefill", PrefillFamily().parse("N128/MT32/MB1/U4", "rocm"), 5120, 17408, 600, 304)
+    assert prefill.grid == (40, 19, 1) and prefill.block == (256, 1, 1)
+
+
+def test_rotation_exceeds_the_last_level_cache() -> None:
+    assert llc_bytes("gfx906", 4 << 20) == 4 << 20
+    assert llc_bytes("gfx942", 4 << 20) == 256 << 20  # Infinity Cache, not in hipDeviceProp_t
+    copy = 17408 * 5120 * 9 // 8  # ~100 MB of Q8-like weights
+    assert weight_copies(copy, 4 << 20, False) == 1 and weight_copies(copy, 256 << 20, False) == 6
+    assert weight_copies(1 << 20, 4 << 20, False) == 9  # 9 MiB > 2 x 4 MiB
+    assert weight_copies(1 << 20, 4 << 20, True) == 1
+
+
+def test_profiler_command_lines() -> None:
+    inner = harness_argv("/usr/bin/python3", Path("/w/task.json"))
+    assert inner == ["/usr/bin/python3", "-m", "workers.harness.hip_runner", "/w/task.json"]
+    v3 = profiled_argv(Profiler("rocprofv3", "/opt/rocm/bin/rocprofv3"), Path("/w/profile"), inner)
+    assert v3 == [
+        "/opt/rocm/bin/rocprofv3", "--kernel-trace", "--output-format", "csv", "-d", "/w/profile", "--",
+        "/usr/bin/python3", "-m", "workers.harness.hip_runner", "/w/task.json",
+    ]  # fmt: skip
+    v1 = profiled_argv(Profiler("rocprof", "/opt/rocm/bin/rocprof"), Path("/w/profile"), inner)
+    assert v1 == [
+        "/opt/rocm/bin/rocprof", "--stats", "--timestamp", "on", "-o", "/w/profile/results.csv",
+        "/usr/bin/python3", "-m", "workers.harness.hip_runner", "/w/task.json",
+    ]  # fmt: skip
+    assert profiled_argv(None, Path("/w/profile"), inner) == inner
+
+
+def _launch_log(pairs: int) -> list[dict[str, str]]:
+    """Parity launch of each variant, then interleaved timed launches (what hip_runner logs)."""
+    log = []
+    for i in range(pairs):
+        stage = "parity" if i == 0 else "timed"
+        log.append({"variant": "KB8/TW8", "symbol": "tb_decode_q4_0_kb8_tw8", "stage": stage})
+        log.append({"variant": "KB1/TW4", "symbol": "tb_decode_q4_0_kb1_tw4", "stage": stage})
+    return log
+
+
+@pytest.mark.parametrize(
+    ("name", "start", "end"),
+    [
+        ("v3_rocm63_kernel_trace.csv", "Start_Timestamp", "End_Timestamp"),
+        ("v3_rocm62_kernel_trace.csv", "Start_Timestamp", "End_Timestamp"),
+        ("v1_rocm5_results.csv", "BeginNs", "EndNs"),
+        ("v1_rocm4_results.csv", "BeginNs", "EndNs"),
+    ],
+)
+def test_fixture_capture_maps_back_to_variants(name: str, start: str, end: str) -> None:
+    text = (FIXTURES / name).read_text()
+    with (FIXTURES / name).open(newline="") as handle:
+        raw = [
+            r
+            for r in csv.DictReader(handle)
+            if "fillBuffer" not in (r.get("Kernel_Name") or r.get("KernelName", ""))
+        ]
+    rows = parse_capture(text, name).dispatches
+    times = times_from_capture(rows, _launch_log(len(raw) // 2))
+    assert isinstance(times, dict)
+    kernel_col = "Kernel_Name" if "Kernel_Name" in raw[0] else "KernelName"
+    for variant, tag in (("KB8/TW8", "kb8_tw8"), ("KB1/TW4", "kb1_tw4")):
+        durations = [int(r[end]) - int(r[start]) for r in raw if tag in r[kernel_col]]
+        assert times[variant] == durations[1:]  # the parity launch is not a timing
+
+
+def test_capture_that_misses_a_dispatch_is_refused() -> None:
+    rows = parse_capture((FIXTURES / "v3_rocm60_kernel_trace.csv").read_text(), "t.csv").dispatches
+    result = times_from_capture(rows, _launch_log(len(rows) // 2 + 1))
+    assert isinstance(result, str) and "harness launched" in result

@@ -1,0 +1,535 @@
+"""The ROCm backend (gfx906, gfx90a, gfx942, gfx950): compile, ISA resources, profiled timing harness.
+
+Compile: hipcc (gfx906/gfx90a) or ziglang's clang 22 (gfx942/gfx950) through the content-addressed
+cache of workers/compilers (a second run compiles nothing); hiprtc through hip-python when neither
+is installed but a ROCm runtime is. One unit per (family, format kind, arch) holds every variant;
+when it fails to build, each variant is built alone so a compile error stays with its variant.
+
+Timing: one harness subprocess per task (workers/harness/hip_runner.py) under rocprofv3
+(``--kernel-trace --output-format csv``) or legacy rocprof (``--stats --timestamp on``), whichever
+exists, with a watchdog. A crash or hang kills only the harness: the variant it was working on is
+marked failed and the harness runs again without it. Profiler rows are mapped back to variants by
+symbol and order (workers/profilers/rocprof_mapping.py); profiler time is Dispatch.device_ns, the
+hipEvent time and host wall time are kept beside it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kernels.families import abi, family_for_phase
+from kernels.formats.packing import PACKABLE, format_kind
+from workers.backends.base import (
+    ArtifactInfo,
+    DeviceInfo,
+    Dispatch,
+    Parity,
+    ProgressCallback,
+    TaskResult,
+    TaskSpec,
+    VariantResult,
+)
+from workers.compilers import HIP_SOURCES, compiler_for_arch
+from workers.compilers.base import Compiler
+from workers.compilers.cache import CompileCache
+from workers.compilers.codeobject import kernel_symbols
+from workers.profilers.rocprof_detect import parse_capture
+from workers.profilers.rocprof_mapping import map_dispatches
+
+ARCHES: tuple[str, ...] = ("gfx906", "gfx90a", "gfx942", "gfx950")
+PHASES: tuple[str, ...] = ("decode", "prefill")
+RUNNER_MODULE = "workers.harness.hip_runner"
+PROBE_TIMEOUT_S = 60
+DEFAULT_WATCHDOG_S = 900
+MAX_LOG_CHARS = 64_000
+SUBSET_DEFINE = {"decode": "TB_DECODE_VARIANTS", "prefill": "TB_PREFILL_VARIANTS"}
+
+
+# -- profilers ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Profiler:
+    kind: str  # "rocprofv3" | "rocprof"
+    path: str
+
+
+def find_profiler() -> Profiler | None:
+    """rocprofv3 (ROCm >= 6.2) when present, else legacy rocprof (older ROCm, e.g. on MI50), else None."""
+    for kind in ("rocprofv3", "rocprof"):
+        path = shutil.which(kind)
+        if path:
+            return Profiler(kind, path)
+    return None
+
+
+def harness_argv(python: str, task_path: Path) -> list[str]:
+    return [python, "-m", RUNNER_MODULE, str(task_path)]
+
+
+def profiled_argv(profiler: Profiler | None, out_dir: Path, inner: list[str]) -> list[str]:
+    """The exact command line that runs the harness under the profiler."""
+    if profiler is None:
+        return list(inner)
+    if profiler.kind == "rocprofv3":
+        return [profiler.path, "--kernel-trace", "--output-format", "csv", "-d", str(out_dir), "--", *inner]
+    if profiler.kind == "rocprof":
+        return [profiler.path, "--stats", "--timestamp", "on", "-o", str(out_dir / "results.csv"), *inner]
+    raise ValueError(f"unknown profiler kind {profiler.kind!r}")
+
+
+def capture_files(profiler: Profiler, out_dir: Path) -> list[Path]:
+    """The per-dispatch file(s) the profiler wrote (rocprofv3 nests them under host/pid folders)."""
+    if profiler.kind == "rocprofv3":
+        return sorted(out_dir.rglob("*kernel_trace.csv"))
+    path = out_dir / "results.csv"
+    return [path] if path.is_file() else []
+
+
+# -- compile --------------------------------------------------------------------------------------
+
+
+class HiprtcCompiler:
+    """hiprtc through hip-python (``from hip import hiprtc``): for ROCm hosts without a static toolchain."""
+
+    name = "hiprtc"
+    arches: frozenset[str] = frozenset(ARCHES)
+
+    def available(self) -> bool:
+        try:
+            from hip import hiprtc  # noqa: F401
+        except ImportError:
+            return False
+        return True
+
+    def identity(self) -> str:
+        from hip import hiprtc
+
+        _err, major, minor = hiprtc.hiprtcVersion()
+        return f"hiprtc {major}.{minor}"
+
+    def flags(self, arch: str) -> tuple[str, ...]:
+        return (f"--offload-arch={arch}", "-O3", "-std=c++17")
+
+    def compile(self, source: Path, arch: str, defines: dict[str, str], out_path: Path) -> Any:
+        from hip import hiprtc
+
+        from workers.compilers.base import CompileResult, define_flags
+
+        options = [o.encode() for o in (*self.flags(arch), f"-I{source.parent}", *define_flags(defines))]
+        err, prog = hiprtc.hiprtcCreateProgram(source.read_bytes(), source.name.encode(), 0, [], [])
+        if err != hiprtc.hiprtcResult.HIPRTC_SUCCESS:
+            return CompileResult(False, f"hiprtcCreateProgram: {err}", None)
+        (err,) = hiprtc.hiprtcCompileProgram(prog, len(options), options)
+        _, log_size = hiprtc.hiprtcGetProgramLogSize(prog)
+        log = bytearray(log_size)
+        hiprtc.hiprtcGetProgramLog(prog, log)
+        text = bytes(log).rstrip(b"\0").decode(errors="replace")
+        if err != hiprtc.hiprtcResult.HIPRTC_SUCCESS:
+            return CompileResult(False, text or str(err), None)
+        _, size = hiprtc.hiprtcGetCodeSize(prog)
+        code = bytearray(size)
+        hiprtc.hiprtcGetCode(prog, code)
+        out_path.write_bytes(bytes(code))
+        return CompileResult(True, text, out_path)
+
+
+def choose_compiler(arch: str) -> Compiler:
+    """The static driver of the arch when installed, else hiprtc when hip-python is, else the static one."""
+    static = compiler_for_arch(arch)
+    available = getattr(static, "available", None)
+    if callable(available) and not available():
+        rtc = HiprtcCompiler()
+        if rtc.available():
+            return rtc
+    return static
+
+
+@dataclass
+class VariantBuild:
+    variant: str
+    symbol: str
+    path: str | None
+    error: str | None = None
+
+
+@dataclass
+class BuildResult:
+    artifact: ArtifactInfo
+    variants: dict[str, VariantBuild] = field(default_factory=dict)
+
+
+def subset_define(phase: str, params: dict[str, int]) -> dict[str, str]:
+    """-DTB_*_VARIANTS=... that builds one variant alone."""
+    if phase == "decode":
+        body = f"TB_DECODE_VARIANT({params['kb']},{params['tw']})"
+    else:
+        p = params
+        body = f"TB_PREFILL_VARIANT({p['n_tile']},{p['m_tile']},{p['min_blocks']},{p['unroll']})"
+    return {SUBSET_DEFINE[phase]: body}
+
+
+def isa_resources(path: Path) -> dict[str, dict[str, Any]]:
+    """Per kernel symbol: the `tunebase isa` record, cached beside the code object."""
+    sidecar = path.with_name(path.name + ".isa.json")
+    if sidecar.is_file():
+        cached: dict[str, dict[str, Any]] = json.loads(sidecar.read_text())
+        return cached
+    from workers.isa.analyze import analyze_file
+
+    out: dict[str, dict[str, Any]] = {}
+    for report in analyze_file(path):
+        out[str(report.get("symbol") or report["name"]).removesuffix(".kd")] = report
+    tmp = sidecar.with_name(sidecar.name + f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(out))
+    tmp.replace(sidecar)
+    return out
+
+
+# -- the backend ----------------------------------------------------------------------------------
+
+
+class RocmBackend:
+    """Compiles, launches (in a profiled subprocess) and times HIP kernels on one pinned AMD GPU."""
+
+    name: str = "rocm"
+
+    def __init__(
+        self,
+        artifact_dir: Path,
+        sources_dir: Path = HIP_SOURCES,
+        python: str = sys.executable,
+        env: dict[str, str] | None = None,
+        profiler: Profiler | str | None = "auto",
+        watchdog_s: float = DEFAULT_WATCHDOG_S,
+        ordinal: int = 0,
+    ) -> None:
+        self.artifact_dir = Path(artifact_dir)
+        self.cache = CompileCache(self.artifact_dir / "rocm")
+        self.sources_dir = Path(sources_dir)
+        self.python = python
+        self.env = env
+        self._profiler = profiler
+        self.watchdog_s = watchdog_s
+        self.ordinal = ordinal
+        self._device: DeviceInfo | str | None = "unprobed"
+
+    @property
+    def profiler(self) -> Profiler | None:
+        return find_profiler() if self._profiler == "auto" else self._profiler  # type: ignore[return-value]
+
+    def _env(self) -> dict[str, str]:
+        return dict(self.env if self.env is not None else os.environ)
+
+    # identity
+
+    def detect(self) -> DeviceInfo | None:
+        """Device properties from a probe subprocess (the runtime never initialises in the worker)."""
+        if self._device == "unprobed":
+            self._device = self._probe()
+        return self._device if isinstance(self._device, DeviceInfo) else None
+
+    def _probe(self) -> DeviceInfo | None:
+        argv = [self.python, "-m", RUNNER_MODULE, "--probe", str(self.ordinal)]
+        try:
+            proc = subprocess.run(
+                argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=self._env(), check=False
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if proc.returncode != 0:
+            return None
+        try:
+            props = json.loads(proc.stdout.strip().splitlines()[-1])
+        except (json.JSONDecodeError, IndexError):
+            return None
+        if props.get("arch") not in ARCHES:
+            return None
+        return DeviceInfo(
+            backend="rocm",
+            arch=props["arch"],
+            name=props["name"],
+            compute_units=int(props["compute_units"]),
+            uuid=props["uuid"],
+            driver_version=props["driver_version"],
+            runtime_version=props["runtime_version"],
+        )
+
+    def supports(self, arch: str, phase: str, format_name: str) -> str | None:
+        if arch not in ARCHES:
+            return f"rocm backend runs {', '.join(ARCHES)}, not {arch!r}"
+        if phase not in PHASES:
+            return f"rocm backend has no {phase!r} kernels"
+        if format_name not in PACKABLE:
+            return f"rocm backend has no {format_name} kernel (packable: {', '.join(PACKABLE)})"
+        return None
+
+    # compile
+
+    def build(self, arch: str, phase: str, format_name: str, variants: list[str]) -> BuildResult:
+        """Code objects for the task's variants (cached); compile errors land on their variants only."""
+        family = family_for_phase(phase)
+        parsed = {name: family.parse(name, "rocm") for name in variants}
+        kind = format_kind(format_name)
+        source = self.sources_dir / abi.SOURCES[phase]
+        compiler = choose_compiler(arch)
+        unit = self.cache.get_or_compile(compiler, source, phase, kind.name, arch, dict(kind.defines))
+        builds: dict[str, VariantBuild] = {}
+        logs = [unit.result.log]
+        keys = [unit.key]
+        compiled = unit.compiled
+        if unit.result.ok and unit.result.path is not None:
+            symbols = kernel_symbols(unit.result.path)
+            for name, v in parsed.items():
+                symbol = abi.symbol(v)
+                ok = symbol in symbols
+                builds[name] = VariantBuild(
+                    name,
+                    symbol,
+                    str(unit.result.path) if ok else None,
+                    None if ok else f"{symbol} not in unit",
+                )
+        else:  # build each variant alone, so one broken variant does not take the others down
+            keys = []
+            for name, v in parsed.items():
+                symbol = abi.symbol(v)
+                defines = {**kind.defines, **subset_define(phase, dict(v.params))}
+                one = self.cache.get_or_compile(compiler, source, phase, kind.name, arch, defines)
+                keys.append(one.key)
+                compiled = compiled or one.compiled
+                if one.result.ok and one.result.path is not None:
+                    builds[name] = VariantBuild(name, symbol, str(one.result.path))
+                else:
+                    logs.append(one.result.log)
+                    builds[name] = VariantBuild(
+                        name, symbol, None, "compile failed:\n" + one.result.log[-4000:]
+                    )
+        resources: dict[str, dict[str, object]] = {}
+        for b in builds.values():
+            if b.path is None:
+                continue
+            try:
+                report = isa_resources(Path(b.path)).get(b.symbol)
+            except Exception as exc:  # ISA analysis must never fail a task
+                report = {"error": f"{type(exc).__name__}: {exc}"}
+            resources[b.symbol] = {**(report or {}), "code_object": b.path, "variant": b.variant}
+        key = keys[0] if len(keys) == 1 else hashlib.sha256("\n".join(sorted(keys)).encode()).hexdigest()
+        first = next((b.path for b in builds.values() if b.path), "")
+        artifact = ArtifactInfo(
+            cache_key=key,
+            path=first or "",
+            source_hash=unit.source_hash,
+            toolchain=compiler.identity(),
+            flags=(*compiler.flags(arch), *(f"-D{k}={v}" for k, v in sorted(kind.defines.items()))),
+            compiled=compiled,
+            ok=all(b.error is None for b in builds.values()),
+            log="\n".join(x for x in logs if x)[-MAX_LOG_CHARS:],
+            resources=resources,
+        )
+        return BuildResult(artifact, builds)
+
+    # run
+
+    def run_task(self, spec: TaskSpec, progress: ProgressCallback | None = None) -> TaskResult:
+        reason = self.supports(spec.arch, spec.phase, spec.format)
+        if reason:
+            raise ValueError(reason)
+        device = self.detect()
+        if device is None:
+            raise RuntimeError(
+                "no ROCm device: the HIP probe found no gfx9 GPU (hip-python and a ROCm runtime)"
+            )
+        if device.arch != spec.arch:
+            raise RuntimeError(f"task is for {spec.arch} but this worker's GPU is {device.arch}")
+        built = self.build(spec.arch, spec.phase, spec.format, list(spec.variants))
+        failed: dict[str, str] = {n: b.error for n, b in built.variants.items() if b.error}
+        runnable = [b for b in built.variants.values() if b.error is None]
+        rounds = spec.max_dispatches
+        if progress is not None:
+            progress(0, rounds * len(runnable))
+        outcome = self.time_variants(spec, runnable, rounds)
+        failed.update(outcome.errors)
+        results: list[VariantResult] = []
+        for name in spec.variants:
+            b = built.variants[name]
+            data = outcome.variants.get(name)
+            parity = Parity(**data["parity"]) if data and data.get("parity") else None
+            results.append(
+                VariantResult(
+                    variant=name,
+                    dispatches=outcome.dispatches.get(name, []) if name not in failed else [],
+                    parity=parity,
+                    error=failed.get(name) or (data or {}).get("error"),
+                    symbol=b.symbol,
+                )
+            )
+        if progress is not None:
+            progress(sum(len(r.dispatches) for r in results), rounds * len(runnable))
+        return TaskResult(device, built.artifact, results, weight_copies=outcome.weight_copies)
+
+    def time_variants(self, spec: TaskSpec, builds: list[VariantBuild], rounds: int) -> HarnessOutcome:
+        """Run the harness until every variant is timed or marked failed (one retry per culprit)."""
+        outcome = HarnessOutcome()
+        remaining = list(builds)
+        with tempfile.TemporaryDirectory(prefix="tb-rocm-") as tmp:
+            attempt = 0
+            while remaining:
+                workdir = Path(tmp) / f"attempt{attempt}"
+                attempt += 1
+                run = self.run_harness(spec, remaining, rounds, workdir)
+                if run.result is not None:
+                    outcome.absorb(run.result, self.profiler_times(run, run.result))
+                    return outcome
+                culprit = run.culprit
+                if culprit is None or culprit not in {b.variant for b in remaining}:
+                    for b in remaining:
+                        outcome.errors[b.variant] = run.failure
+                    return outcome
+                outcome.errors[culprit] = run.failure
+                remaining = [b for b in remaining if b.variant != culprit]
+        return outcome
+
+    def task_document(
+        self, spec: TaskSpec, builds: list[VariantBuild], rounds: int, workdir: Path
+    ) -> dict[str, Any]:
+        return {
+            "arch": spec.arch, "phase": spec.phase, "format": spec.format, "n": spec.n, "k": spec.k,
+            "m": spec.m, "seed": spec.seed, "warmup": spec.warmup, "rounds": rounds,
+            "warm_cache": spec.warm_cache, "ordinal": self.ordinal, "workdir": str(workdir),
+            "variants": [{"name": b.variant, "symbol": b.symbol, "path": b.path} for b in builds],
+        }  # fmt: skip
+
+    def run_harness(
+        self, spec: TaskSpec, builds: list[VariantBuild], rounds: int, workdir: Path
+    ) -> HarnessRun:
+        """One harness process (under the profiler), killed with its process group past the watchdog."""
+        workdir.mkdir(parents=True)
+        task_path = workdir / "task.json"
+        task_path.write_text(json.dumps(self.task_document(spec, builds, rounds, workdir)))
+        profiler = self.profiler
+        out_dir = workdir / "profile"
+        out_dir.mkdir()
+        argv = profiled_argv(profiler, out_dir, harness_argv(self.python, task_path))
+        log_path = workdir / "harness.log"
+        with log_path.open("wb") as log:
+            proc = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, env=self._env(), start_new_session=True
+            )
+            try:
+                rc = proc.wait(timeout=self.watchdog_s)
+                hung = False
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)  # the profiler and the harness it started
+                rc = proc.wait()
+                hung = True
+        run = HarnessRun(argv=argv, workdir=workdir, profiler=profiler, returncode=rc)
+        result_path = workdir / "result.json"
+        if not hung and rc == 0 and result_path.is_file():
+            run.result = json.loads(result_path.read_text())
+            return run
+        last = _last_progress(workdir / "progress.jsonl")
+        run.culprit = last.get("variant")
+        tail = log_path.read_text(errors="replace")[-2000:]
+        what = f"hung (killed after {self.watchdog_s:g} s)" if hung else f"crashed (exit status {rc})"
+        where = (
+            f" during {last.get('stage')} of {run.culprit}"
+            if run.culprit
+            else f" at stage {last.get('stage')}"
+        )
+        run.failure = f"harness {what}{where}\n{tail}".strip()
+        return run
+
+    def profiler_times(self, run: HarnessRun, result: dict[str, Any]) -> dict[str, list[int]] | str | None:
+        """Per variant, profiler ns of each timed launch; None: no profiler; a str says why not."""
+        if run.profiler is None:
+            return None
+        files = capture_files(run.profiler, run.workdir / "profile")
+        if not files:
+            return f"{run.profiler.kind} wrote no capture under {run.workdir / 'profile'}"
+        rows = []
+        for path in files:
+            rows.extend(parse_capture(path.read_text(), path.name).dispatches)
+        return times_from_capture(rows, result["launches"])
+
+
+def times_from_capture(rows: list[Any], launches: list[dict[str, Any]]) -> dict[str, list[int]] | str:
+    """Profiler duration of every *timed* launch, per variant in launch order (or why it cannot be mapped)."""
+    try:
+        mapped = map_dispatches(rows, [(entry["variant"], entry["symbol"]) for entry in launches])
+    except ValueError as error:
+        return f"profiler rows do not match the launch log: {error}"
+    out: dict[str, list[int]] = {}
+    cursor: dict[str, int] = {}
+    for entry in launches:
+        name = entry["variant"]
+        position = cursor.get(name, 0)
+        cursor[name] = position + 1
+        if entry["stage"] == "timed":
+            out.setdefault(name, []).append(mapped[name][position].duration_ns)
+    return out
+
+
+@dataclass
+class HarnessRun:
+    argv: list[str]
+    workdir: Path
+    profiler: Profiler | None
+    returncode: int
+    result: dict[str, Any] | None = None
+    culprit: str | None = None
+    failure: str = ""
+
+
+@dataclass
+class HarnessOutcome:
+    dispatches: dict[str, list[Dispatch]] = field(default_factory=dict)
+    variants: dict[str, dict[str, Any]] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    weight_copies: int = 1
+
+    def absorb(self, result: dict[str, Any], profiled: dict[str, list[int]] | str | None) -> None:
+        """Harness result + profiler times → Dispatch rows (profiler ns, event ns, wall ns)."""
+        self.weight_copies = int(result.get("weight_copies", 1))
+        self.variants = result["variants"]
+        for name, data in result["variants"].items():
+            if data.get("error"):
+                self.errors.setdefault(name, data["error"])
+            rows = data.get("dispatches", [])
+            if isinstance(profiled, str):
+                if rows:
+                    self.errors.setdefault(name, profiled)
+                continue
+            device = profiled.get(name, []) if profiled is not None else [int(r["device_ns"]) for r in rows]
+            if len(device) != len(rows):
+                self.errors.setdefault(name, f"{len(device)} profiler rows for {len(rows)} timed dispatches")
+                continue
+            self.dispatches[name] = [
+                Dispatch(
+                    seq=int(r["seq"]),
+                    device_ns=int(ns),
+                    wall_ns=int(r["wall_ns"]),
+                    buffer_index=int(r["buffer_index"]),
+                    event_ns=int(r["device_ns"]),  # the harness's hipEvent time
+                )
+                for r, ns in zip(rows, device, strict=True)
+            ]
+
+
+def _last_progress(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {"stage": "start"}
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    try:
+        return dict(json.loads(lines[-1])) if lines else {"stage": "start"}
+    except json.JSONDecodeError:
+        return {"stage": "unknown"}

@@ -1,0 +1,1 @@
+"""Device discovery per vendor (AMD: workers/devices/amd.py) and pinning helpers."""
