@@ -164,10 +164,24 @@ def _parse_row(row: dict[str, str], schema: str, arch: str | None) -> ImportedRo
     )  # fmt: skip
 
 
+def display_name(name: str) -> str:
+    """A file name safe to echo in messages (no control characters, no lone surrogates)."""
+    escaped = name.encode("utf-8", "backslashreplace").decode("utf-8")
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in escaped)
+
+
 def parse_csv(
     name: str, text: str, arch: str | None = None
 ) -> tuple[list[ImportedRow], list[str], list[str]]:
     """Rows, skipped notes and problems of one file (never raises for bad rows)."""
+    name = display_name(name)
+    try:
+        return _parse_csv(name, text, arch)
+    except csv.Error as exc:  # e.g. NUL bytes
+        return [], [], [f"{name}: not readable as CSV: {exc}"]
+
+
+def _parse_csv(name: str, text: str, arch: str | None) -> tuple[list[ImportedRow], list[str], list[str]]:
     reader = csv.DictReader(io.StringIO(text))
     header = tuple(h.strip() for h in (reader.fieldnames or ()))
     if set(PREFILL_HEADER) <= set(header):

@@ -56,3 +56,10 @@ def test_wrong_header_and_phase() -> None:
     text = prefill_csv(("Q8_0",), (64,)).replace("rocm,prefill,", "rocm,decode,", 1)
     _, _, problems = parse_csv("p.csv", text, "gfx906")
     assert problems == ["p.csv:2: phase='decode' in a prefill CSV"]
+
+
+def test_unreadable_bytes_and_odd_names_become_problems() -> None:
+    text = prefill_csv(("Q8_0",), (64,)).replace("Qwen36_FFN_GateUp", "Qwen\x00Gate", 1)
+    _, _, problems = parse_csv("we\udafdird\tname.csv", text, "gfx906")
+    assert problems and problems[0].startswith("we\\udafdird\\x09name.csv: not readable as CSV")
+    problems[0].encode("utf-8")  # safe to put in a JSON response

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
 from service.api.deps import Caller, get_session, require_scope
-from service.imports.llaminar_csv import ARCHES, CsvImportError, parse_files, store_rows
+from service.imports.llaminar_csv import ARCHES, CsvImportError, display_name, parse_files, store_rows
 
 router = APIRouter(prefix="/v1/imports", tags=["imports"])
 
@@ -50,7 +50,9 @@ def import_llaminar_csv(
     try:
         parsed = parse_files([(f.name, f.content) for f in request.files], request.arch)
     except CsvImportError as error:
-        index = {f.name: i for i, f in enumerate(request.files)}
+        index: dict[str, int] = {}
+        for i, f in enumerate(request.files):
+            index.setdefault(display_name(f.name), i)
         raise RequestValidationError(
             [
                 {
