@@ -128,13 +128,14 @@ def cublas_in_child(shapes: list[dict[str, Any]], ms: list[int], l2_bytes: int) 
 
 def run_sweep(home: Path, formats: list[str], ms: list[int], dispatches: int, warmup: int) -> dict[str, Any]:
     """The service path: migrate SQLite, submit the sweep, run its tasks with the embedded worker loop."""
+    from sqlalchemy import select
+
     from service.config import Settings
     from service.db.migrate import upgrade
     from service.db.models import Measurement, Task, Winner
     from service.db.session import session_factory
     from service.sweeps.service import submit_sweep
     from service.sweeps.spec import SweepSpec
-    from sqlalchemy import select
     from workers.backends.registry import create_backend
     from workers.embedded import run_until_idle
 
@@ -146,8 +147,8 @@ def run_sweep(home: Path, formats: list[str], ms: list[int], dispatches: int, wa
     if device is None:
         raise SystemExit("no sm_90 GPU detected (cuda backend)")
     spec = SweepSpec(
-        arch="sm_90", phase="decode", formats=formats, profile="qwen36", m=ms,
-        min_dispatches=dispatches, max_dispatches=dispatches, warmup=warmup, labels={"bench": "decode_roofline"},
+        arch="sm_90", phase="decode", formats=formats, profile="qwen36", m=ms, min_dispatches=dispatches,
+        max_dispatches=dispatches, warmup=warmup, labels={"bench": "decode_roofline"},
     )  # fmt: skip
     with factory.begin() as session:
         sweep, _ = submit_sweep(session, spec, None, "bench")
@@ -169,8 +170,9 @@ def run_sweep(home: Path, formats: list[str], ms: list[int], dispatches: int, wa
             ).all()  # fmt: skip
             rows.append(
                 {
-                    "format": winner.format, "shape": winner.shape, "n": winner.n, "k": winner.k, "m": winner.m,
-                    "variant": winner.variant, "median_us": winner.median_us, "decided": winner.decided,
+                    "format": winner.format, "shape": winner.shape, "n": winner.n, "k": winner.k,
+                    "m": winner.m, "variant": winner.variant, "median_us": winner.median_us,
+                    "decided": winner.decided,
                     "runner_up": winner.runner_up, "margin": winner.margin,
                     "wall_median_us": meas.wall_median_us, "cv": meas.cv, "n_dispatches": meas.n_dispatches,
                     "parity_pass": meas.parity_pass, "rel_l2": meas.rel_l2,
@@ -178,8 +180,10 @@ def run_sweep(home: Path, formats: list[str], ms: list[int], dispatches: int, wa
                 }
             )  # fmt: skip
         resources = _winner_resources(session, rows)
-        errors = [{"task": t.id, "format": t.format, "shape": t.shape, "m": t.m, "error": (t.error or "")[:500]}
-                  for t in failed]  # fmt: skip
+        errors = [
+            {"task": t.id, "format": t.format, "shape": t.shape, "m": t.m, "error": (t.error or "")[:500]}
+            for t in failed
+        ]
     return {
         "sweep_id": sweep_id, "tasks_run": ran, "seconds": round(elapsed, 1), "winners": rows,
         "failed_tasks": errors, "resources": resources,
@@ -190,10 +194,13 @@ def run_sweep(home: Path, formats: list[str], ms: list[int], dispatches: int, wa
 
 def _winner_resources(session: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Resource figures (registers, occupancy, SASS census) of every winning symbol, once per symbol."""
-    from service.db.models import Artifact
     from sqlalchemy import select
 
-    wanted = {f"tb_decode_kb{r['variant'].split('/')[0][2:]}_tw{r['variant'].split('/')[1][2:]}" for r in rows}
+    from service.db.models import Artifact
+
+    wanted = {
+        f"tb_decode_kb{r['variant'].split('/')[0][2:]}_tw{r['variant'].split('/')[1][2:]}" for r in rows
+    }
     out: dict[str, Any] = {}
     for artifact in session.scalars(select(Artifact).where(Artifact.arch == "sm_90")).all():
         for symbol, res in (artifact.resources or {}).items():
@@ -223,14 +230,18 @@ def summarize(sweep: dict[str, Any], copy: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--formats", default=",".join(FORMATS))
     parser.add_argument("--m", default="1,2,3,4")
     parser.add_argument("--dispatches", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--no-cublas", action="store_true")
     parser.add_argument("--out", type=Path)
-    parser.add_argument("--source", type=Path, help="decode source with the library ABI (default: the library's)")
+    parser.add_argument(
+        "--source", type=Path, help="decode source with the library ABI (default: the library's)"
+    )
     parser.add_argument("--cublas-child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.cublas_child:
@@ -264,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "bench": "decode_roofline",
         "date": started.isoformat(timespec="seconds"),
-        "command": "python " + " ".join(["bench/decode_roofline.py", *(argv if argv is not None else sys.argv[1:])]),
+        "command": "python "
+        + " ".join(["bench/decode_roofline.py", *(argv if argv is not None else sys.argv[1:])]),
         "device": sweep["device"],
         "kernel_source": str(args.source or "kernels/sources/hip/decode.hip"),
         "l2_bytes": l2,
@@ -290,8 +302,9 @@ def _print_table(result: dict[str, Any]) -> None:
     for row in sorted(result["sweep"]["winners"], key=lambda r: (r["m"], r["format"], r["shape"])):
         if row["m"] == 1:
             print(
-                f"{row['format']:7} {row['shape']:30} M{row['m']} {row['variant']:9} {row['median_us']:9.2f} us "
-                f"{row['bandwidth_gbs']:7.0f} GB/s {100 * row['fraction_of_copy']:5.1f}%"
+                f"{row['format']:7} {row['shape']:30} M{row['m']} {row['variant']:9} "
+                f"{row['median_us']:9.2f} us {row['bandwidth_gbs']:7.0f} GB/s "
+                f"{100 * row['fraction_of_copy']:5.1f}%"
             )
 
 

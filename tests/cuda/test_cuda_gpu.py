@@ -75,7 +75,9 @@ def test_device_time_comes_from_cupti_beside_events(backend: CudaBackend) -> Non
 
 
 def test_large_shape_rotates_weights_beyond_l2_and_samples_parity(backend: CudaBackend) -> None:
-    result = backend.run_task(spec("Q8_0", 17408, 5120, 2, variants=("KB1/TW8", "KB2/TW12"), min_dispatches=4))
+    result = backend.run_task(
+        spec("Q8_0", 17408, 5120, 2, variants=("KB1/TW8", "KB2/TW12"), min_dispatches=4)
+    )
     assert result.weight_copies >= 2  # 91 MB per copy, L2 is 60 MB: twice L2 needs 2 copies
     for r in result.results:
         assert r.parity is not None and r.parity.passed and r.parity.sampled_rows == 512

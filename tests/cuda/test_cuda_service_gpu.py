@@ -50,7 +50,9 @@ def test_smoke_sweep_on_gpu_through_the_service(tmp_path: Path) -> None:
         results = client.get("/v1/results", params={"sweep": sweep_id, "limit": 500}).json()
         items = results["items"] if isinstance(results, dict) else results
         assert len(items) == len(FIRST_WAVE) * 2 * 20
-        assert all(item["parity"]["pass"] for item in items), [i for i in items if not i["parity"]["pass"]][:3]
+        assert all(item["parity"]["pass"] for item in items), [i for i in items if not i["parity"]["pass"]][
+            :3
+        ]
         winners = client.get("/v1/winners", params={"arch": "sm_90"}).json()
         winner_items = winners["items"] if isinstance(winners, dict) else winners
         assert len(winner_items) == len(FIRST_WAVE) * 2

@@ -1,0 +1,109 @@
+"""CUDA backend pieces that need no GPU (run in CI): import guards, SASS census, argument packing,
+rotation sizing, CUPTI/event pairing, and that the embedded worker stays host-only without a GPU."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+from kernels.families.decode import DecodeFamily
+from workers.backends.base import Dispatch
+from workers.backends.cuda import CudaBackend, weight_copies
+from workers.backends.registry import create_backend
+from workers.harness import cuda_driver as cd
+from workers.harness.cuda_abi import FixtureBinding, default_binding
+from workers.harness.cuda_compile import parse_sass, summarize_census
+from workers.harness.cuda_library import LibraryBinding
+from workers.profilers.cupti import KernelRecord
+
+SASS = """
+	code for sm_90
+		Function : tb_decode_kb1_tw8
+	.headerflags	@"EF_CUDA_TEXMODE_UNIFIED EF_CUDA_64BIT_ADDRESS EF_CUDA_SM90"
+        /*0000*/    LDC R1, c[0x0][0x28] ;    /* 0x00000a00ff017b82 */
+    /* 0x000fe40000000800 */
+        /*0010*/    LDG.E.128.CONSTANT R4, desc[UR4][R2.64] ;    /* 0x0000000402047981 */
+        /*0020*/    @P0 LDG.E.128.CONSTANT R8, desc[UR4][R2.64+0x200] ;         /* 0x0000000402087981 */
+        /*0030*/    IDP.4A.S8.S8 R12, R4, R16, RZ ;    /* 0x000000100400c226 */
+        /*0040*/    STL [R1], R12 ;    /* 0x0000000c01007387 */
+        /*0050*/    EXIT ;    /* 0x000000000000794d */
+		Function : tb_decode_kb2_tw8
+        /*0000*/    SHFL.BFLY PT, R3, R2, 0x10, 0x1f ;    /* 0x0e201f0002037f89 */
+"""
+
+
+def test_sass_census_counts_opcodes_per_function() -> None:
+    census = parse_sass(SASS)
+    assert set(census) == {"tb_decode_kb1_tw8", "tb_decode_kb2_tw8"}
+    first = census["tb_decode_kb1_tw8"]
+    assert first["LDG.E.128.CONSTANT"] == 2  # the predicated one counts too
+    summary = summarize_census(first)
+    assert summary["global_loads_128"] == 2
+    assert summary["dp4a"] == 1
+    assert summary["local_stores"] == 1  # STL = a spill / stack store
+    assert summarize_census(census["tb_decode_kb2_tw8"])["shuffles"] == 1
+
+
+def test_kernel_args_are_packed_with_c_alignment() -> None:
+    blob, offsets = cd.pack_args([("ptr", 0x1000), ("i32", 7), ("ptr", 0x2000), ("i32", -1), ("f32", 0.5)])
+    assert offsets == [0, 8, 16, 24, 28]
+    assert struct.unpack_from("<QiQif", blob.ljust(32, b"\0"), 0)[0] == 0x1000
+    assert struct.unpack_from("<i", blob, 24)[0] == -1
+    assert struct.unpack_from("<f", blob, 28)[0] == 0.5
+
+
+def test_weight_rotation_exceeds_twice_the_l2() -> None:
+    l2 = 60 << 20
+    copies = weight_copies(1 << 20, l2, warm_cache=False)
+    assert copies * (1 << 20) > 2 * l2
+    assert weight_copies(1_350_000_000, l2, warm_cache=False) == 1  # the LM head alone is 22x L2
+    assert weight_copies(91 << 20, l2, warm_cache=False) == 2
+    assert weight_copies(1 << 20, l2, warm_cache=True) == 1
+
+
+def test_cupti_records_pair_with_launches_in_order() -> None:
+    rows = {
+        "A": [Dispatch(0, 999, 50_000, 0), Dispatch(2, 999, 50_000, 0)],
+        "B": [Dispatch(1, 999, 50_000, 1)],
+    }
+    launch_log = ["A", "B", "A", "B", "A"]  # warm-up A, B first, then timed A, B, A
+    records = [KernelRecord("k", 100 * i, 100 * i + 10 + i, i) for i in range(5)]
+    events = {"A": [21_000, 22_000, 23_000], "B": [31_000, 32_000]}
+    clocks = CudaBackend._attach_times(rows, launch_log, records, events)
+    assert clocks == {"A": "cupti", "B": "cupti"}
+    assert [d.device_ns for d in rows["A"]] == [12, 14]  # records 2 and 4
+    assert [d.event_ns for d in rows["A"]] == [22_000, 23_000]
+    assert [d.device_ns for d in rows["B"]] == [13]
+
+
+def test_without_matching_cupti_records_device_time_stays_the_event_time() -> None:
+    rows = {"A": [Dispatch(0, 21_000, 50_000, 0)]}
+    clocks = CudaBackend._attach_times(
+        rows, ["A", "A"], [KernelRecord("k", 0, 5, 0)], {"A": [20_000, 21_000]}
+    )
+    assert clocks == {"A": "cuda-events"}
+    assert rows["A"][0].device_ns == 21_000 and rows["A"][0].event_ns == 21_000
+
+
+def test_backend_imports_and_detects_nothing_without_a_gpu(tmp_path: Path) -> None:
+    backend = create_backend("cuda", tmp_path)
+    if cd.available():  # on the GPU machine this test only checks the registry wiring
+        assert backend.name == "cuda"
+        return
+    assert backend.detect() is None
+    assert backend.supports("sm_90", "decode", "Q4_0") is None
+    assert "sm_90" in (backend.supports("gfx906", "decode", "Q4_0") or "")
+    assert "prefill" in (backend.supports("sm_90", "prefill", "Q4_0") or "")
+
+
+def test_bindings_agree_with_the_library_abi() -> None:
+    binding = default_binding()
+    assert isinstance(binding, LibraryBinding)
+    variant = DecodeFamily().parse("KB4/TW24", "cuda")
+    assert binding.symbol(variant) == "tb_decode_kb4_tw24"
+    geo = binding.geometry(variant, n=17408, k=5120, m=2, sm_count=132)
+    assert geo.block == (256, 1, 1) and geo.grid[1] == 4
+    waves = geo.grid[0] * 8 * geo.extra["rows_per_wave"]
+    assert waves >= 17408  # every row is covered by some wave
+    assert "-DTB_ASYMMETRIC=1" in binding.options("Q4_K")
+    assert "Q6_K" not in FixtureBinding().formats()  # group-16 scales: library kernel only
