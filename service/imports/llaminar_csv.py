@@ -144,6 +144,8 @@ def _parse_row(row: dict[str, str], schema: str, arch: str | None) -> ImportedRo
     if codebook != FORMATS[fmt].codebook:
         raise ValueError(f"codebook {codebook} does not match {fmt} (codebook {FORMATS[fmt].codebook})")
     shape = (row.get("shape") or "").strip()
+    if not shape.isprintable() or len(shape) > 120:
+        raise ValueError(f"shape={shape!r} must be printable text of at most 120 characters")
     m, n, k = _int(row, "m", 1), _int(row, "n", 1), _int(row, "k", 1)
     variant = canonical_variant(phase, row.get("variant") or "")
     min_us = _float(row, "min_us", positive=True)

@@ -10,7 +10,7 @@ from sqlalchemy import create_engine, func, select
 
 from service.db.models import Measurement, Winner
 from tests.conftest import LiveServer
-from tests.imports.llaminar_data import decode_csv, prefill_csv
+from tests.imports.test_llaminar_data import decode_csv, prefill_csv
 
 
 def _token(server: LiveServer) -> dict[str, str]:

@@ -18,7 +18,7 @@ from service.db.models import TableVersion
 from service.imports.llaminar_csv import parse_files, store_rows
 from service.tables.nightly import regenerate_all
 from tests.conftest import REPO, _postgres_database
-from tests.imports.llaminar_data import decode_csv, prefill_csv
+from tests.imports.test_llaminar_data import decode_csv, prefill_csv
 
 REDIS_URL = "redis://127.0.0.1:6379/11"  # a DB of its own: other tests' queues never mix in
 

@@ -22,10 +22,25 @@
  *
  * Variant meaning:
  *   KB = split-K depth: each row's K blocks are cut into KB contiguous slices, one per grid.y
- *        index; inside a slice the lanes of one wave stride over the 32-weight blocks.
+ *        index; inside a slice the lanes of one wave read the row's weights as contiguous
+ *        16-byte pieces (lane l reads bytes 16*l..16*l+15 of each 16*wave-byte run).
  *   TW = target waves per CU: the launch geometry spreads the rows so that about TW * CUs waves
  *        exist, and the kernel is compiled for that occupancy (__launch_bounds__ second argument:
- *        waves per EU = TW/4 on AMD's 4-SIMD CUs, min blocks per SM = TW*32/256 on NVIDIA).
+ *        waves per EU = TW/4 on AMD's 4-SIMD CUs, capped by what the static LDS allows;
+ *        min blocks per SM = TW*32/256 on NVIDIA).
+ *
+ * Data flow (v2; v1 reached ~6% of copy bandwidth on the H200, this one ~76% on the LM head):
+ *  1. x is quantised ONCE per workgroup into static LDS / shared memory (tb_quantize_block, the
+ *     same rule as kernels/activations.py), not once per row per block as v1 did.
+ *  2. Weights are read with 16-byte vector loads (tb_int4 is alignas(16), so nvcc emits
+ *     LDG.E.128 and AMD global_load_dwordx4), lane-contiguous: every load is fully coalesced.
+ *     A lane's 16 weights are half of a 32-block (one whole group when TB_GROUP == 16).
+ *  3. TB_UNROLL independent 16-byte loads per lane are issued before any arithmetic
+ *     (8; 4 at TW = 24 where NVIDIA's 3 blocks/SM cap registers at 85).
+ *  Static LDS: x of up to TB_CHUNK weights per row of M as int8 + per-32-block scale and sum =
+ *  40 KB at TB_CHUNK = 8192 (fits gfx9's 64 KB and sm_90's 48 KB static limit; on gfx906/gfx90a
+ *  it allows one workgroup, 4 waves, per CU). A K-slice longer than TB_CHUNK is processed in
+ *  chunks with x re-staged per row (correct, slower; KB > 1 variants keep slices short).
  *
  * KB > 1 reduction: a "last workgroup reduces" pass inside the same launch, not atomicAdd.
  *   Every slice writes its partial sums to workspace, then bumps a per-row-group counter; the
@@ -54,9 +69,29 @@
 #define TB_THREADS 256
 #define TB_WAVES (TB_THREADS / TB_WAVE)
 #define TB_MAXM 4
+#ifndef TB_CHUNK
+#define TB_CHUNK 8192 /* weights of x per row held in LDS / shared memory */
+#endif
+#define TB_CHUNK_BLOCKS (TB_CHUNK / 32)
+#define TB_CHUNK_VEC (TB_CHUNK / 16) /* 16-byte pieces of one staged x row */
+/* 16-byte loads in flight per lane: 8 where registers allow, 4 at TW = 24 (3 blocks/SM cap
+ * registers at 85 on sm_90; 8 would spill there: measured with ptxas -v) */
+#define TB_UNROLL_FOR(TW) ((TW) >= 24 ? 4 : 8)
 
 #if defined(TB_AMD)
-#define TB_DECODE_OCCUPANCY(TW) ((TW) / 4 > 0 ? (TW) / 4 : 1)
+/* Waves per EU asked of the compiler: TW/4, but no more than the static LDS allows. A 256-thread
+ * workgroup is one wave per SIMD, so waves per EU = workgroups per CU = LDS per CU / LDS per
+ * workgroup (64 KB on gfx906/gfx90a/gfx942: 1; 160 KB on gfx950: 3). Asking for more only caps
+ * VGPRs (6 waves/EU -> 40 VGPRs: spills) for an occupancy the LDS never permits. */
+#if defined(__gfx950__)
+#define TB_LDS_PER_CU 163840
+#else
+#define TB_LDS_PER_CU 65536
+#endif
+#define TB_LDS_BYTES (TB_MAXM * TB_CHUNK + 2 * 4 * TB_MAXM * TB_CHUNK_BLOCKS + 4)
+#define TB_LDS_WAVES (TB_LDS_PER_CU / TB_LDS_BYTES > 0 ? TB_LDS_PER_CU / TB_LDS_BYTES : 1)
+#define TB_DECODE_WANT(TW) ((TW) / 4 > 0 ? (TW) / 4 : 1)
+#define TB_DECODE_OCCUPANCY(TW) (TB_DECODE_WANT(TW) < TB_LDS_WAVES ? TB_DECODE_WANT(TW) : TB_LDS_WAVES)
 #else
 #define TB_DECODE_OCCUPANCY(TW) ((TW) * 32 / TB_THREADS > 0 ? (TW) * 32 / TB_THREADS : 1)
 #endif
@@ -67,81 +102,129 @@
         float *__restrict__ workspace, tb_u32 *__restrict__ counters, int m, int n, int k,         \
         int rows_per_wave
 
-/* one 32-weight block of one row against one quantised activation block */
-TB_DEV float tb_block_dot(const tb_i32 *w, const tb_i32 *xq, tb_i32 xsum, float s0, float s1, float mn) {
-#if TB_GROUP == 32
-    tb_i32 d = 0;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) d = tb_dot4(w[j], xq[j], d);
-    float r = s0 * (float)d;
-#if TB_ASYMMETRIC
-    r += mn * (float)xsum;
-#else
-    (void)mn;
-    (void)xsum;
-#endif
-    (void)s1;
-    return r;
-#else
-    tb_i32 d0 = 0, d1 = 0;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) d0 = tb_dot4(w[j], xq[j], d0);
-#pragma unroll
-    for (int j = 4; j < 8; ++j) d1 = tb_dot4(w[j], xq[j], d1);
-    (void)mn;
-    (void)xsum;
-    return s0 * (float)d0 + s1 * (float)d1;
-#endif
+/* 16-byte aligned so one vector load is emitted per 16 weights (LDG.E.128 / global_load_dwordx4,
+ * LDS.128 / ds_read_b128); a plain 4-int struct is 4-byte aligned and compiles to four loads.
+ * Every address read through it is 16-byte aligned: rows start at row*k bytes (k % 32 == 0) and
+ * the LDS arrays are declared as tb_int4. */
+struct alignas(16) tb_int4 {
+    tb_i32 x, y, z, w;
+};
+
+/* quantise blocks [c0, c1) of every x row into LDS (all threads of the workgroup) */
+TB_DEV void tb_stage_x(const float *__restrict__ x, int m, int k, int c0, int c1, tb_int4 *xq_s, float *xs_s,
+                       tb_i32 *xsum_s) {
+    const int nblk = c1 - c0;
+    for (int t = TB_TID; t < nblk * m; t += TB_THREADS) {
+        const int i = t / nblk;
+        const int b = t - i * nblk;
+        tb_i32 packed[8], sum;
+        const float xs = tb_quantize_block(x + (tb_size)i * (tb_size)k + (tb_size)(c0 + b) * 32, packed, &sum);
+        tb_int4 *dst = xq_s + i * TB_CHUNK_VEC + 2 * b;
+        dst[0] = tb_int4{packed[0], packed[1], packed[2], packed[3]};
+        dst[1] = tb_int4{packed[4], packed[5], packed[6], packed[7]};
+        xs_s[i * TB_CHUNK_BLOCKS + b] = xs;
+        xsum_s[i * TB_CHUNK_BLOCKS + b] = sum;
+    }
 }
 
-template <int KB>
+/* one row over blocks [c0, c1) with x staged in LDS; adds into acc[0..m) */
+template <int TB_UNROLL>
+__device__ TB_FORCEINLINE void tb_row_chunk(const tb_i8 *__restrict__ qs, const tb_u16 *__restrict__ scales,
+                                            const tb_u16 *__restrict__ mins, int row, int k, int m, int c0,
+                                            int c1, const tb_int4 *xq_s, const float *xs_s,
+                                            const tb_i32 *xsum_s, float *acc) {
+    const int lane = tb_lane();
+    const int ng = k / TB_GROUP;
+    const int h0 = 2 * c0, h1 = 2 * c1; /* 16-weight halves */
+    const tb_int4 *wrow = (const tb_int4 *)(qs + (tb_size)row * (tb_size)k);
+    const tb_u16 *srow = scales + (tb_size)row * (tb_size)ng;
+#if TB_ASYMMETRIC
+    const tb_u16 *mrow = mins + (tb_size)row * (tb_size)ng;
+#else
+    (void)mins;
+    (void)xsum_s;
+#endif
+    for (int base = h0; base < h1; base += TB_WAVE * TB_UNROLL) {
+        tb_int4 w[TB_UNROLL];
+#pragma unroll
+        for (int u = 0; u < TB_UNROLL; ++u) {
+            const int h = base + u * TB_WAVE + lane;
+            if (h < h1) w[u] = wrow[h];
+        }
+#pragma unroll
+        for (int u = 0; u < TB_UNROLL; ++u) {
+            const int h = base + u * TB_WAVE + lane;
+            if (h < h1) {
+                const int lh = h - h0; /* half inside the staged chunk */
+                const int lb = lh >> 1; /* block inside the staged chunk */
+#if TB_GROUP == 32
+                const float s = tb_h2f(srow[h >> 1]);
+#else
+                const float s = tb_h2f(srow[h]);
+#endif
+#if TB_ASYMMETRIC
+                const float mn = (h & 1) == 0 ? tb_h2f(mrow[h >> 1]) : 0.0f;
+#endif
+#pragma unroll
+                for (int i = 0; i < TB_MAXM; ++i) {
+                    if (i < m) {
+                        const tb_int4 xv = xq_s[i * TB_CHUNK_VEC + lh];
+                        tb_i32 d = tb_dot4(w[u].x, xv.x, 0);
+                        d = tb_dot4(w[u].y, xv.y, d);
+                        d = tb_dot4(w[u].z, xv.z, d);
+                        d = tb_dot4(w[u].w, xv.w, d);
+                        float r = s * (float)d;
+#if TB_ASYMMETRIC
+                        r += mn * (float)xsum_s[i * TB_CHUNK_BLOCKS + lb];
+#endif
+                        acc[i] += xs_s[i * TB_CHUNK_BLOCKS + lb] * r;
+                    }
+                }
+            }
+        }
+    }
+}
+
+template <int KB, int TW>
 __device__ TB_FORCEINLINE void tb_decode_body(TB_DECODE_PARAMS) {
+    constexpr int U = TB_UNROLL_FOR(TW);
+    __shared__ tb_int4 xq_s[TB_MAXM * TB_CHUNK_VEC];
+    __shared__ float xs_s[TB_MAXM * TB_CHUNK_BLOCKS];
+    __shared__ tb_i32 xsum_s[TB_MAXM * TB_CHUNK_BLOCKS];
     const int tid = TB_TID;
     const int lane = tid & (TB_WAVE - 1);
     const int wave = tid / TB_WAVE;
     const int nb = k >> 5;
-    const int ng = k / TB_GROUP;
     const int slice = KB > 1 ? TB_BID_Y : 0;
     const int per = (nb + KB - 1) / KB;
-    const int b_begin = slice * per;
+    const int b_begin = slice * per < nb ? slice * per : nb;
     const int b_end = b_begin + per < nb ? b_begin + per : nb;
     const int wg_row0 = TB_BID_X * TB_WAVES * rows_per_wave;
     const int row0 = wg_row0 + wave * rows_per_wave;
+    const bool one_chunk = b_end - b_begin <= TB_CHUNK_BLOCKS;
 
+    if (one_chunk) {
+        tb_stage_x(x, m, k, b_begin, b_end, xq_s, xs_s, xsum_s);
+        tb_sync();
+    }
     for (int r = 0; r < rows_per_wave; ++r) {
         const int row = row0 + r;
-        if (row >= n) break; /* wave-uniform */
+        if (one_chunk && row >= n) break; /* wave-uniform; no barrier follows in this path */
         float acc[TB_MAXM];
 #pragma unroll
         for (int i = 0; i < TB_MAXM; ++i) acc[i] = 0.0f;
-        const tb_size row_off = (tb_size)row * (tb_size)k;
-        for (int b = b_begin + lane; b < b_end; b += TB_WAVE) {
-            const tb_i32 *wp = (const tb_i32 *)(qs + row_off + (tb_size)b * 32);
-            tb_i32 w[8];
-#pragma unroll
-            for (int j = 0; j < 8; ++j) w[j] = wp[j];
-#if TB_GROUP == 32
-            const tb_size g = (tb_size)row * (tb_size)ng + (tb_size)b;
-            const float s0 = tb_h2f(scales[g]);
-            const float s1 = 0.0f;
-#else
-            const tb_size g = (tb_size)row * (tb_size)ng + 2 * (tb_size)b;
-            const float s0 = tb_h2f(scales[g]);
-            const float s1 = tb_h2f(scales[g + 1]);
-#endif
-#if TB_ASYMMETRIC
-            const float mn = tb_h2f(mins[g]);
-#else
-            const float mn = 0.0f;
-#endif
-#pragma unroll
-            for (int i = 0; i < TB_MAXM; ++i) {
-                if (i < m) {
-                    tb_i32 xq[8], xsum;
-                    const float xs = tb_quantize_block(x + (tb_size)i * (tb_size)k + (tb_size)b * 32, xq, &xsum);
-                    acc[i] += xs * tb_block_dot(w, xq, xsum, s0, s1, mn);
-                }
+        if (one_chunk) {
+            tb_row_chunk<U>(qs, scales, mins, row, k, m, b_begin, b_end, xq_s, xs_s, xsum_s, acc);
+        } else {
+            /* every wave of the workgroup runs the same trip count here: barriers stay matched */
+            for (int c0 = b_begin; c0 < b_end; c0 += TB_CHUNK_BLOCKS) {
+                const int c1 = c0 + TB_CHUNK_BLOCKS < b_end ? c0 + TB_CHUNK_BLOCKS : b_end;
+                tb_sync();
+                tb_stage_x(x, m, k, c0, c1, xq_s, xs_s, xsum_s);
+                tb_sync();
+                if (row < n) tb_row_chunk<U>(qs, scales, mins, row, k, m, c0, c1, xq_s, xs_s, xsum_s, acc);
             }
+            if (row >= n) continue;
         }
 #pragma unroll
         for (int i = 0; i < TB_MAXM; ++i) {
@@ -187,7 +270,7 @@ __device__ TB_FORCEINLINE void tb_decode_body(TB_DECODE_PARAMS) {
 #define TB_DECODE_VARIANT(KB, TW)                                                                 \
     extern "C" __global__ TB_LAUNCH_BOUNDS(TB_THREADS, TB_DECODE_OCCUPANCY(TW)) void              \
         tb_decode_kb##KB##_tw##TW(TB_DECODE_PARAMS) {                                             \
-        tb_decode_body<KB>(qs, scales, mins, x, y, workspace, counters, m, n, k, rows_per_wave);  \
+        tb_decode_body<KB, TW>(qs, scales, mins, x, y, workspace, counters, m, n, k, rows_per_wave); \
     }
 
 /* -DTB_DECODE_VARIANTS='TB_DECODE_VARIANT(1,4) ...' builds a subset; default: the whole GPU space */

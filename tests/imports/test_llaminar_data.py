@@ -1,4 +1,4 @@
-"""Synthetic-but-shaped-like-real Llaminar trainer CSVs for import, table and nightly tests."""
+"""Synthetic trainer CSVs shared by the import, table and nightly tests (helpers only, no tests here)."""
 
 from __future__ import annotations
 
