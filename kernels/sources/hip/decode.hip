@@ -29,7 +29,7 @@
  *        waves per EU = TW/4 on AMD's 4-SIMD CUs, capped by what the static LDS allows;
  *        min blocks per SM = TW*32/256 on NVIDIA).
  *
- * Data flow (v2; v1 reached ~6% of copy bandwidth on the H200, this one ~76% on the LM head):
+ * Data flow (v2; v1 reached ~6% of copy bandwidth on the H200, this one ~80% on the Q4_0 LM head):
  *  1. x is quantised ONCE per workgroup into static LDS / shared memory (tb_quantize_block, the
  *     same rule as kernels/activations.py), not once per row per block as v1 did.
  *  2. Weights are read with 16-byte vector loads (tb_int4 is alignas(16), so nvcc emits
@@ -37,8 +37,8 @@
  *     A lane's 16 weights are half of a 32-block (one whole group when TB_GROUP == 16).
  *  3. TB_UNROLL independent 16-byte loads per lane are issued before any arithmetic
  *     (8; 4 at TW = 24 where NVIDIA's 3 blocks/SM cap registers at 85).
- *  Static LDS: x of up to TB_CHUNK weights per row of M as int8 + per-32-block scale and sum =
- *  40 KB at TB_CHUNK = 8192 (fits gfx9's 64 KB and sm_90's 48 KB static limit; on gfx906/gfx90a
+ *  Static LDS: x of up to TB_CHUNK weights per row of M as int8 + per-32-block scale and sum,
+ *  i.e. 40 KB at TB_CHUNK = 8192 (fits gfx9's 64 KB and sm_90's 48 KB static limit; on gfx906/gfx90a
  *  it allows one workgroup, 4 waves, per CU). A K-slice longer than TB_CHUNK is processed in
  *  chunks with x re-staged per row (correct, slower; KB > 1 variants keep slices short).
  *
