@@ -25,7 +25,7 @@ test: venv system
 	$(PY) -m pytest -q
 
 test-full: venv system
-	$(PY) -m pytest -q -m 'not gpu'
+	$(PY) -m pytest -q -m 'not gpu' -p no:cacheprovider
 
 test-gpu: venv
 	$(PY) -m pytest -q -m gpu

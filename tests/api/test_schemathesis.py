@@ -10,21 +10,31 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 
-from tests.conftest import REPO, LiveServer, start_server, stop_server
+from tests.conftest import REPO, LiveServer, _postgres_database, start_server, stop_server
 
 MAX_EXAMPLES = "6"
 
 
-@pytest.fixture
-def api_server(migrated_url: str, tmp_path: Path, artifact_dir: Path) -> Iterator[LiveServer]:
-    server = start_server(tmp_path, migrated_url, artifact_dir, {"TUNEBASE_EMBEDDED_WORKER": "false"})
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=[pytest.mark.postgres, pytest.mark.slow])])
+def api_server(request: pytest.FixtureRequest, tmp_path: Path, artifact_dir: Path) -> Iterator[LiveServer]:
+    """SQLite in `make test`; the Postgres run doubles the longest test, so it is in `make test-full`."""
+    from service.db.migrate import upgrade
+
+    sqlite_url = f"sqlite:///{tmp_path / 'fuzz.sqlite3'}"
+    urls = iter([sqlite_url]) if request.param == "sqlite" else _postgres_database()
+    url = next(urls)
+    upgrade(url)
+    server = start_server(tmp_path, url, artifact_dir, {"TUNEBASE_EMBEDDED_WORKER": "false"})
     try:
         yield server
     finally:
         stop_server(server)
+        for _ in urls:  # finish the generator: drops the Postgres database
+            pass
 
 
 def test_openapi_fuzz_has_no_server_errors(api_server: LiveServer, tmp_path: Path) -> None:
@@ -47,7 +57,7 @@ def test_openapi_fuzz_has_no_server_errors(api_server: LiveServer, tmp_path: Pat
             "--workers",
             "1",
             "--max-time",
-            "150",
+            "90",
             "--header",
             f"Authorization: Bearer {token}",
             "--report",
@@ -65,4 +75,9 @@ def test_openapi_fuzz_has_no_server_errors(api_server: LiveServer, tmp_path: Pat
     assert result.returncode == 0, (
         output[-6000:] + "\nserver log:\n" + (api_server.home / "server.log").read_text()[-4000:]
     )
-    assert "not_a_server_error" in output
+    # the time budget may end fuzzing early; the JUnit report proves operations were exercised and none failed
+    suite = ElementTree.parse(report).getroot()
+    cases = suite.findall(".//testcase")
+    assert len(cases) >= 20, output[-3000:]
+    failed = [c.get("name") for c in cases if c.find("failure") is not None or c.find("error") is not None]
+    assert failed == [], failed
