@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,41 @@ def progress_bar() -> Progress:
     )
 
 
+def _new_table(columns: tuple[str, ...], title: str | None = None, **column_options: Any) -> Table:
+    """A rich table with these column headers (each column gets the same options)."""
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column, **column_options)
+    return table
+
+
+WINNER_COLUMNS = ("M", "N x K", "variant", "median us", "runner-up", "margin")
+
+
+def _winner_cells(w: dict[str, Any]) -> tuple[str, ...]:
+    """The WINNER_COLUMNS cells of one winner row (demo and `tunebase winners` show the same)."""
+    margin = f"{100 * w['margin']:.1f}%" if w["margin"] is not None else "-"
+    return (
+        str(w["m"]),
+        f"{w['n']}x{w['k']}",
+        w["variant"],
+        f"{w['median_us']:.2f}",
+        w["runner_up"] or "-",
+        margin,
+    )
+
+
+def _read_payload(files: list[Path], read: Callable[[Path], str], what: str = "") -> list[dict[str, str]]:
+    """Each file as {"name", "content"}; a file that cannot be read is a usage error (exit 2)."""
+    payload: list[dict[str, str]] = []
+    for path in files:
+        try:
+            payload.append({"name": path.name, "content": read(path)})
+        except (OSError, UnicodeDecodeError) as error:
+            raise usage_error(f"cannot read {path}{what}: {error}") from None
+    return payload
+
+
 @app.command()
 def demo(
     formats: str = typer.Option("Q8_0,Q4_0", help="comma list of formats"),
@@ -89,21 +125,10 @@ def demo(
         )
     except ValueError as error:
         raise usage_error(str(error)) from None
-    table = Table(title=f"winners (sweep {result.sweep_id}, {result.device})")
-    for column in ("format", "shape", "M", "N x K", "variant", "median us", "runner-up", "margin"):
-        table.add_column(column)
+    columns = ("format", "shape", *WINNER_COLUMNS)
+    table = _new_table(columns, title=f"winners (sweep {result.sweep_id}, {result.device})")
     for w in result.winners:
-        margin = f"{100 * w['margin']:.1f}%" if w["margin"] is not None else "-"
-        table.add_row(
-            w["format"],
-            w["shape"],
-            str(w["m"]),
-            f"{w['n']}x{w['k']}",
-            w["variant"],
-            f"{w['median_us']:.2f}",
-            w["runner_up"] or "-",
-            margin,
-        )
+        table.add_row(w["format"], w["shape"], *_winner_cells(w))
     out.print(table)
     out.print(
         f"table: {result.table_path.resolve()}  (sha256 {result.sha256[:12]}; compiles and replays)"
@@ -279,9 +304,8 @@ def sweep_list(
     if as_json:
         out.print_json(data=page)
         return
-    table = Table(title=f"{len(page['items'])} of {page['total']} sweeps")
-    for column in ("id", "arch", "phase", "status", "done/total", "failed", "parity fail", "created"):
-        table.add_column(column)
+    columns = ("id", "arch", "phase", "status", "done/total", "failed", "parity fail", "created")
+    table = _new_table(columns, title=f"{len(page['items'])} of {page['total']} sweeps")
     for s in page["items"]:
         t = s["tasks"]
         table.add_row(
@@ -320,22 +344,9 @@ def winners(
     if as_json:
         out.print_json(data=items)
         return
-    table = Table()
-    for column in ("arch", "format", "M", "N x K", "variant", "median us", "runner-up", "margin", "decided"):
-        table.add_column(column)
+    table = _new_table(("arch", "format", *WINNER_COLUMNS, "decided"))
     for w in items:
-        margin = f"{100 * w['margin']:.1f}%" if w["margin"] is not None else "-"
-        table.add_row(
-            w["arch"],
-            w["format"],
-            str(w["m"]),
-            f"{w['n']}x{w['k']}",
-            w["variant"],
-            f"{w['median_us']:.2f}",
-            w["runner_up"] or "-",
-            margin,
-            str(w["decided"]),
-        )
+        table.add_row(w["arch"], w["format"], *_winner_cells(w), str(w["decided"]))
     out.print(table)
 
 
@@ -594,9 +605,7 @@ def table_diff(
     out.print(f"table {base} -> {head}: " + ", ".join(f"{v} {k}" for k, v in diff["counts"].items()))
     for name, values in diff["metrics"].items():
         out.print(f"  {name}: {values['before']} -> {values['after']}")
-    table = Table()
-    for column in ("change", "CB", "M", "N x K", "before", "after", "regret change"):
-        table.add_column(column)
+    table = _new_table(("change", "CB", "M", "N x K", "before", "after", "regret change"))
     for kind in ("added", "removed"):
         for e in diff[kind]:
             variant = e["variant"] or "-"
@@ -621,12 +630,7 @@ def import_llaminar_csv(
     token: str | None = TokenOption,
 ) -> None:
     """Store trainer CSV rows as imported summaries; nothing is stored if any row is bad."""
-    payload: list[dict[str, str]] = []
-    for path in files:
-        try:
-            payload.append({"name": path.name, "content": path.read_text()})
-        except (OSError, UnicodeDecodeError) as error:
-            raise usage_error(f"cannot read {path}: {error}") from None
+    payload = _read_payload(files, Path.read_text)
     body: dict[str, Any] = {"files": payload}
     if arch is not None:
         body["arch"] = arch
@@ -653,12 +657,7 @@ def import_rocprof(
     """Store a hand-made rocprof capture (all files or none) and print its per-kernel summary."""
     from service.imports.rocprof import CaptureImportError, parse_files
 
-    payload: list[dict[str, str]] = []
-    for path in files:
-        try:
-            payload.append({"name": path.name, "content": path.read_bytes().decode("utf-8-sig")})
-        except (OSError, UnicodeDecodeError) as error:
-            raise usage_error(f"cannot read {path} as text: {error}") from None
+    payload = _read_payload(files, lambda path: path.read_bytes().decode("utf-8-sig"), " as text")
     try:  # refuse bad files here, with their line numbers, before anything is sent
         parse_files([(f["name"], f["content"]) for f in payload])
     except CaptureImportError as error:
@@ -671,9 +670,8 @@ def import_rocprof(
         out.print_json(data=result["kernels"])
         return
     kinds = ", ".join(f"{f['name']} ({f['kind']}, {f['rows']} rows)" for f in result["files"])
-    table = Table(title=f"capture {result['id']}: {kinds}")
-    for column in ("kernel", "calls", "median ns", "min ns", "max ns", "total ns"):
-        table.add_column(column, overflow="fold")
+    columns = ("kernel", "calls", "median ns", "min ns", "max ns", "total ns")
+    table = _new_table(columns, title=f"capture {result['id']}: {kinds}", overflow="fold")
 
     def cell(value: object) -> str:
         return "-" if value is None else str(value)

@@ -35,12 +35,17 @@ class KernelArg:
         return self.ctype.endswith("*")
 
 
-DECODE_ARGS: tuple[KernelArg, ...] = (
+# Both families take the same operands first; they differ in what follows.
+_OPERANDS: tuple[KernelArg, ...] = (
     KernelArg("qs", "const int8_t *", "[N][K] packed weight values"),
     KernelArg("scales", "const uint16_t *", "[N][K/group] fp16 bits"),
     KernelArg("mins", "const uint16_t *", "[N][K/group] fp16 bits; NULL for symmetric kinds"),
     KernelArg("x", "const float *", "[M][K] activations"),
     KernelArg("y", "float *", "[M][N] output, fully overwritten"),
+)
+
+DECODE_ARGS: tuple[KernelArg, ...] = (
+    *_OPERANDS,
     KernelArg("workspace", "float *", "[KB][M][N] split-K partials; NULL allowed when KB == 1"),
     KernelArg("counters", "uint32_t *", "[grid.x] zeroed once before the first launch; kernels leave them 0"),
     KernelArg("m", "int", "1..4"),
@@ -50,11 +55,7 @@ DECODE_ARGS: tuple[KernelArg, ...] = (
 )
 
 PREFILL_ARGS: tuple[KernelArg, ...] = (
-    KernelArg("qs", "const int8_t *", "[N][K] packed weight values"),
-    KernelArg("scales", "const uint16_t *", "[N][K/group] fp16 bits"),
-    KernelArg("mins", "const uint16_t *", "[N][K/group] fp16 bits; NULL for symmetric kinds"),
-    KernelArg("x", "const float *", "[M][K] activations"),
-    KernelArg("y", "float *", "[M][N] output, fully overwritten"),
+    *_OPERANDS,
     KernelArg("m", "int", "activation rows"),
     KernelArg("n", "int", "rows of W"),
     KernelArg("k", "int", "multiple of the format's block size"),

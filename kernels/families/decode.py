@@ -24,7 +24,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kernels.families.base import InvalidVariant, Variant
+from kernels.families.base import InvalidVariant, Variant, resolve_variant
 
 GPU_BACKENDS: frozenset[str] = frozenset({"rocm", "cuda"})
 GPU_KB: tuple[int, ...] = (1, 2, 4, 8, 16)
@@ -93,13 +93,10 @@ class DecodeFamily:
                 f"{name!r} is not a decode variant name; expected KB{{kb}}/TW{{tw}}, e.g. KB8/TW8"
             )
         kb, tw = int(match.group(1)), int(match.group(2))
-        if variant_name(kb, tw) != name:
-            raise InvalidVariant(f"{name!r} is not canonical; write {variant_name(kb, tw)}")
-        failures = [c.reason for c in constraints(backend) if not c.check(kb, tw)]
-        if failures:
-            raise InvalidVariant(f"{name}: " + "; ".join(failures))
-        for variant in self.space(backend):
-            if variant.name == name:
-                return variant
-        # unreachable while the constraints mirror the axes; kept so a new constraint cannot slip through
-        raise InvalidVariant(f"{name}: not in the {backend} space")
+        return resolve_variant(
+            name,
+            variant_name(kb, tw),
+            lambda: [c.reason for c in constraints(backend) if not c.check(kb, tw)],
+            self.space,
+            backend,
+        )

@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kernels.families.base import InvalidVariant, Variant
+from kernels.families.base import InvalidVariant, Variant, resolve_variant
 
 GPU_BACKENDS: frozenset[str] = frozenset({"rocm", "cuda"})
 AXES_GPU: dict[str, tuple[int, ...]] = {"n": (64, 128), "m": (16, 32, 64), "mb": (1, 2), "u": (0, 1, 2, 4)}
@@ -119,12 +119,4 @@ class PrefillFamily:
                 "e.g. N128/MT32/MB1/U4"
             )
         p: Params = (int(match.group(1)), int(match.group(2)), int(match.group(3)), int(match.group(4)))
-        if variant_name(*p) != name:
-            raise InvalidVariant(f"{name!r} is not canonical; write {variant_name(*p)}")
-        failures = _valid(p, backend)
-        if failures:
-            raise InvalidVariant(f"{name}: " + "; ".join(failures))
-        for variant in self.space(backend):
-            if variant.name == name:
-                return variant
-        raise InvalidVariant(f"{name}: not in the {backend} space")
+        return resolve_variant(name, variant_name(*p), lambda: _valid(p, backend), self.space, backend)

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from service.auth import granted, lookup_token
 from service.config import Settings
+from service.db.session import transaction
 
 bearer = HTTPBearer(auto_error=False)
 MAX_OFFSET = 2**31 - 1
@@ -26,15 +27,9 @@ def get_settings_dep(request: Request) -> Settings:
 
 
 def get_session(request: Request) -> Iterator[Session]:
-    session: Session = request.app.state.session_factory()
-    try:
+    """The request's session: one transaction, committed when the route returns."""
+    with transaction(request.app.state.session_factory) as session:
         yield session
-        session.commit()
-    except BaseException:
-        session.rollback()
-        raise
-    finally:
-        session.close()
 
 
 @dataclass(frozen=True)

@@ -41,8 +41,15 @@ def session_factory(url: str) -> sessionmaker[Session]:
 
 @contextmanager
 def session_scope(url: str) -> Iterator[Session]:
+    """One transaction on the database at `url`."""
+    with transaction(session_factory(url)) as session:
+        yield session
+
+
+@contextmanager
+def transaction(factory: sessionmaker[Session]) -> Iterator[Session]:
     """One transaction: commit on success, roll back on any error (nothing half-written)."""
-    session = session_factory(url)()
+    session = factory()
     try:
         yield session
         session.commit()

@@ -2,7 +2,11 @@
 
 The rule, for one point:
 
-1. Eligible candidates passed parity and are not stale (§5.4, §5.6).
+1. Eligible candidates passed parity, are not stale (§5.4, §5.6) and were not raced
+   out (a race already showed them slower than its leader by more than the effect, at a
+   level corrected for its repeated looks; with the few dispatches they got, their wide
+   interval would otherwise let them back into a tie group, where being the simpler
+   variant would hand them the win).
 2. The *leader* has the lowest median. Every other candidate is compared with it by
    the ratio of medians (candidate / leader) and its seeded bootstrap interval.
    A candidate is *shown slower* when the interval's lower bound exceeds
@@ -47,6 +51,7 @@ class Candidate:
     declared_order: int = 0
     times_us: tuple[float, ...] | None = None  # per-dispatch device times; None for imported summaries
     stale: bool = False  # provenance differs from the point's current one: visible, never a winner
+    raced_out: bool = False  # a race showed it slower than its leader and stopped timing it: never a winner
 
 
 @dataclass(frozen=True)
@@ -91,7 +96,7 @@ def choose_winner(
     confidence: float = DEFAULT_CONFIDENCE,
     summary_gap: float = SUMMARY_ONLY_GAP,
 ) -> Decision | None:
-    """Choose a point's winner; None when no candidate is eligible (parity-passing, not stale).
+    """Choose a point's winner; None when no candidate is eligible (parity-passing, not stale, not raced out).
 
     ``seed`` should identify the point (e.g. ``stable_seed(arch, phase, format, m, n, k)``):
     the same data and seed always give the same intervals and the same decision.
@@ -110,7 +115,7 @@ def choose_winner(
         return est.median if est is not None else c.median_us
 
     eligible = sorted(
-        (c for c in candidates if c.parity_pass and not c.stale and median_of(c) > 0),
+        (c for c in candidates if c.parity_pass and not c.stale and not c.raced_out and median_of(c) > 0),
         key=lambda c: (median_of(c), c.declared_order, c.variant),
     )
     if not eligible:

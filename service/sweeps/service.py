@@ -12,8 +12,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from service.db.models import Measurement, Sweep, Task, utcnow
-from service.observed import mark_offered, offered_points
-from service.sweeps.planning import plan_tasks
+from service.observed import OfferedPoint, mark_offered, offered_points
+from service.sweeps.planning import PlannedTask, plan_tasks
 from service.sweeps.spec import SweepSpec
 
 TASK_STATES = ("queued", "running", "done", "failed", "cancelled")
@@ -48,19 +48,7 @@ def submit_sweep(
         submitted_by=submitted_by,
     )
     variants = spec.resolved_variants()
-    sweep.tasks = [
-        Task(
-            arch=spec.arch,
-            phase=spec.phase,
-            format=t.format,
-            shape=t.shape,
-            n=t.n,
-            k=t.k,
-            m=t.m,
-            variants=variants,
-        )
-        for t in plan_tasks(spec)
-    ]
+    sweep.tasks = [_new_task(spec, t, variants) for t in plan_tasks(spec)]
     observed_tasks, observed_ids = _observed_tasks(session, spec, sweep.tasks, variants)
     sweep.tasks.extend(observed_tasks)
     session.add(sweep)
@@ -91,18 +79,22 @@ def _observed_tasks(
         if (point.format, point.n, point.k, point.m) in seen:
             continue
         seen.add((point.format, point.n, point.k, point.m))
-        task = Task(
-            arch=spec.arch,
-            phase=spec.phase,
-            format=point.format,
-            shape=point.shape,
-            n=point.n,
-            k=point.k,
-            m=point.m,
-            variants=variants,
-        )
-        tasks.append(task)
+        tasks.append(_new_task(spec, point, variants))
     return tasks, covered
+
+
+def _new_task(spec: SweepSpec, point: PlannedTask | OfferedPoint, variants: list[str]) -> Task:
+    """The queued task measuring `variants` at one planned or observed point."""
+    return Task(
+        arch=spec.arch,
+        phase=spec.phase,
+        format=point.format,
+        shape=point.shape,
+        n=point.n,
+        k=point.k,
+        m=point.m,
+        variants=variants,
+    )
 
 
 def _same_or_conflict(existing: Sweep, spec: SweepSpec) -> Sweep:

@@ -20,11 +20,11 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from service.tables.model import PointKey, PointTimes, TableChoice
+from service.tables.model import AtPoint, PointKey, PointTimes, TableChoice
 
 
 @dataclass(frozen=True)
-class AliasPoint:
+class AliasPoint(AtPoint):
     """One format's result at a point: its declared winner and every parity-passing time."""
 
     format: str
@@ -37,10 +37,6 @@ class AliasPoint:
     winner_median_us: float
     times_us: Mapping[str, float]  # empty when only the winner is known (imported winners)
     tie_group: tuple[str, ...] = ()  # variants statistically tied with the winner
-
-    @property
-    def point(self) -> PointKey:
-        return (self.codebook, self.m, self.n, self.k)
 
 
 @dataclass(frozen=True)

@@ -37,8 +37,22 @@ KNOWN_CODEBOOKS: frozenset[int] = frozenset(CODEBOOK_FORMATS)
 PointKey = tuple[int, int, int, int]
 
 
+class AtPoint:
+    """Mixin for records at one (codebook, M, N, K): `.point` is that key."""
+
+    __slots__ = ()
+    codebook: int
+    m: int
+    n: int
+    k: int
+
+    @property
+    def point(self) -> PointKey:
+        return (self.codebook, self.m, self.n, self.k)
+
+
 @dataclass(frozen=True)
-class TableChoice:
+class TableChoice(AtPoint):
     """The chosen variant for one (codebook, M, N, K) after alias collapse."""
 
     codebook: int
@@ -50,13 +64,9 @@ class TableChoice:
     variant: str
     median_us: float
 
-    @property
-    def point(self) -> PointKey:
-        return (self.codebook, self.m, self.n, self.k)
-
 
 @dataclass(frozen=True)
-class PointTimes:
+class PointTimes(AtPoint):
     """Every parity-passing variant's median at one point; needed for regret."""
 
     codebook: int
@@ -67,13 +77,9 @@ class PointTimes:
     times_us: Mapping[str, float]
     ties: frozenset[str] = frozenset()  # statistically tied with the best: no regret when fitting
 
-    @property
-    def point(self) -> PointKey:
-        return (self.codebook, self.m, self.n, self.k)
-
 
 @dataclass(frozen=True)
-class MeasuredPoint:
+class MeasuredPoint(AtPoint):
     """One point the table is judged on: its winner and (optionally) all times."""
 
     codebook: int
@@ -84,10 +90,6 @@ class MeasuredPoint:
     winner: str
     times_us: Mapping[str, float] | None = None
     ties: frozenset[str] = frozenset()  # fitting counts these as regret 0 (noise-level gaps)
-
-    @property
-    def point(self) -> PointKey:
-        return (self.codebook, self.m, self.n, self.k)
 
     @property
     def work_items(self) -> int:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from service.tables.dialects import get_dialect
 from service.tables.dialects.base import TableDialect
-from service.tables.model import TableChoice
+from service.tables.model import AtPoint, TableChoice
 
 HEADER_NAME = "generated_table.inc"
 COMPILE_TIMEOUT_S = 180.0
@@ -37,7 +37,7 @@ class TableValidationError(ValueError):
 
 
 @dataclass(frozen=True)
-class ExpectedAnswer:
+class ExpectedAnswer(AtPoint):
     """What the table must answer at one query; config None means 'no answer'."""
 
     codebook: int
@@ -46,10 +46,6 @@ class ExpectedAnswer:
     k: int
     config: tuple[int, ...] | None
     must_answer: bool = False  # probes: must return true with a known config
-
-    @property
-    def point(self) -> tuple[int, int, int, int]:
-        return (self.codebook, self.m, self.n, self.k)
 
 
 @dataclass(frozen=True)

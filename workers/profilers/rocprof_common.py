@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 
@@ -95,6 +96,35 @@ def to_int(value: str, column: str, line: int, source: str) -> int:
         if as_float != as_float or as_float in (float("inf"), float("-inf")):
             raise ProfileFormatError(f"column {column!r}: {value!r} is not finite", line, source) from None
         return int(as_float)
+
+
+def time_span(
+    fields: list[str],
+    col: Mapping[str, int],
+    begin: tuple[str, str],
+    end: tuple[str, str],
+    line: int,
+    source: str,
+) -> tuple[int, int]:
+    """(start, end) ns from the (column key, label) pairs; an end before its start is a damaged row."""
+    start = to_int(fields[col[begin[0]]], begin[1], line, source)
+    stop = to_int(fields[col[end[0]]], end[1], line, source)
+    if stop < start:
+        raise ProfileFormatError(f"{end[1]} before {begin[1]}", line, source)
+    return start, stop
+
+
+def resources_of(
+    fields: list[str], col: Mapping[str, int], columns: Mapping[str, tuple[str, ...]], line: int, source: str
+) -> dict[str, int]:
+    """Resource key -> value from the first of its header names present (generations name them apart)."""
+    resources: dict[str, int] = {}
+    for key, names in columns.items():
+        for name in names:
+            if name in col:
+                resources[key] = to_int(fields[col[name]], name, line, source)
+                break
+    return resources
 
 
 def to_float(value: str, column: str, line: int, source: str) -> float:

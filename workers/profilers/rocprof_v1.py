@@ -15,22 +15,24 @@ from workers.profilers.rocprof_common import (
     ProfileFormatError,
     clean_kernel_name,
     read_csv,
+    resources_of,
+    time_span,
     to_float,
     to_int,
 )
 
 RESULTS_REQUIRED = ("Index", "KernelName", "gpu-id", "queue-id", "grd", "wgr", "lds", "scr", "sgpr")
 STATS_COLUMNS = ("Name", "Calls", "TotalDurationNs", "AverageNs", "Percentage")
-RESOURCE_COLUMNS = {
-    "lds": "lds",
-    "scratch": "scr",
+RESOURCE_COLUMNS: dict[str, tuple[str, ...]] = {
+    "lds": ("lds",),
+    "scratch": ("scr",),
     "vgpr": ("arch_vgpr", "vgpr"),
-    "agpr": "accum_vgpr",
-    "sgpr": "sgpr",
-    "grid": "grd",
-    "workgroup": "wgr",
-    "wave_size": "wave_size",
-    "fbar": "fbar",
+    "agpr": ("accum_vgpr",),
+    "sgpr": ("sgpr",),
+    "grid": ("grd",),
+    "workgroup": ("wgr",),
+    "wave_size": ("wave_size",),
+    "fbar": ("fbar",),
 }
 
 
@@ -51,16 +53,8 @@ def parse_results(text: str, source: str = "results.csv") -> list[DispatchRow]:
     col = {h: i for i, h in enumerate(header)}
     out = []
     for index, (line, f) in enumerate(rows):
-        start = to_int(f[col["BeginNs"]], "BeginNs", line, source)
-        end = to_int(f[col["EndNs"]], "EndNs", line, source)
-        if end < start:
-            raise ProfileFormatError("EndNs before BeginNs", line, source)
-        resources: dict[str, int] = {}
-        for key, names in RESOURCE_COLUMNS.items():
-            for name in (names,) if isinstance(names, str) else names:
-                if name in col:
-                    resources[key] = to_int(f[col[name]], name, line, source)
-                    break
+        start, end = time_span(f, col, ("BeginNs", "BeginNs"), ("EndNs", "EndNs"), line, source)
+        resources = resources_of(f, col, RESOURCE_COLUMNS, line, source)
         out.append(
             DispatchRow(
                 kernel=clean_kernel_name(f[col["KernelName"]]),

@@ -19,6 +19,8 @@ from workers.profilers.rocprof_common import (
     ProfileFormatError,
     clean_kernel_name,
     read_csv,
+    resources_of,
+    time_span,
     to_float,
     to_int,
 )
@@ -67,16 +69,9 @@ def parse_kernel_trace(text: str, source: str = "kernel_trace.csv") -> list[Disp
     for index, (line, fields) in enumerate(rows):
         if fields[col["kind"]].strip() != "KERNEL_DISPATCH":
             raise ProfileFormatError(f"unexpected Kind {fields[col['kind']]!r}", line, source)
-        start = to_int(fields[col["start_timestamp"]], "Start_Timestamp", line, source)
-        end = to_int(fields[col["end_timestamp"]], "End_Timestamp", line, source)
-        if end < start:
-            raise ProfileFormatError("End_Timestamp before Start_Timestamp", line, source)
-        resources = {}
-        for key, names in RESOURCE_COLUMNS.items():
-            for name in names:
-                if name in col:
-                    resources[key] = to_int(fields[col[name]], name, line, source)
-                    break
+        begin, end = ("start_timestamp", "Start_Timestamp"), ("end_timestamp", "End_Timestamp")
+        start, stop = time_span(fields, col, begin, end, line, source)
+        resources = resources_of(fields, col, RESOURCE_COLUMNS, line, source)
         dispatch_id = (
             to_int(fields[col["dispatch_id"]], "Dispatch_Id", line, source) if "dispatch_id" in col else None
         )
@@ -84,7 +79,7 @@ def parse_kernel_trace(text: str, source: str = "kernel_trace.csv") -> list[Disp
             DispatchRow(
                 kernel=clean_kernel_name(fields[col["kernel_name"]]),
                 start_ns=start,
-                end_ns=end,
+                end_ns=stop,
                 agent=normalise_agent(fields[col["agent_id"]]),
                 queue=fields[col["queue_id"]].strip(),
                 dispatch_id=dispatch_id,

@@ -9,24 +9,11 @@ an aspect + work-size fallback answers shapes without an exact entry.
 
 from __future__ import annotations
 
-import re
-from collections import defaultdict
 from collections.abc import Sequence
-from pathlib import Path
 
 from service.tables.codecs import PREFILL_M_BUCKETS, PhaseCodec, PrefillCodec
-from service.tables.dialects.base import ReplayAnswers, RuleMap
-from service.tables.dialects.cpp_common import (
-    comment,
-    fallback_codebooks,
-    formats_of,
-    function_body,
-    header_comment,
-    lookup_helpers,
-    render_fallback,
-)
-from service.tables.dialects.llaminar_rocm_decode import parse_replay_lines
-from service.tables.model import HeaderInfo, PointKey, TableChoice
+from service.tables.dialects.llaminar_cpp import LlaminarCppDialect
+from service.tables.model import PointKey, TableChoice
 
 _STRUCTS = """\
 #pragma once
@@ -85,35 +72,25 @@ def _m_policy() -> str:
     )
 
 
-class LlaminarRocmPrefillDialect:
+class LlaminarRocmPrefillDialect(LlaminarCppDialect):
     """Emits `selectROCmNativeVNNIPrefillGenerated<CB>` and its helpers."""
 
     name: str = "llaminar-rocm-prefill"
     phase: str = "prefill"
-    compiled: bool = True
+    prefix = "Prefill"
+    fallback_m = "m_key"
+    structs = _STRUCTS
+    n_fields = 4
+    exact_open = "if constexpr (CB == {cb})"
+    exact_split = r"\n    if constexpr \(CB == "
+    exact_cb = r"(\d+)\)"
+    key_suffix = "ULL"
 
     def __init__(self) -> None:
         self.codec: PhaseCodec = PrefillCodec()
 
-    def parse_variant(self, variant: str) -> tuple[int, ...]:
-        return self.codec.parse_variant(variant)
-
-    def _config(self, variant: str) -> str:
-        return "{" + ", ".join(str(v) for v in self.parse_variant(variant)) + "}"
-
-    def render(self, choices: Sequence[TableChoice], fallback_rules: RuleMap, header_info: HeaderInfo) -> str:
-        by_cb: dict[int, list[TableChoice]] = defaultdict(list)
-        for c in choices:
-            by_cb[c.codebook].append(c)
-        out: list[str] = []
-        out.extend(header_comment(header_info, by_cb))
-        out.append(_STRUCTS)
-        out.append(_m_policy())
-        out.append(lookup_helpers("Prefill"))
-        out.extend(render_fallback("Prefill", "m_key", fallback_rules, self._config))
-        out.extend(self._render_generated(by_cb))
-        out.append("}  // namespace llaminar2::rocm::generated")
-        return "\n".join(out) + "\n"
+    def _preamble(self) -> list[str]:
+        return [_m_policy()]
 
     def _render_generated(self, by_cb: dict[int, list[TableChoice]]) -> list[str]:
         out = [
@@ -124,27 +101,7 @@ class LlaminarRocmPrefillDialect:
             "    const uint64_t key = packROCmNativeVNNIPrefillDispatchKey(m_key, n, k);",
             "    (void)key;",
         ]
-        for cb in sorted(by_cb):
-            rows = sorted(by_cb[cb], key=lambda c: self.codec.pack_key(c.m, c.n, c.k))
-            keys = [self.codec.pack_key(c.m, c.n, c.k) for c in rows]
-            if len(set(keys)) != len(keys):
-                raise ValueError(f"codebook {cb}: duplicate (M, N, K) keys in choices")
-            formats = ",".join(formats_of(cb, rows))
-            out.append(f"    if constexpr (CB == {cb}) {{  // {comment(formats)}")
-            out.append("        static constexpr ROCmNativeVNNIPrefillTuningEntry kTable[] = {")
-            for key, c in zip(keys, rows, strict=True):
-                note = (
-                    f"CB={cb} ({','.join(c.formats) or formats}) M={c.m} "
-                    f"{c.n}x{c.k} {c.variant} {c.shape} {c.median_us:.3f}us"
-                )
-                out.append(f"            {{0x{key:016X}ULL, {self._config(c.variant)}}},  // {comment(note)}")
-            out += [
-                "        };",
-                "        if (findROCmNativeVNNIPrefillDispatchEntry(kTable, key, out)) {",
-                "            return true;",
-                "        }",
-                "    }",
-            ]
+        out += self._exact_tables(by_cb)
         out += [
             "    return selectROCmNativeVNNIPrefillAspectFallback(CB, m_key, n, k, out);",
             "}",
@@ -152,38 +109,13 @@ class LlaminarRocmPrefillDialect:
         ]
         return out
 
-    def replay_program(self, header_name: str, queries: Sequence[PointKey]) -> str:
-        rows = "\n".join(f"    {{{cb}, {m}, {n}, {k}}}," for cb, m, n, k in queries) or "    {0, 0, 0, 0},"
-        count = max(len(queries), 1)
+    def _replay_answer(self, queries: Sequence[PointKey]) -> str:
         cases = "\n".join(
             f"        case {cb}: ok = gen::selectROCmNativeVNNIPrefillGenerated<{cb}>(q.m, q.n, q.k, cfg);"
             " break;"
             for cb in sorted({q[0] for q in queries})
         )
         return f"""\
-#include "{header_name}"
-
-#include <cstdio>
-
-namespace gen = llaminar2::rocm::generated;
-
-struct Query {{
-    int cb;
-    int m;
-    int n;
-    int k;
-}};
-
-static const Query kQueries[] = {{
-{rows}
-}};
-
-int main() {{
-    const int count = {len(queries)};
-    static_assert(sizeof(kQueries) / sizeof(kQueries[0]) == {count}, "query count");
-    for (int i = 0; i < count; ++i) {{
-        const Query &q = kQueries[i];
-        gen::ROCmNativeVNNIPrefillDispatchConfig cfg{{}};
         bool ok = false;
         switch (q.cb) {{
 {cases}
@@ -195,27 +127,4 @@ int main() {{
                         static_cast<int>(cfg.unroll));
         }} else {{
             std::printf("%d %d %d %d - - - -\\n", q.cb, q.m, q.n, q.k);
-        }}
-    }}
-    return 0;
-}}
-"""
-
-    def parse_replay_output(self, stdout: str) -> ReplayAnswers:
-        return parse_replay_lines(stdout, 4)
-
-    def replay_text(self, text: str, queries: Sequence[PointKey], workdir: Path) -> ReplayAnswers:
-        raise NotImplementedError("C++ dialects replay through a compiled program")
-
-    def emitted_keys(self, text: str) -> dict[int, list[int]]:
-        body = function_body(text, "inline bool selectROCmNativeVNNIPrefillGenerated(")
-        keys: dict[int, list[int]] = {}
-        for block in re.split(r"\n    if constexpr \(CB == ", body)[1:]:
-            cb = int(re.match(r"(\d+)\)", block).group(1))  # type: ignore[union-attr]
-            if cb in keys:
-                raise ValueError(f"codebook {cb} has two exact tables")
-            keys[cb] = [int(h, 16) for h in re.findall(r"\{0x([0-9A-Fa-f]+)ULL,", block)]
-        return keys
-
-    def emitted_codebooks(self, text: str) -> set[int]:
-        return set(self.emitted_keys(text)) | fallback_codebooks(text, "Prefill")
+        }}"""
