@@ -42,7 +42,8 @@ import_app = typer.Typer(help="Import results measured elsewhere.", no_args_is_h
 app.add_typer(import_app, name="import")
 
 console = Console(stderr=True)
-out = Console()
+# wide enough for a winners table when stdout is a pipe or a CI log (rich assumes 80 columns there)
+out = Console(width=None if sys.stdout.isatty() else 150)
 
 UrlOption = typer.Option("http://127.0.0.1:8000", envvar="TUNEBASE_URL", help="API base URL")
 TokenOption = typer.Option(None, envvar="TUNEBASE_TOKEN", help="bearer token")
@@ -73,19 +74,39 @@ def _new_table(columns: tuple[str, ...], title: str | None = None, **column_opti
     return table
 
 
-WINNER_COLUMNS = ("M", "N x K", "variant", "median us", "runner-up", "margin")
+WINNER_COLUMNS = ("M", "N x K", "variant", "median us", "runner-up", "decision")
+
+
+TIE_CAPTION = (
+    "decision: margin over the runner-up with its 95% bootstrap interval; 'tie of n': n variants"
+    " not shown apart from the leader by the minimum effect, broken toward the incumbent table,"
+    " then the simpler variant"
+)
+
+
+def _decision_text(w: dict[str, Any]) -> str:
+    """A decided margin with its interval, or the tie and how it was broken (never a bare negative margin)."""
+    if w["runner_up"] is None:
+        return "only variant"
+    if w["decided"] and w["margin"] is not None:
+        text = f"+{100 * w['margin']:.1f}%"
+        if w.get("margin_ci"):
+            low, high = w["margin_ci"]
+            text += f" [{100 * low:.1f}, {100 * high:.1f}]"
+        return text
+    tied = len(w.get("tie_group") or [])
+    return f"tie of {tied}" if tied else "tie"
 
 
 def _winner_cells(w: dict[str, Any]) -> tuple[str, ...]:
     """The WINNER_COLUMNS cells of one winner row (demo and `tunebase winners` show the same)."""
-    margin = f"{100 * w['margin']:.1f}%" if w["margin"] is not None else "-"
     return (
         str(w["m"]),
         f"{w['n']}x{w['k']}",
         w["variant"],
         f"{w['median_us']:.2f}",
         w["runner_up"] or "-",
-        margin,
+        _decision_text(w),
     )
 
 
@@ -129,6 +150,7 @@ def demo(
     table = _new_table(columns, title=f"winners (sweep {result.sweep_id}, {result.device})")
     for w in result.winners:
         table.add_row(w["format"], w["shape"], *_winner_cells(w))
+    table.caption = TIE_CAPTION
     out.print(table)
     out.print(
         f"table: {result.table_path.resolve()}  (sha256 {result.sha256[:12]}; compiles and replays)"
@@ -344,9 +366,9 @@ def winners(
     if as_json:
         out.print_json(data=items)
         return
-    table = _new_table(("arch", "format", *WINNER_COLUMNS, "decided"))
+    table = _new_table(("arch", "format", *WINNER_COLUMNS))
     for w in items:
-        table.add_row(w["arch"], w["format"], *_winner_cells(w), str(w["decided"]))
+        table.add_row(w["arch"], w["format"], *_winner_cells(w))
     out.print(table)
 
 
