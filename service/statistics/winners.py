@@ -23,7 +23,7 @@ The rule, for one point:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from service.statistics.bootstrap import (
@@ -191,3 +191,18 @@ def choose_winner(
         reason=reason,
         stats=stats,
     )
+
+
+def infer_raced_out(runs: Mapping[str, tuple[int | None, int]]) -> set[str]:
+    """Variants a race stopped timing, from stored data: variant -> (task id, dispatches).
+
+    In one task every live variant gets one dispatch per round, so a variant with fewer
+    dispatches than another of the same task was dropped by the race (errors and parity
+    failures are excluded from winning on their own). Measurements from different tasks,
+    or without a task (imports), are never compared.
+    """
+    longest: dict[int, int] = {}
+    for task_id, n in runs.values():
+        if task_id is not None:
+            longest[task_id] = max(longest.get(task_id, 0), n)
+    return {name for name, (task_id, n) in runs.items() if task_id is not None and n < longest[task_id]}

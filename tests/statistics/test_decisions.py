@@ -157,3 +157,53 @@ def test_summaries_without_dispatches_decide_only_on_large_gaps() -> None:
     assert not near_d.decided and near_d.tie_group == ["KB1/TW4", "KB2/TW4"] and near_d.margin_ci is None
     assert far_d.decided and far_d.winner.variant == "KB1/TW4"
     assert far_d.margin == pytest.approx(0.2) and far_d.margin_ci is None
+
+
+def test_raced_out_variants_never_rejoin_the_tie_group() -> None:
+    """A race dropped KB1/TW4 after 20 dispatches; its wide interval must not hand it the tie-break."""
+    rng = np.random.default_rng(21)
+    early = lognormal_times(rng, 10.6, 0.10, 20)
+    long_a = lognormal_times(rng, 10.0, 0.02, 200)
+    long_b = lognormal_times(rng, 10.05, 0.02, 200)
+    candidates = [
+        Candidate("KB1/TW4", float(np.median(early)), True, 1, 0, early),
+        Candidate("KB2/TW8", float(np.median(long_a)), True, 2, 3, long_a),
+        Candidate("KB4/TW8", float(np.median(long_b)), True, 3, 5, long_b),
+    ]
+    plain = choose_winner(candidates, seed=4)
+    assert plain is not None and "KB1/TW4" in plain.tie_group  # 20 noisy dispatches: indistinguishable
+    assert plain.winner.variant == "KB1/TW4"  # ...and the simplest, so it would win the tie-break
+    raced = choose_winner(
+        [Candidate(**{**c.__dict__, "raced_out": c.variant == "KB1/TW4"}) for c in candidates], seed=4
+    )
+    assert raced is not None and raced.winner.variant == "KB2/TW8"
+    assert "KB1/TW4" not in raced.tie_group
+    assert not next(s for s in raced.stats if s.variant == "KB1/TW4").eligible  # still visible
+
+
+def test_log_ratio_interval_matches_the_percentile_interval_at_95() -> None:
+    from service.statistics.bootstrap import estimate_median, log_ratio_interval, ratio_interval
+
+    rng = np.random.default_rng(17)
+    a = estimate_median(lognormal_times(rng, 10.3, 0.05, 100), seed=1, resamples=4000)
+    b = estimate_median(lognormal_times(rng, 10.0, 0.05, 100), seed=2, resamples=4000)
+    ratio, (lo, hi) = ratio_interval(a, b)
+    ratio_n, (lo_n, hi_n) = log_ratio_interval(a, b, z=1.959964)
+    assert ratio_n == pytest.approx(ratio)
+    assert lo_n == pytest.approx(lo, abs=0.004) and hi_n == pytest.approx(hi, abs=0.004)
+    _, (lo_w, hi_w) = log_ratio_interval(a, b, z=2.9)
+    assert lo_w < lo_n < ratio < hi_n < hi_w  # a larger z (more looks) widens it on both sides
+
+
+def test_raced_out_is_inferred_from_dispatch_counts_within_one_task() -> None:
+    from service.statistics.winners import infer_raced_out
+
+    runs = {
+        "KB1/TW4": (7, 20),
+        "KB2/TW8": (7, 200),
+        "KB4/TW8": (7, 200),
+        "KB8/TW8": (8, 20),
+        "IMP": (None, 0),
+    }
+    assert infer_raced_out(runs) == {"KB1/TW4"}  # KB8/TW8 ran in another task; imports have none
+    assert infer_raced_out({}) == set()

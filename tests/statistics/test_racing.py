@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 from tests.statistics.synthetic import lognormal_times
 from workers.backends.base import TaskSpec
 from workers.harness.interleave import DispatchFn, interleave
-from workers.harness.racing import RacingPolicy, policy_for
+from workers.harness.racing import RacingPolicy, look_z, planned_looks, policy_for
 
 
 def _fn(times: tuple[float, ...]) -> DispatchFn:
@@ -32,7 +33,7 @@ def test_race_drops_clearly_slower_variants_and_keeps_ties() -> None:
     assert counts["KB2/TW4"] == 20 and counts["KB8/TW8"] == 20  # dropped at the first check
     assert set(policy.dropped) == {"KB2/TW4", "KB8/TW8"}
     assert counts["KB1/TW4"] == counts["KB1/TW8"] > 20  # the tie keeps racing
-    assert policy.stop_reason in ("max_dispatches", "tie (equivalent within min_effect)")
+    assert policy.stop_reason in ("max_dispatches", "equivalent")
     seqs = sorted(d.seq for rows in result.dispatches.values() for d in rows)
     assert seqs == list(range(sum(counts.values())))  # still interleaved and numbered in order
 
@@ -75,3 +76,60 @@ def test_host_backend_races_real_kernels(artifact_dir: Path) -> None:
     assert min(counts) >= 6 and max(counts) <= 60
     seqs = sorted(d.seq for r in result.results for d in r.dispatches)
     assert seqs == list(range(sum(counts)))
+
+
+TRIALS = 20
+
+
+def _race(medians: dict[str, float], cv: float, budget: int, seed: int, **kw: object) -> RacingPolicy:
+    policy = RacingPolicy(min_dispatches=20, max_dispatches=budget, seed=seed, **kw)  # type: ignore[arg-type]
+    interleave(_synthetic(medians, cv, budget, seed=1000 + seed), rounds=budget, policy=policy)
+    return policy
+
+
+def test_looks_are_planned_geometrically_and_corrected_for_their_number() -> None:
+    looks = planned_looks(20, 200, 1.25)
+    assert looks[:4] == (20, 25, 32, 40) and looks[-1] < 200
+    assert all(b > a for a, b in itertools.pairwise(looks))
+    assert planned_looks(20, 20, 1.25) == ()  # min == max: nothing to look at before the budget ends
+    # Bonferroni over the looks: one look is the plain 95% interval, more looks widen each one.
+    assert look_z(0.95, 1) == pytest.approx(1.95996, abs=1e-4)
+    assert look_z(0.95, len(looks)) > look_z(0.95, 4) > look_z(0.95, 1)
+    policy = RacingPolicy(20, 200)
+    assert policy.looks == looks and policy.z == pytest.approx(look_z(0.95, len(looks)))
+    with pytest.raises(ValueError):
+        planned_looks(20, 200, 1.0)
+
+
+def test_equivalence_stop_never_fires_on_a_true_3_percent_gap() -> None:
+    """3% > the 2% equivalence width: the race must keep going until the gap is shown, not call a tie."""
+    decided = 0
+    for trial in range(TRIALS):
+        policy = _race({"A": 100.0, "B": 103.0}, cv=0.05, budget=400, seed=trial)
+        assert policy.stop_reason != "equivalent", trial
+        assert "A" not in policy.dropped  # the faster variant is never the one dropped
+        if policy.stop_reason == "decided":
+            decided += 1
+    # Power: lower bound of the corrected interval clears 1% once ~170 rounds are in (SE ~ 0.088/sqrt(n)).
+    assert decided / TRIALS >= 0.9
+
+
+def test_race_stops_on_a_true_tie_well_before_the_budget() -> None:
+    for trial in range(TRIALS):
+        policy = _race({"A": 100.0, "B": 100.0, "C": 100.0}, cv=0.02, budget=400, seed=trial)
+        assert not policy.dropped, (trial, policy.dropped)  # nothing is shown slower on a tie
+        assert policy.stop_reason == "equivalent", (trial, policy.stop_reason)
+        assert sorted(policy.survivors) == ["A", "B", "C"]  # the tie group, for the tie-break
+        # |log ratio| + z * SE < 2% with SE ~ 0.035/sqrt(n), z ~ 2.9: about 60-100 rounds, not 400.
+        assert policy.stopped_at <= 200, (trial, policy.stopped_at)
+
+
+def test_repeated_looks_keep_false_drops_at_the_family_wise_level() -> None:
+    """On an 4-way tie at high noise (never equivalent within 2%), almost nothing may be dropped."""
+    comparisons = dropped = 0
+    for trial in range(TRIALS):
+        policy = _race({"A": 100.0, "B": 100.0, "C": 100.0, "D": 100.0}, cv=0.15, budget=200, seed=trial)
+        comparisons += 3
+        dropped += len(policy.dropped)
+        assert policy.stop_reason in ("max_dispatches", "equivalent")
+    assert dropped / comparisons <= 0.05, dropped

@@ -1,29 +1,48 @@
 """Racing: spend dispatches only on variants that can still win (sweep strategy ``race``).
 
-Every variant first gets ``min_dispatches`` interleaved dispatches. From then on, every
-``check_every`` rounds, the policy compares each contender with the leader (lowest
-median) by the seeded bootstrap interval of the ratio of medians, the same rule winner
-selection uses (service.statistics.winners): a contender shown slower than the leader
-by more than ``min_effect`` is dropped. The race stops when one contender is left
-(decided), when every survivor is shown equivalent to the leader (the whole interval
-of the ratio lies below ``1 + min_effect``: more dispatches would not separate them
-by a margin that matters), or at ``max_dispatches``.
+Every variant first gets ``min_dispatches`` interleaved dispatches. The policy then looks
+at the data at *planned* round counts that grow geometrically (``min_dispatches``, then
+x``look_growth`` each time, all below ``max_dispatches``): often early, when clearly slower
+variants can be dropped cheaply, rarely late, when each look adds little. Because the
+same data are tested at every look, each look's interval is widened for the number of
+planned looks (Bonferroni): over the whole race, a variant is wrongly shown slower with
+probability at most ``1 - confidence`` per comparison, not that much per look.
+
+At a look, each contender is compared with the leader (lowest median) by the ratio of
+medians and its interval (normal on the log ratio, standard error from seeded bootstrap
+replicates; percentile tails at 99.5% would need ~10^4 replicates per look):
+
+* a contender whose interval lies above ``1 + min_effect`` is *shown slower* and dropped
+  (the same meaning of "shown slower" as winner selection, service.statistics.winners);
+* the race stops ``decided`` when one contender is left;
+* the race stops ``equivalent`` when every survivor's interval lies inside
+  ``[1/(1+w), 1+w]`` with ``w = equivalence`` (default 2%, the gap below which DESIGN §5
+  and issue 6 treat variants as interchangeable): more dispatches could at most separate
+  them by less than ``w``, and the survivors are a tie group that winner selection breaks
+  toward the incumbent, then the simpler variant. With probability ``confidence`` every
+  survivor, and so the tie-break winner, is within ``w`` of the leader;
+* otherwise the race stops at ``max_dispatches``.
 
 Variants that failed parity can never win: they get ``min_dispatches`` (their timings
-stay visible) and are then dropped; they are never the leader, so a broken kernel
-that skips work cannot knock the correct ones out.
+stay visible) and are then dropped; they are never the leader, so a broken kernel that
+skips work cannot knock the correct ones out.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import Protocol
 
-from service.statistics.bootstrap import estimate_median, ratio_interval, stable_seed
+from service.statistics.bootstrap import estimate_median, log_ratio_interval, stable_seed
 from workers.backends.base import Dispatch, TaskSpec
 
-DEFAULT_RACE_RESAMPLES = 500  # enough for a 95% interval's tails; keeps a check in the low milliseconds
+DEFAULT_RACE_RESAMPLES = 500  # enough for a stable standard error; keeps a look in the low milliseconds
+DEFAULT_LOOK_GROWTH = 1.25  # looks at 20, 25, 32, 40, 50, ... rounds for min_dispatches=20
+DEFAULT_EQUIVALENCE = 0.02  # issue 6: gaps at or below 2% are not worth telling apart
+MIN_LOOK_SAMPLES = 3
 
 
 class RoundPolicy(Protocol):
@@ -34,46 +53,75 @@ class RoundPolicy(Protocol):
         ...
 
 
+def planned_looks(min_dispatches: int, max_dispatches: int, growth: float) -> tuple[int, ...]:
+    """Round counts at which the race looks: geometric from ``min_dispatches``, all below the budget."""
+    if growth <= 1.0:
+        raise ValueError(f"look growth must be > 1, got {growth}")
+    looks: list[int] = []
+    n = min_dispatches
+    while n < max_dispatches:
+        looks.append(n)
+        n = max(n + 1, math.ceil(n * growth))
+    return tuple(looks)
+
+
+def look_z(confidence: float, looks: int) -> float:
+    """Two-sided normal quantile for one look when ``1 - confidence`` is split over ``looks`` looks."""
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    return NormalDist().inv_cdf(1.0 - (1.0 - confidence) / (2.0 * max(1, looks)))
+
+
 @dataclass
 class RacingPolicy:
     min_dispatches: int
     max_dispatches: int
     min_effect: float = 0.01
     eligible: frozenset[str] | None = None  # None: every variant may win
-    check_every: int = 0  # 0: max(1, min_dispatches // 4)
+    look_growth: float = DEFAULT_LOOK_GROWTH
+    equivalence: float = DEFAULT_EQUIVALENCE  # raised to min_effect when smaller
     resamples: int = DEFAULT_RACE_RESAMPLES
-    confidence: float = 0.95
+    confidence: float = 0.95  # over all planned looks (Bonferroni), per comparison with the leader
     seed: int | str = 0
     dropped: dict[str, int] = field(default_factory=dict)  # variant -> rounds it got
-    survivors: list[str] = field(default_factory=list)  # contenders left at the last check
+    survivors: list[str] = field(default_factory=list)  # contenders left at the last look
     stop_reason: str = ""
+    stopped_at: int = 0  # rounds done when the race ended
+    looks: tuple[int, ...] = field(init=False, default=())
+    z: float = field(init=False, default=0.0)
 
     def __post_init__(self) -> None:
         if self.min_dispatches < 1 or self.max_dispatches < self.min_dispatches:
             raise ValueError(f"bad race budget: min={self.min_dispatches} max={self.max_dispatches}")
-        if self.check_every <= 0:
-            self.check_every = max(1, self.min_dispatches // 4)
+        if self.min_effect < 0 or self.equivalence < 0:
+            raise ValueError(f"bad effect sizes: min_effect={self.min_effect} equivalence={self.equivalence}")
+        self.looks = planned_looks(self.min_dispatches, self.max_dispatches, self.look_growth)
+        self.z = look_z(self.confidence, len(self.looks))
 
     def after_round(self, rounds_done: int, dispatches: Mapping[str, Sequence[Dispatch]]) -> Collection[str]:
         live = list(dispatches)
         if rounds_done >= self.max_dispatches:
             self.stop_reason = self.stop_reason or "max_dispatches"
+            self.stopped_at = self.stopped_at or rounds_done
             return []
-        if rounds_done < self.min_dispatches or (rounds_done - self.min_dispatches) % self.check_every:
+        if rounds_done not in self.looks:
             return live
         survivors = self.evaluate({name: [d.device_ns for d in rows] for name, rows in dispatches.items()})
         for name in live:
             if name not in survivors:
                 self.dropped.setdefault(name, rounds_done)
         self.survivors = survivors
-        return [] if self.stop_reason else survivors
+        if self.stop_reason:
+            self.stopped_at = rounds_done
+            return []
+        return survivors
 
     def evaluate(self, times: Mapping[str, Sequence[float]]) -> list[str]:
-        """One check: the contenders still in the race; sets ``stop_reason`` when it is over."""
+        """One look: the contenders still in the race; sets ``stop_reason`` when it is over."""
         contenders = [
             name
             for name, values in times.items()
-            if (self.eligible is None or name in self.eligible) and len(values) >= 3
+            if (self.eligible is None or name in self.eligible) and len(values) >= MIN_LOOK_SAMPLES
         ]
         if not contenders:
             self.stop_reason = "no eligible variant"
@@ -83,20 +131,21 @@ class RacingPolicy:
             for name in contenders
         }
         leader = min(contenders, key=lambda name: (estimates[name].median, name))
+        width = max(self.equivalence, self.min_effect)
         survivors = [leader]
         equivalent = True
         for name in contenders:
             if name == leader:
                 continue
-            _, (lo, hi) = ratio_interval(estimates[name], estimates[leader], self.confidence)
+            _, (lo, hi) = log_ratio_interval(estimates[name], estimates[leader], self.z)
             if lo > 1.0 + self.min_effect:
                 continue  # shown slower by more than the effect
             survivors.append(name)
-            equivalent = equivalent and hi < 1.0 + self.min_effect
+            equivalent = equivalent and hi < 1.0 + width and lo > 1.0 / (1.0 + width)
         if len(survivors) == 1:
             self.stop_reason = "decided"
         elif equivalent:
-            self.stop_reason = "tie (equivalent within min_effect)"
+            self.stop_reason = "equivalent"
         return survivors
 
 
