@@ -19,7 +19,7 @@ from service.config import get_settings
 from service.db.models import Device, Dispatch, Measurement, TableVersion, Variant, Winner, utcnow
 from service.statistics.bootstrap import stable_seed
 from service.statistics.staleness import stale_flags
-from service.statistics.winners import Candidate, Decision, choose_winner
+from service.statistics.winners import Candidate, Decision, choose_winner, infer_raced_out
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,11 @@ def incumbent_variant(
 
 
 def candidates_for(session: Session, chosen: dict[str, PointMeasurement]) -> list[Candidate]:
+    """A variant a race dropped (fewer dispatches than others of its task) must not win a tie-break."""
     times = dispatch_times_us(session, [item.measurement.id for item in chosen.values()])
+    raced_out = infer_raced_out(
+        {name: (item.measurement.task_id, item.measurement.n_dispatches) for name, item in chosen.items()}
+    )
     return [
         Candidate(
             variant=name,
@@ -110,6 +114,7 @@ def candidates_for(session: Session, chosen: dict[str, PointMeasurement]) -> lis
             declared_order=item.variant.declared_order,
             times_us=times.get(item.measurement.id),
             stale=item.stale,
+            raced_out=name in raced_out,
         )
         for name, item in chosen.items()
     ]

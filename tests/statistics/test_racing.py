@@ -62,20 +62,40 @@ def test_policy_for_follows_the_strategy() -> None:
     assert race.eligible == frozenset({"KB1/TW4"})
 
 
-def test_host_backend_races_real_kernels(artifact_dir: Path) -> None:
+def test_host_backend_races_real_kernels(artifact_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The backend hands the task's racing policy to the interleaver and honours where it stopped."""
+    import workers.backends.host as host_module
     from workers.backends.host import HostBackend
 
     backend = HostBackend(artifact_dir=artifact_dir)
     if backend.detect() is None:
         pytest.skip("no C compiler")
+    created: list[RacingPolicy | None] = []
+    real_policy_for = host_module.policy_for
+
+    def recording_policy_for(spec: TaskSpec, eligible: object = None) -> RacingPolicy | None:
+        policy = real_policy_for(spec, eligible=eligible)  # type: ignore[arg-type]
+        created.append(policy)
+        return policy
+
+    monkeypatch.setattr(host_module, "policy_for", recording_policy_for)
     variants = ("KB1/TW4", "KB2/TW4", "KB4/TW8", "KB8/TW8")
     spec = TaskSpec("host", "decode", "Q8_0", "S", 256, 256, 1, variants, 6, 60, warmup=1, strategy="race")
     result = backend.run_task(spec)
-    counts = [len(r.dispatches) for r in result.results]
+    counts = {r.variant: len(r.dispatches) for r in result.results}
     assert all(r.parity is not None and r.parity.passed for r in result.results)
-    assert min(counts) >= 6 and max(counts) <= 60
+    (policy,) = created
+    assert isinstance(policy, RacingPolicy) and policy.eligible == frozenset(variants)
+    assert policy.stop_reason in ("decided", "equivalent", "max_dispatches")
+    # every variant ran at least min_dispatches; the survivors ran exactly until the race stopped
+    assert min(counts.values()) >= 6 and max(counts.values()) == policy.stopped_at <= 60
     seqs = sorted(d.seq for r in result.results for d in r.dispatches)
-    assert seqs == list(range(sum(counts)))
+    assert seqs == list(range(sum(counts.values())))
+
+    exhaustive_spec = TaskSpec("host", "decode", "Q8_0", "S", 256, 256, 1, variants, 6, 60, warmup=1)
+    exhaustive = backend.run_task(exhaustive_spec)
+    assert [len(r.dispatches) for r in exhaustive.results] == [6, 6, 6, 6]
+    assert created[-1] is None  # exhaustive: no policy
 
 
 TRIALS = 20

@@ -37,6 +37,7 @@ from workers.harness import cuda_driver as cd
 from workers.harness.cuda_abi import Buffers, Geometry, KernelBinding, default_binding, weight_arrays
 from workers.harness.cuda_compile import compile_cubin, sass_census, summarize_census
 from workers.harness.interleave import DispatchFn, interleave
+from workers.harness.racing import policy_for, timed_rounds
 from workers.profilers import cupti as cupti_profiler
 from workers.profilers.cuda_events import EventTimer
 
@@ -365,12 +366,14 @@ class CudaBackend:
             if trace is not None:
                 trace.start()
             try:
+                passed = [n for n, r in results.items() if r.parity is not None and r.parity.passed]
                 timing = interleave(
                     dispatchers,
-                    rounds=spec.min_dispatches,
+                    rounds=timed_rounds(spec),
                     warmup=spec.warmup,
                     buffers=copies,
                     progress=progress,
+                    policy=policy_for(spec, eligible=passed),
                 )
             finally:
                 records = trace.stop() if trace is not None else []

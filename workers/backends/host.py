@@ -45,6 +45,7 @@ from workers.backends.base import (
 )
 from workers.compilers.cache import source_hash as closure_hash
 from workers.harness.interleave import DispatchFn, interleave
+from workers.harness.racing import policy_for, timed_rounds
 
 HOST_SOURCES = Path(__file__).resolve().parents[2] / "kernels" / "sources" / "host"
 DEFAULT_SOURCE = HOST_SOURCES / "decode_gemv.c"
@@ -358,8 +359,14 @@ class HostBackend:
             fn_ptr = ctypes.cast(kernel, ctypes.c_void_p).value
             dispatchers.append((name, self._dispatcher(lib, fn_ptr, w_ptrs, x_ptr, y_ptr, spec)))
 
+        passed = [name for name, r in results.items() if r.parity is not None and r.parity.passed]
         timing = interleave(
-            dispatchers, rounds=spec.min_dispatches, warmup=spec.warmup, buffers=copies, progress=progress
+            dispatchers,
+            rounds=timed_rounds(spec),
+            warmup=spec.warmup,
+            buffers=copies,
+            progress=progress,
+            policy=policy_for(spec, eligible=passed),
         )
         for name, rows_ in timing.dispatches.items():
             results[name].dispatches = rows_

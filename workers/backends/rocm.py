@@ -43,6 +43,7 @@ from workers.compilers import HIP_SOURCES, compiler_for_arch
 from workers.compilers.base import Compiler
 from workers.compilers.cache import CompileCache
 from workers.compilers.codeobject import kernel_symbols
+from workers.harness.racing import timed_rounds
 from workers.profilers.rocprof_detect import parse_capture
 from workers.profilers.rocprof_mapping import map_dispatches
 
@@ -354,7 +355,7 @@ class RocmBackend:
         built = self.build(spec.arch, spec.phase, spec.format, list(spec.variants))
         failed: dict[str, str] = {n: b.error for n, b in built.variants.items() if b.error}
         runnable = [b for b in built.variants.values() if b.error is None]
-        rounds = spec.max_dispatches
+        rounds = timed_rounds(spec)
         if progress is not None:
             progress(0, rounds * len(runnable))
         outcome = self.time_variants(spec, runnable, rounds)
@@ -405,6 +406,8 @@ class RocmBackend:
         return {
             "arch": spec.arch, "phase": spec.phase, "format": spec.format, "n": spec.n, "k": spec.k,
             "m": spec.m, "seed": spec.seed, "warmup": spec.warmup, "rounds": rounds,
+            "strategy": spec.strategy, "min_dispatches": spec.min_dispatches,
+            "max_dispatches": spec.max_dispatches,
             "warm_cache": spec.warm_cache, "ordinal": self.ordinal, "workdir": str(workdir),
             "variants": [{"name": b.variant, "symbol": b.symbol, "path": b.path} for b in builds],
         }  # fmt: skip

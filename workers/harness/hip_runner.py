@@ -31,7 +31,9 @@ import numpy as np
 from kernels.families import abi, family_for_phase
 from kernels.families.base import Variant
 from kernels.reference import INT8_ACTIVATIONS, Problem, build_problem, sample_rows
+from workers.backends.base import TaskSpec
 from workers.harness.interleave import interleave
+from workers.harness.racing import RacingPolicy, policy_for
 
 NAN_BITS = 0x7FC00000  # float32 quiet NaN: outputs are filled with it before a parity run
 WAVE_SIZE = 64  # gfx9 wavefronts
@@ -354,6 +356,7 @@ def run(task: dict[str, Any], workdir: Path) -> dict[str, Any]:
             rounds=int(task["rounds"]),
             warmup=int(task.get("warmup", 0)),
             buffers=copies,
+            policy=_race_policy(task, [lv.name for lv in good if parity.get(lv.name, {}).get("passed")]),
         )
         errors.update(timed.errors)
         harness.progress(stage="done")
@@ -407,3 +410,15 @@ def main(argv: Sequence[str]) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main(sys.argv[1:]))
+
+
+def _race_policy(task: dict[str, Any], eligible: list[str]) -> RacingPolicy | None:
+    """The same racing policy the parent would build, from the task document (None when exhaustive)."""
+    spec = TaskSpec(
+        arch=str(task["arch"]), phase=str(task["phase"]), format=str(task["format"]), shape="",
+        n=int(task["n"]), k=int(task["k"]), m=int(task["m"]), variants=(),
+        min_dispatches=int(task.get("min_dispatches", task["rounds"])),
+        max_dispatches=int(task.get("max_dispatches", task["rounds"])),
+        seed=int(task.get("seed", 0)), strategy=str(task.get("strategy", "exhaustive")),
+    )  # fmt: skip
+    return policy_for(spec, eligible=eligible)

@@ -149,6 +149,11 @@ class RacingPolicy:
         return survivors
 
 
+def timed_rounds(spec: TaskSpec) -> int:
+    """Rounds a backend plans: a race may run to max_dispatches (its policy usually ends it sooner)."""
+    return spec.max_dispatches if spec.strategy == "race" else spec.min_dispatches
+
+
 def policy_for(spec: TaskSpec, eligible: Collection[str] | None = None) -> RacingPolicy | None:
     """The round policy a task's strategy asks for; None for ``exhaustive``."""
     if spec.strategy != "race":
