@@ -408,10 +408,6 @@ def main(argv: Sequence[str]) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
-
-
 def _race_policy(task: dict[str, Any], eligible: list[str]) -> RacingPolicy | None:
     """The same racing policy the parent would build, from the task document (None when exhaustive)."""
     spec = TaskSpec(
@@ -422,3 +418,8 @@ def _race_policy(task: dict[str, Any], eligible: list[str]) -> RacingPolicy | No
         seed=int(task.get("seed", 0)), strategy=str(task.get("strategy", "exhaustive")),
     )  # fmt: skip
     return policy_for(spec, eligible=eligible)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
+
