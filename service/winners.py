@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from kernels.formats.registry import FORMATS
 from service.config import get_settings
 from service.db.models import Device, Dispatch, Measurement, TableVersion, Variant, Winner, utcnow
+from service.db.queries import at_point
 from service.statistics.bootstrap import stable_seed
 from service.statistics.staleness import stale_flags
 from service.statistics.winners import Candidate, Decision, choose_winner, infer_raced_out
@@ -38,12 +39,7 @@ def point_measurements(
         .join(Variant, Measurement.variant_id == Variant.id)
         .outerjoin(Device, Measurement.device_id == Device.id)
         .where(
-            Measurement.arch == arch,
-            Measurement.phase == phase,
-            Measurement.format == format_name,
-            Measurement.m == m,
-            Measurement.n == n,
-            Measurement.k == k,
+            *at_point(arch, phase, format_name, m, n, k),
             Measurement.median_us.is_not(None),
         )
         .order_by(Measurement.id)

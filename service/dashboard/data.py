@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from service.dashboard.svg import BoxStats, box_stats
 from service.db.models import Artifact, Dispatch, Measurement, Sweep, TableVersion, Variant, Winner
+from service.db.queries import at_point
 from service.sweeps.service import sweep_status_body
 
 MAX_SWEEPS = 20
@@ -101,12 +102,7 @@ def point_distributions(
         select(Measurement, Variant.name)
         .join(Variant, Measurement.variant_id == Variant.id)
         .where(
-            Measurement.arch == arch,
-            Measurement.phase == phase,
-            Measurement.format == format_name,
-            Measurement.m == m,
-            Measurement.n == n,
-            Measurement.k == k,
+            *at_point(arch, phase, format_name, m, n, k),
         )
         .order_by(Measurement.id)
     ).all()

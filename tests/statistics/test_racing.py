@@ -64,21 +64,21 @@ def test_policy_for_follows_the_strategy() -> None:
 
 def test_host_backend_races_real_kernels(artifact_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The backend hands the task's racing policy to the interleaver and honours where it stopped."""
-    import workers.backends.host as host_module
+    import workers.harness.interleave as interleave_module
     from workers.backends.host import HostBackend
 
     backend = HostBackend(artifact_dir=artifact_dir)
     if backend.detect() is None:
         pytest.skip("no C compiler")
     created: list[RacingPolicy | None] = []
-    real_policy_for = host_module.policy_for
+    real_policy_for = interleave_module.policy_for
 
     def recording_policy_for(spec: TaskSpec, eligible: object = None) -> RacingPolicy | None:
         policy = real_policy_for(spec, eligible=eligible)  # type: ignore[arg-type]
         created.append(policy)
         return policy
 
-    monkeypatch.setattr(host_module, "policy_for", recording_policy_for)
+    monkeypatch.setattr(interleave_module, "policy_for", recording_policy_for)
     variants = ("KB1/TW4", "KB2/TW4", "KB4/TW8", "KB8/TW8")
     spec = TaskSpec("host", "decode", "Q8_0", "S", 256, 256, 1, variants, 6, 60, warmup=1, strategy="race")
     result = backend.run_task(spec)

@@ -36,8 +36,7 @@ from workers.backends.base import (
 from workers.harness import cuda_driver as cd
 from workers.harness.cuda_abi import Buffers, Geometry, KernelBinding, default_binding, weight_arrays
 from workers.harness.cuda_compile import compile_cubin, sass_census, summarize_census
-from workers.harness.interleave import DispatchFn, interleave
-from workers.harness.racing import policy_for, timed_rounds
+from workers.harness.interleave import DispatchFn, interleave_task
 from workers.profilers import cupti as cupti_profiler
 from workers.profilers.cuda_events import EventTimer
 
@@ -367,14 +366,7 @@ class CudaBackend:
                 trace.start()
             try:
                 passed = [n for n, r in results.items() if r.parity is not None and r.parity.passed]
-                timing = interleave(
-                    dispatchers,
-                    rounds=timed_rounds(spec),
-                    warmup=spec.warmup,
-                    buffers=copies,
-                    progress=progress,
-                    policy=policy_for(spec, eligible=passed),
-                )
+                timing = interleave_task(spec, dispatchers, passed, buffers=copies, progress=progress)
             finally:
                 records = trace.stop() if trace is not None else []
                 timer.close()

@@ -44,8 +44,7 @@ from workers.backends.base import (
     VariantResult,
 )
 from workers.compilers.cache import source_hash as closure_hash
-from workers.harness.interleave import DispatchFn, interleave
-from workers.harness.racing import policy_for, timed_rounds
+from workers.harness.interleave import DispatchFn, interleave_task
 
 HOST_SOURCES = Path(__file__).resolve().parents[2] / "kernels" / "sources" / "host"
 DEFAULT_SOURCE = HOST_SOURCES / "decode_gemv.c"
@@ -360,14 +359,7 @@ class HostBackend:
             dispatchers.append((name, self._dispatcher(lib, fn_ptr, w_ptrs, x_ptr, y_ptr, spec)))
 
         passed = [name for name, r in results.items() if r.parity is not None and r.parity.passed]
-        timing = interleave(
-            dispatchers,
-            rounds=timed_rounds(spec),
-            warmup=spec.warmup,
-            buffers=copies,
-            progress=progress,
-            policy=policy_for(spec, eligible=passed),
-        )
+        timing = interleave_task(spec, dispatchers, passed, buffers=copies, progress=progress)
         for name, rows_ in timing.dispatches.items():
             results[name].dispatches = rows_
         for name, error in timing.errors.items():

@@ -10,11 +10,11 @@ consecutive dispatches never hit the same buffer.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
-from workers.backends.base import Dispatch, ProgressCallback
-from workers.harness.racing import RoundPolicy
+from workers.backends.base import Dispatch, ProgressCallback, TaskSpec
+from workers.harness.racing import RoundPolicy, policy_for, timed_rounds
 
 # Runs one dispatch reading weight copy ``buffer_index``; returns the device time in ns
 # (profiler or in-kernel clock). Wall time is taken around it by the scheduler.
@@ -90,3 +90,21 @@ def interleave(
         if policy is not None and not live:
             break
     return result
+
+
+def interleave_task(
+    spec: TaskSpec,
+    dispatchers: Sequence[tuple[str, DispatchFn]],
+    parity_passed: Collection[str],
+    buffers: int,
+    progress: ProgressCallback | None = None,
+) -> InterleaveResult:
+    """A task's timed dispatches: exhaustive rounds, or a race over the parity-passing variants."""
+    return interleave(
+        dispatchers,
+        rounds=timed_rounds(spec),
+        warmup=spec.warmup,
+        buffers=buffers,
+        progress=progress,
+        policy=policy_for(spec, eligible=parity_passed),
+    )
