@@ -122,14 +122,10 @@ SOURCE_ENV = "TUNEBASE_CUDA_DECODE_SOURCE"  # a decode source with the library's
 
 
 def default_binding() -> KernelBinding:
-    """The kernel library's binding (or ``$TUNEBASE_CUDA_DECODE_SOURCE``), else the fixture kernel."""
+    """The kernel library's binding, or ``$TUNEBASE_CUDA_DECODE_SOURCE`` (same ABI) for an A/B."""
     import os
 
-    from workers.harness.cuda_library import LIBRARY_SOURCE, LibraryBinding
+    from workers.harness.cuda_library import LibraryBinding
 
     override = os.environ.get(SOURCE_ENV, "")
-    if override:
-        return LibraryBinding(Path(override).resolve())
-    if LIBRARY_SOURCE.is_file():
-        return LibraryBinding()
-    return FixtureBinding()
+    return LibraryBinding(Path(override).resolve()) if override else LibraryBinding()
