@@ -125,9 +125,9 @@ class HiprtcCompiler:
     def compile(self, source: Path, arch: str, defines: dict[str, str], out_path: Path) -> Any:
         from hip import hiprtc
 
-        from workers.compilers.base import CompileResult, define_flags
+        from workers.compilers.base import INCLUDE_DIR, CompileResult, define_flags
 
-        options = [o.encode() for o in (*self.flags(arch), f"-I{source.parent}", *define_flags(defines))]
+        options = [o.encode() for o in (*self.flags(arch), f"-I{source.parent}", f"-I{INCLUDE_DIR}", *define_flags(defines))]
         err, prog = hiprtc.hiprtcCreateProgram(source.read_bytes(), source.name.encode(), 0, [], [])
         if err != hiprtc.hiprtcResult.HIPRTC_SUCCESS:
             return CompileResult(False, f"hiprtcCreateProgram: {err}", None)

@@ -14,7 +14,14 @@ import tempfile
 from functools import cached_property
 from pathlib import Path
 
-from workers.compilers.base import COMMON_FLAGS, CompileResult, define_flags, probe_version, run_compile
+from workers.compilers.base import (
+    COMMON_FLAGS,
+    INCLUDE_DIR,
+    CompileResult,
+    define_flags,
+    probe_version,
+    run_compile,
+)
 
 _WRAPPER = """#!{python}
 # Tunebase: clang's HIP driver runs `lld -flavor gnu ...`; zig's lld is `python -m ziglang ld.lld`.
@@ -82,7 +89,7 @@ class ZigClangCompiler:
             return CompileResult(False, "python -m ziglang clang not available (pip install ziglang)", None)
         self.ensure_wrapper()
         argv = [
-            self.python, "-m", "ziglang", "clang", *self.flags(arch), f"-I{source.parent}",
+            self.python, "-m", "ziglang", "clang", *self.flags(arch), f"-I{source.parent}", f"-I{INCLUDE_DIR}",
             *define_flags(defines), "-c", str(source), "-o", str(out_path),
         ]  # fmt: skip
         return run_compile(argv, out_path, self.env)
