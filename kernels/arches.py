@@ -81,3 +81,10 @@ def arches_for_compiler(compiler: str) -> frozenset[str]:
 
 def gpu_arches() -> tuple[str, ...]:
     return tuple(a.name for a in ARCHES.values() if a.backend != "host")
+
+
+def require_arch(name: str) -> str:
+    """``name`` when it is a row of the table, else ValueError naming the rows (pydantic validators)."""
+    if name not in ARCHES:
+        raise ValueError(f"unknown arch {name!r}; known: {', '.join(ARCH_NAMES)}")
+    return name

@@ -41,19 +41,17 @@ def _decode(files: dict[str, Any]) -> dict[str, bytes]:
     return {name: base64.b64decode(data) for name, data in files.items()}
 
 
-def package_root(version: str, cache_dir: Path | None = None) -> Path:
-    return Path(cache_dir or get_settings().resolved_artifact_dir()) / "packages" / version
-
-
 def _from_row(row: KernelPackageRow, cache_dir: Path | None = None) -> KernelPackage:
     files = _decode(row.files)
-    root = materialize(files, row.version, Path(cache_dir or get_settings().resolved_artifact_dir()))
+    root = materialize(files, row.version, Path(cache_dir or get_settings().resolved_artifact_dir))
     return load_files(files, root)
 
 
 def invalid_points(package: KernelPackage) -> list[dict[str, Any]]:
     """Points no backend can run, each with the first restriction that removes it."""
-    by_backend = {b: {p["point"]: p["rule"] for p in package.invalid_points(b)} for b in package.describe()["backends"]}
+    by_backend = {
+        b: {p["point"]: p["rule"] for p in package.invalid_points(b)} for b in package.describe()["backends"]
+    }
     if not by_backend:
         return []
     common = set.intersection(*(set(points) for points in by_backend.values()))

@@ -32,7 +32,14 @@ class PointMeasurement:
 
 
 def point_measurements(
-    session: Session, arch: str, phase: str, format_name: str, m: int, n: int, k: int, kernel: str | None = None
+    session: Session,
+    arch: str,
+    phase: str,
+    format_name: str,
+    m: int,
+    n: int,
+    k: int,
+    kernel: str | None = None,
 ) -> list[PointMeasurement]:
     """Every measurement of one package (default: the phase's built-in) with a median at the point,
     oldest first, each flagged stale or not."""

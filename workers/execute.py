@@ -193,7 +193,7 @@ def execute_task(
             sweep = session.get(Sweep, task.sweep_id)
             assert sweep is not None
             package = get_package(session, task.kernel, task.kernel_version or None)
-            return task_spec(task, sweep, "" if package.builtin else str(package.root))
+            return task_spec(task, sweep, str(package.root))
 
     spec = with_db_retry(claim, f"claim task {task_id}")
     if spec is None:
@@ -215,7 +215,9 @@ def execute_task(
             task.error = None
             task.lease_owner = None
             task.lease_expires_at = None
-            refresh_point(session, task.arch, task.phase, task.format, task.m, task.n, task.k, kernel=task.kernel)
+            refresh_point(
+                session, task.arch, task.phase, task.format, task.m, task.n, task.k, kernel=task.kernel
+            )
             _refresh_sweep(session, task.sweep_id)
             return "done"
 

@@ -50,6 +50,9 @@ def compile_units(
     if package.manifest.variant.instantiate is not None and list_define is not None:
         instantiations = " ".join(str(package.instantiation(v)) for v in variants)
         return [CompileUnit(source, {**base, list_define: instantiations}, tuple(variants))]
+    if "<" in package.manifest.variant.symbol:  # template form: NVRTC / hiprtc lower each name expression
+        return [CompileUnit(source, base, tuple(variants))]
     return [
-        CompileUnit(source, {**base, **{p: str(value) for p, value in v.params.items()}}, (v,)) for v in variants
+        CompileUnit(source, {**base, **{p: str(value) for p, value in v.params.items()}}, (v,))
+        for v in variants
     ]

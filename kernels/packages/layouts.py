@@ -31,11 +31,9 @@ class Layout(Protocol):
         """Host arrays per part (None = a null pointer, e.g. no min term)."""
         ...
 
-    def defines(self, fmt: QuantFormat) -> dict[str, str]:
-        ...
+    def defines(self, fmt: QuantFormat) -> dict[str, str]: ...
 
-    def bits_per_weight(self, fmt: QuantFormat) -> float:
-        ...
+    def bits_per_weight(self, fmt: QuantFormat) -> float: ...
 
 
 def format_defines(fmt: QuantFormat) -> dict[str, str]:
@@ -48,7 +46,7 @@ def format_defines(fmt: QuantFormat) -> dict[str, str]:
     }
 
 
-@dataclass(frozen=True)
+@dataclass
 class GgufBlocks:
     """The format's blocks exactly as stored: uint8 [N][K / block_weights * block_bytes]."""
 
@@ -68,7 +66,7 @@ class GgufBlocks:
         return fmt.bits_per_weight
 
 
-@dataclass(frozen=True)
+@dataclass
 class TbPacked:
     """int8 values + fp16 scales (+ fp16 mins): one source serves every packable format."""
 
@@ -96,7 +94,8 @@ class TbPacked:
         return 8 + scale_bits / group
 
 
-LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (GgufBlocks(), TbPacked())}
+_BUILT_IN: tuple[Layout, ...] = (GgufBlocks(), TbPacked())
+LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in _BUILT_IN}
 
 
 def layout_for(name: str) -> Layout:

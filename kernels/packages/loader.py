@@ -102,6 +102,20 @@ def package_at(root: str) -> KernelPackage:
     return load_folder(path)
 
 
-def package_for(phase: str, kernel_root: str = "") -> KernelPackage:
-    """What a task runs: the package at ``kernel_root``, or the phase's built-in one."""
-    return package_at(kernel_root) if kernel_root else builtin_for_phase(phase)
+def package_for(phase: str, kernel_root: str = "", kernel: str = "") -> KernelPackage:
+    """What a task runs: the package at ``kernel_root``, else the built-in named ``kernel``, else the
+    phase's built-in one."""
+    if kernel_root:
+        package = package_at(kernel_root)
+    elif kernel:
+        try:
+            package = builtin_packages()[kernel]
+        except KeyError:
+            raise KeyError(
+                f"package {kernel!r} is not built in and the task names no folder for it"
+            ) from None
+    else:
+        package = builtin_for_phase(phase)
+    if kernel and package.name != kernel:
+        raise ValueError(f"the folder {kernel_root} holds package {package.name}, not {kernel}")
+    return package

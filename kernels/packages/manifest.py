@@ -217,7 +217,10 @@ def semantic_problems(manifest: Manifest) -> list[tuple[str, str]]:
             check(f"launch.{axis}.{index}", source, launch_names)
     check("launch.shared_bytes", manifest.launch.shared_bytes, launch_names)
 
-    for key, template in (("variant.name", manifest.variant.name), ("variant.symbol", manifest.variant.symbol)):
+    for key, template in (
+        ("variant.name", manifest.variant.name),
+        ("variant.symbol", manifest.variant.symbol),
+    ):
         unknown = _template_fields(template) - params
         if unknown:
             found.append((key, f"unknown parameter(s) {', '.join(sorted(unknown))}"))

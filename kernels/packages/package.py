@@ -112,9 +112,7 @@ class KernelPackage:
     def _space_rules(self) -> list[tuple[str, Any]]:
         allowed = set(self.manifest.params) | {"backend"}
         return [
-            (rule, parse(rule))
-            for rule in self.manifest.restrictions.rules
-            if parse(rule).names <= allowed
+            (rule, parse(rule)) for rule in self.manifest.restrictions.rules if parse(rule).names <= allowed
         ]
 
     @cached_property
@@ -141,11 +139,14 @@ class KernelPackage:
 
     def all_points(self) -> list[dict[str, int]]:
         names = self.param_names
-        return [dict(zip(names, values, strict=True)) for values in itertools.product(*self.manifest.params.values())]
+        return [
+            dict(zip(names, values, strict=True))
+            for values in itertools.product(*self.manifest.params.values())
+        ]
 
     def space(self, backend: str) -> list[Variant]:
         """Every valid point for a backend, in declared order (earlier values of earlier params first)."""
-        variants = []
+        variants: list[Variant] = []
         for params in self.all_points():
             if not self.failed_rules(params, backend):
                 variants.append(Variant(self.name, self.variant_name(params), params, order=len(variants)))
@@ -224,7 +225,9 @@ class KernelPackage:
         block = tuple(parse(s).evaluate_int(bindings) for s in launch.block)
         shared = parse(launch.shared_bytes).evaluate_int(bindings)
         if min(grid) < 1 or min(block) < 1 or shared < 0:
-            raise ExpressionError(f"launch geometry grid={grid} block={block} shared={shared} is not positive")
+            raise ExpressionError(
+                f"launch geometry grid={grid} block={block} shared={shared} is not positive"
+            )
         return Geometry(grid, block, shared, dict(bindings))  # type: ignore[arg-type]
 
     def args_for(self, backend: str) -> list[ArgSpec]:

@@ -54,29 +54,46 @@ def upgrade() -> None:
         sa.Column("toolchain", sa.String(length=300), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id"),
-        sa.UniqueConstraint("kernel", "kernel_version", "arch", "format", "variant", name="uq_kernel_analysis"),
+        sa.UniqueConstraint(
+            "kernel", "kernel_version", "arch", "format", "variant", name="uq_kernel_analysis"
+        ),
     )
     op.create_index(op.f("ix_kernel_analyses_kernel"), "kernel_analyses", ["kernel"], unique=False)
 
     for table in _TABLES:
         with op.batch_alter_table(table) as batch:
             batch.add_column(sa.Column("kernel", sa.String(length=64), nullable=False, server_default=""))
-            batch.add_column(sa.Column("kernel_version", sa.String(length=64), nullable=False, server_default=""))
+            batch.add_column(
+                sa.Column("kernel_version", sa.String(length=64), nullable=False, server_default="")
+            )
         for phase, name in _BUILTIN.items():
-            op.execute(sa.text(f"UPDATE {table} SET kernel = :name WHERE phase = :phase").bindparams(name=name, phase=phase))
+            op.execute(
+                sa.text(f"UPDATE {table} SET kernel = :name WHERE phase = :phase").bindparams(
+                    name=name, phase=phase
+                )
+            )
         with op.batch_alter_table(table) as batch:
             batch.alter_column("kernel", server_default=None)
             batch.alter_column("kernel_version", server_default=None)
     op.create_index(op.f("ix_sweeps_kernel"), "sweeps", ["kernel"], unique=False)
     for phase, name in _BUILTIN.items():
         for table in ("variants", "artifacts"):
-            op.execute(sa.text(f"UPDATE {table} SET family = :name WHERE family = :phase").bindparams(name=name, phase=phase))
+            op.execute(
+                sa.text(f"UPDATE {table} SET family = :name WHERE family = :phase").bindparams(
+                    name=name, phase=phase
+                )
+            )
     with op.batch_alter_table("winners") as batch:
         batch.drop_constraint("uq_winner_point", type_="unique")
-        batch.create_unique_constraint("uq_winner_point", ["arch", "phase", "kernel", "format", "m", "n", "k"])
+        batch.create_unique_constraint(
+            "uq_winner_point", ["arch", "phase", "kernel", "format", "m", "n", "k"]
+        )
     op.drop_index("ix_measurements_point", table_name="measurements")
     op.create_index(
-        "ix_measurements_point", "measurements", ["arch", "phase", "format", "m", "n", "k", "kernel"], unique=False
+        "ix_measurements_point",
+        "measurements",
+        ["arch", "phase", "format", "m", "n", "k", "kernel"],
+        unique=False,
     )
 
 
@@ -90,7 +107,11 @@ def downgrade() -> None:
         batch.create_unique_constraint("uq_winner_point", ["arch", "phase", "format", "m", "n", "k"])
     for phase, name in _BUILTIN.items():
         for table in ("variants", "artifacts"):
-            op.execute(sa.text(f"UPDATE {table} SET family = :phase WHERE family = :name").bindparams(name=name, phase=phase))
+            op.execute(
+                sa.text(f"UPDATE {table} SET family = :phase WHERE family = :name").bindparams(
+                    name=name, phase=phase
+                )
+            )
     op.drop_index(op.f("ix_sweeps_kernel"), table_name="sweeps")
     for table in _TABLES:
         with op.batch_alter_table(table) as batch:

@@ -242,11 +242,15 @@ def parse_files(files: Sequence[tuple[str, str]], arch: str | None = None) -> Pa
 def _variant(session: Session, phase: str, name: str, cache: dict[tuple[str, str], Variant]) -> Variant:
     key = (phase, name)
     if key not in cache:
-        found = session.scalar(select(Variant).where(Variant.family == BUILTIN_FOR_PHASE[phase], Variant.name == name))
+        found = session.scalar(
+            select(Variant).where(Variant.family == BUILTIN_FOR_PHASE[phase], Variant.name == name)
+        )
         if found is None:
             config = get_codec(phase).parse_variant(name)
             found = Variant(
-                family=BUILTIN_FOR_PHASE[phase], name=name, params=dict(zip(get_codec(phase).config_fields, config, strict=True))
+                family=BUILTIN_FOR_PHASE[phase],
+                name=name,
+                params=dict(zip(get_codec(phase).config_fields, config, strict=True)),
             )
             session.add(found)
             session.flush()

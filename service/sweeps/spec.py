@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from kernels.arches import ARCH_NAMES, get_arch
+from kernels.arches import ARCH_NAMES, get_arch, require_arch
 from kernels.families.base import InvalidVariant
 from kernels.formats.registry import FORMATS
 from kernels.packages.layouts import check_format
@@ -47,7 +47,9 @@ class SweepSpec(BaseModel):
         },
     )
 
-    arch: str = Field(json_schema_extra={"enum": list(ARCH_NAMES)}, description="one row of kernels/arches.py")
+    arch: str = Field(
+        json_schema_extra={"enum": list(ARCH_NAMES)}, description="one row of kernels/arches.py"
+    )
     phase: Literal["decode", "prefill"]
     kernel: str | None = Field(
         None,
@@ -78,8 +80,7 @@ class SweepSpec(BaseModel):
     @field_validator("arch")
     @classmethod
     def _known_arch(cls, value: str) -> str:
-        get_arch(value)  # KeyError -> ValueError below names the known arches
-        return value
+        return require_arch(value)
 
     def problems(self, package: KernelPackage) -> list[SpecProblem]:
         """Cross-field checks pydantic cannot express, against the resolved package; each names its field."""
@@ -133,7 +134,9 @@ class SweepSpec(BaseModel):
             except InvalidVariant as error:
                 found.append(SpecProblem(("variants", index), str(error)))
         if not self.variants and not package.space(backend):
-            found.append(SpecProblem(("kernel",), f"package {package.name} has no valid variant for {backend}"))
+            found.append(
+                SpecProblem(("kernel",), f"package {package.name} has no valid variant for {backend}")
+            )
         for index, name in enumerate(self.formats):
             if name not in FORMATS:
                 continue
@@ -141,7 +144,8 @@ class SweepSpec(BaseModel):
                 found.append(
                     SpecProblem(
                         ("formats", index),
-                        f"package {package.name} does not read {name} (it reads {', '.join(package.manifest.formats)})",
+                        f"package {package.name} does not read {name} "
+                        f"(it reads {', '.join(package.manifest.formats)})",
                     )
                 )
                 continue

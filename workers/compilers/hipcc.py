@@ -7,6 +7,7 @@ import shutil
 from functools import cached_property
 from pathlib import Path
 
+from kernels.arches import arches_for_compiler
 from workers.compilers.base import (
     COMMON_FLAGS,
     INCLUDE_DIR,
@@ -19,7 +20,7 @@ from workers.compilers.base import (
 
 class HipccCompiler:
     name = "hipcc"
-    arches: frozenset[str] = frozenset({"gfx906", "gfx90a"})
+    arches: frozenset[str] = arches_for_compiler("hipcc")
 
     def __init__(self, hipcc: str = "hipcc") -> None:
         self.hipcc = hipcc

@@ -11,6 +11,7 @@ import shutil
 from functools import cached_property
 from pathlib import Path
 
+from kernels.arches import arches_for_compiler
 from workers.compilers.base import (
     COMMON_FLAGS,
     INCLUDE_DIR,
@@ -32,7 +33,7 @@ def find_nvcc() -> str | None:
 
 class NvccCompiler:
     name = "nvcc"
-    arches: frozenset[str] = frozenset({"sm_90"})
+    arches: frozenset[str] = arches_for_compiler("nvcc")
 
     def __init__(self, nvcc: str | None = None) -> None:
         self.nvcc = nvcc or find_nvcc()

@@ -14,6 +14,7 @@ import tempfile
 from functools import cached_property
 from pathlib import Path
 
+from kernels.arches import arches_for_compiler
 from workers.compilers.base import (
     COMMON_FLAGS,
     INCLUDE_DIR,
@@ -40,7 +41,7 @@ def _default_wrapper_dir() -> Path:
 
 class ZigClangCompiler:
     name = "zig-clang"
-    arches: frozenset[str] = frozenset({"gfx942", "gfx950"})
+    arches: frozenset[str] = arches_for_compiler("zig-clang")
 
     def __init__(self, python: str = sys.executable, wrapper_dir: Path | None = None) -> None:
         self.python = python
@@ -89,7 +90,8 @@ class ZigClangCompiler:
             return CompileResult(False, "python -m ziglang clang not available (pip install ziglang)", None)
         self.ensure_wrapper()
         argv = [
-            self.python, "-m", "ziglang", "clang", *self.flags(arch), f"-I{source.parent}", f"-I{INCLUDE_DIR}",
+            self.python, "-m", "ziglang", "clang", *self.flags(arch), f"-I{source.parent}",
+            f"-I{INCLUDE_DIR}",
             *define_flags(defines), "-c", str(source), "-o", str(out_path),
         ]  # fmt: skip
         return run_compile(argv, out_path, self.env)

@@ -18,8 +18,8 @@ from kernels.arches import get_arch
 from kernels.families.base import InvalidVariant
 from kernels.formats.registry import FORMATS
 from service.api.deps import Caller, get_session, require_scope
-from service.statistics.bootstrap import estimate_median, ratio_interval, stable_seed
 from service.kernel_store import PackageNotFound, resolve
+from service.statistics.bootstrap import estimate_median, ratio_interval, stable_seed
 from service.winners import PointMeasurement, dispatch_times_us, newest_per_variant, point_measurements
 
 router = APIRouter(prefix="/v1/compare", tags=["winners"])

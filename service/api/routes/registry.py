@@ -8,10 +8,10 @@ from fastapi import APIRouter, Depends
 from sqlalchemy.orm import Session
 
 from kernels.arches import BACKENDS
-from kernels.packages.loader import builtin_packages
-from kernels.packages.package import KernelPackage
 from kernels.formats.packing import EXACT, FIRST_WAVE, PACKABLE, format_kind
 from kernels.formats.registry import FORMATS, codebook_name
+from kernels.packages.loader import builtin_packages
+from kernels.packages.package import KernelPackage
 from service.api.deps import Caller, PageParams, get_session, page_params, require_scope
 from service.api.errors import ERROR_RESPONSES
 from service.kernel_store import get_package, list_uploaded_names
