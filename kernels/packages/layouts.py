@@ -86,7 +86,8 @@ class TbPacked:
         return {"qs": packed.qs, "scales": packed.scales.view(np.uint16), "mins": mins}
 
     def defines(self, fmt: QuantFormat) -> dict[str, str]:
-        return {**format_defines(fmt), **format_kind(fmt.name).defines}
+        """Only the kind's switches: formats of one kind share one compiled unit (the arrays are alike)."""
+        return dict(format_kind(fmt.name).defines)
 
     def bits_per_weight(self, fmt: QuantFormat) -> float:
         group = format_kind(fmt.name).group
