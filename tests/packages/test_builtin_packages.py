@@ -81,7 +81,9 @@ def test_family_for_phase_is_the_builtin_package() -> None:
 
 
 @pytest.mark.parametrize("wave", [32, 64])
-@pytest.mark.parametrize(("n", "k", "m"), [(17408, 5120, 1), (1024, 5120, 4), (67, 256, 2), (248320, 5120, 3)])
+@pytest.mark.parametrize(
+    ("n", "k", "m"), [(17408, 5120, 1), (1024, 5120, 4), (67, 256, 2), (248320, 5120, 3)]
+)
 def test_decode_launch_covers_every_row_once(wave: int, n: int, k: int, m: int) -> None:
     device = DeviceFacts("rocm", "gfx906", 60, wave)
     for v in DECODE.space("rocm"):
@@ -129,5 +131,7 @@ def test_one_unit_per_format_with_one_symbol_per_variant() -> None:
     assert units[0].defines["TB_ASYMMETRIC"] == "1" and "TB_FMT_Q4_K" not in units[0].defines
     assert compile_units(DECODE, "Q4_1", "rocm", DECODE.space("rocm"))[0].defines == units[0].defines
     assert units[0].defines["TB_DECODE_VARIANTS"].count("TB_DECODE_VARIANT(") == 20
-    assert set(units[0].symbols(DECODE).values()) == {f"tb_decode_kb{v.params['kb']}_tw{v.params['tw']}" for v in DECODE.space("rocm")}
+    assert set(units[0].symbols(DECODE).values()) == {
+        f"tb_decode_kb{v.params['kb']}_tw{v.params['tw']}" for v in DECODE.space("rocm")
+    }
     assert all((LIBRARY / p.name).is_dir() for p in (DECODE, PREFILL))

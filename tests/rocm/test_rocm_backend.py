@@ -15,14 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from kernels.families import abi
-from kernels.families.decode import DecodeFamily
+from kernels.formats.registry import FORMATS
+from kernels.packages.loader import builtin_packages, load_folder
+from kernels.packages.package import DeviceFacts
 from workers.backends.base import TaskSpec
-from workers.backends.registry import backend_support, create_backend
+from workers.backends.registry import create_backend
 from workers.backends.rocm import RocmBackend
-from workers.compilers import HIP_SOURCES
-from workers.harness.hip_runner import NAN_BITS, launch_for
+from workers.harness.hip_runner import NAN_BITS
 from workers.isa.analyze import analyze_file
+
+DECODE = builtin_packages()["tb-decode"]
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE_HIP = Path(__file__).resolve().parent / "fake_hip"
@@ -55,36 +57,37 @@ def spec(**overrides: object) -> TaskSpec:
 
 
 def test_compile_is_cached_and_carries_isa_resources(rocm_cache: Path) -> None:
-    first = RocmBackend(rocm_cache).build("gfx906", "decode", "Q4_0", list(VARIANTS))
+    variants = [DECODE.parse(name, "rocm") for name in VARIANTS]
+    first = RocmBackend(rocm_cache).build(DECODE, "gfx906", "Q4_0", variants)
     assert first.artifact.ok and first.artifact.compiled
     assert "hipcc" in first.artifact.toolchain and "--offload-arch=gfx906" in first.artifact.flags
     for name in VARIANTS:
         build = first.variants[name]
         assert build.error is None and build.path is not None
-        assert build.symbol == abi.symbol(DecodeFamily().parse(name, "rocm"))
+        assert build.symbol == DECODE.symbol(DECODE.parse(name, "rocm"))
         report = {r["name"]: r for r in analyze_file(build.path)}[build.symbol]
         stored = first.artifact.resources[build.symbol]
         for key in ("vgpr", "sgpr", "lds_bytes", "scratch_bytes", "waves_per_simd", "limiter"):
             assert stored[key] == report[key]
         assert stored["arch"] == "gfx906" and isinstance(stored["vgpr"], int) and stored["vgpr"] > 0
-    again = RocmBackend(rocm_cache).build("gfx906", "decode", "Q4_0", list(VARIANTS))
+    again = RocmBackend(rocm_cache).build(DECODE, "gfx906", "Q4_0", variants)
     assert not again.artifact.compiled and again.artifact.cache_key == first.artifact.cache_key
     assert again.artifact.resources == json.loads(json.dumps(first.artifact.resources))
 
 
 def test_compile_error_stays_with_its_variant(tmp_path: Path) -> None:
-    sources = tmp_path / "hip"
-    shutil.copytree(HIP_SOURCES, sources)
-    decode = sources / "decode.hip"
+    folder = tmp_path / "tb-decode"
+    shutil.copytree(DECODE.root, folder)
+    decode = folder / "decode.hip"
     text = decode.read_text()
     anchor = "__device__ TB_FORCEINLINE void tb_decode_body(TB_DECODE_PARAMS) {\n"
     assert anchor in text
     decode.write_text(
         text.replace(anchor, anchor + '    static_assert(KB != 16, "KB16 broken on purpose");\n')
     )
-    built = RocmBackend(tmp_path / "cache", sources_dir=sources).build(
-        "gfx906", "decode", "Q4_0", ["KB16/TW4", "KB8/TW8"]
-    )
+    package = load_folder(folder)
+    variants = [package.parse(name, "rocm") for name in ("KB16/TW4", "KB8/TW8")]
+    built = RocmBackend(tmp_path / "cache").build(package, "gfx906", "Q4_0", variants)
     assert not built.artifact.ok
     broken, fine = built.variants["KB16/TW4"], built.variants["KB8/TW8"]
     assert broken.path is None and broken.error is not None and "KB16 broken on purpose" in broken.error
@@ -93,10 +96,11 @@ def test_compile_error_stays_with_its_variant(tmp_path: Path) -> None:
 
 
 def test_registry_knows_rocm(tmp_path: Path) -> None:
-    assert isinstance(create_backend("rocm", tmp_path), RocmBackend)
-    assert backend_support("gfx906", "decode", "Q4_0") is None
-    assert backend_support("gfx950", "prefill", "Q8_0") is None
-    assert "no Q2_K kernel" in str(backend_support("gfx906", "decode", "Q2_K"))
+    backend = create_backend("rocm", tmp_path)
+    assert isinstance(backend, RocmBackend)
+    assert backend.supports("gfx906", "decode", "Q4_0") is None
+    assert backend.supports("gfx950", "prefill", "Q8_0") is None
+    assert "sm_90" in str(backend.supports("sm_90", "decode", "Q8_0"))
 
 
 def _fake_log(tmp_path: Path) -> list[dict[str, object]]:
@@ -132,17 +136,17 @@ def test_harness_times_interleaved_with_parity(rocm_cache: Path, tmp_path: Path)
             assert log[i - 1]["value"] == NAN_BITS and log[i - 1]["count"] == 2 * 256
     assert sum(1 for e in log if e["call"] == "hipMemsetD32" and e["value"] == NAN_BITS) == 2
     for entry in launches:
-        variant = DecodeFamily().parse(
-            "KB8/TW8" if entry["symbol"] == "tb_decode_kb8_tw8" else "KB1/TW4", "rocm"
-        )
-        launch = launch_for("decode", variant, 256, 512, 2, 60)
-        assert entry["grid"] == list(launch.grid) and entry["block"] == [256, 1, 1]
+        variant = DECODE.parse("KB8/TW8" if entry["symbol"] == "tb_decode_kb8_tw8" else "KB1/TW4", "rocm")
+        values = DECODE.bindings(variant, 256, 512, 2, FORMATS["Q4_0"], DeviceFacts("rocm", "gfx906", 60, 64))
+        geometry = DECODE.geometry(values)
+        rows_per_wave = int(values["rows_per_wave"])
+        assert entry["grid"] == list(geometry.grid) and entry["block"] == [256, 1, 1]
         args = entry["args"]
         assert isinstance(args, dict)
-        assert (args["m"], args["n"], args["k"], args["rows_per_wave"]) == (2, 256, 512, launch.rows_per_wave)
+        assert (args["m"], args["n"], args["k"], args["rows_per_wave"]) == (2, 256, 512, rows_per_wave)
         assert (args["workspace"] != 0) == (variant.params["kb"] > 1) and args["mins"] == 0
         raw = bytes.fromhex(str(entry["raw"]))
-        assert len(raw) == 72 and struct.unpack_from("<4i", raw, 56) == (2, 256, 512, launch.rows_per_wave)
+        assert len(raw) == 72 and struct.unpack_from("<4i", raw, 56) == (2, 256, 512, rows_per_wave)
 
 
 def test_nan_fill_catches_a_partial_kernel(rocm_cache: Path, tmp_path: Path) -> None:

@@ -120,29 +120,7 @@ class CudaDevice:
             self._timer = None
 
     def attach(self, dispatches: dict[str, list[Dispatch]]) -> dict[str, str]:
-        """device_ns := CUPTI kernel duration (paired with launches in order), event_ns := event time.
-
-        Per variant, which clock device_ns came from: 'cupti', or 'cuda-events' when CUPTI is missing or
-        its record count does not match the launches (then it is not trusted).
-        """
-        records, launch_log = self._records, self._launch_log
-        per_variant: dict[str, list[int]] = {name: [] for name in self._event_ns}
-        cupti_ok = bool(records) and len(records) == len(launch_log)
-        if cupti_ok:
-            for name, record in zip(launch_log, records, strict=True):
-                per_variant.setdefault(name, []).append(record.duration_ns)
-        clocks: dict[str, str] = {}
-        for name, rows in dispatches.items():
-            if not rows:
-                continue
-            events = self._event_ns.get(name, [])[-len(rows) :]
-            durations = per_variant.get(name, [])[-len(rows) :] if cupti_ok else []
-            for i, row in enumerate(rows):
-                row.event_ns = events[i] if len(events) == len(rows) else row.device_ns
-                if len(durations) == len(rows):
-                    row.device_ns = durations[i]
-            clocks[name] = "cupti" if len(durations) == len(rows) else "cuda-events"
-        return clocks
+        return pair_times(dispatches, self._launch_log, self._records, self._event_ns)
 
     def resources(self, kernel: Any, geometry: Geometry) -> dict[str, object]:
         """Registers, shared/local memory (local = spills and stack), occupancy, limiter, SASS census."""
@@ -340,6 +318,36 @@ class CudaBackend:
 
     def close(self) -> None:
         self._modules.clear()
+
+
+def pair_times(
+    dispatches: dict[str, list[Dispatch]],
+    launch_log: list[str],
+    records: list[cupti_profiler.KernelRecord],
+    event_ns: dict[str, list[int]],
+) -> dict[str, str]:
+    """device_ns := CUPTI kernel duration (paired with launches in order), event_ns := event time.
+
+    Returns, per variant, which clock device_ns came from: 'cupti', or 'cuda-events' when CUPTI is
+    missing or its record count does not match the launches (then it is not trusted).
+    """
+    per_variant: dict[str, list[int]] = {name: [] for name in event_ns}
+    cupti_ok = bool(records) and len(records) == len(launch_log)
+    if cupti_ok:
+        for name, record in zip(launch_log, records, strict=True):
+            per_variant.setdefault(name, []).append(record.duration_ns)
+    clocks: dict[str, str] = {}
+    for name, rows in dispatches.items():
+        if not rows:
+            continue
+        events = event_ns.get(name, [])[-len(rows) :]
+        durations = per_variant.get(name, [])[-len(rows) :] if cupti_ok else []
+        for i, row in enumerate(rows):
+            row.event_ns = events[i] if len(events) == len(rows) else row.device_ns
+            if len(durations) == len(rows):
+                row.device_ns = durations[i]
+        clocks[name] = "cupti" if len(durations) == len(rows) else "cuda-events"
+    return clocks
 
 
 def _combined(keys: list[str]) -> str:

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from kernels.families import abi
 from kernels.formats.packed import PackedWeights, dequantize_packed
+from kernels.packages.loader import builtin_packages
 from workers.compilers.codeobject import BUNDLE_MAGIC, function_symbols, unbundle
 
 
@@ -92,6 +92,16 @@ def hipMemcpyDtoH(dst: np.ndarray, src: int, size: int) -> tuple[hipError_t]:
     return (_OK,)
 
 
+def hipMemcpyDtoD(dst: int, src: int, size: int) -> tuple[hipError_t]:
+    _buffer(dst)[:size] = _buffer(src)[:size]
+    return (_OK,)
+
+
+def hipMemset(dst: int, value: int, size: int) -> tuple[hipError_t]:
+    _buffer(dst)[:size] = np.uint8(value)
+    return (_OK,)
+
+
 def hipMemsetD32(dst: int, value: int, count: int) -> tuple[hipError_t]:
     _buffer(dst)[: 4 * count].view(np.uint32)[:] = np.uint32(value)
     _log({"call": "hipMemsetD32", "ptr": int(dst), "value": int(value), "count": int(count)})
@@ -155,13 +165,18 @@ def _log(record: dict[str, Any]) -> None:
 
 
 def _decode_args(phase: str, raw: bytes) -> dict[str, int]:
-    """Read the buffer back with the natural-alignment rule (8-byte pointers, 4-byte ints)."""
+    """Read the buffer back with the natural-alignment rule (8-byte pointers, 4-byte ints), in the order
+    of the built-in package's manifest [[args]] for rocm (named by part, name or role)."""
+    package = builtin_packages()["tb-decode" if phase == "decode" else "tb-prefill"]
     values: dict[str, int] = {}
     offset = 0
-    for arg in abi.ARGS[phase]:
-        size = 8 if arg.is_pointer else 4
+    for arg in package.args_for("rocm"):
+        pointer = arg.role in ("weights", "x", "y", "workspace")
+        size = 8 if pointer else 4
         offset += -offset % size
-        values[arg.name] = struct.unpack_from("<Q" if arg.is_pointer else "<i", raw, offset)[0]
+        values[arg.part or arg.name or arg.role] = struct.unpack_from("<Q" if pointer else "<i", raw, offset)[
+            0
+        ]
         offset += size
     return values
 
