@@ -216,3 +216,10 @@ def evaluate(source: str, bindings: Mapping[str, Value]) -> Value:
 
 def evaluate_int(source: str, bindings: Mapping[str, Value]) -> int:
     return parse(source).evaluate_int(bindings)
+
+
+def as_int(value: Value) -> int:
+    """An evaluated value that must be a whole number (e.g. a derived launch quantity)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+        raise ExpressionError(f"{value!r} is not an integer")
+    return int(value)

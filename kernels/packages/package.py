@@ -126,7 +126,9 @@ class KernelPackage:
     def failed_rules(self, params: Mapping[str, int], backend: str) -> list[str]:
         """The space-level restrictions a point breaks (for ``backend``)."""
         if backend not in BACKEND_SOURCE_KEYS:
-            raise InvalidVariant(f"no space for backend {backend!r} (known: {', '.join(BACKEND_SOURCE_KEYS)})")
+            raise InvalidVariant(
+                f"no space for backend {backend!r} (known: {', '.join(BACKEND_SOURCE_KEYS)})"
+            )
         bindings: dict[str, Value] = {**params, "backend": backend}
         failed = []
         for rule, expression in self._space_rules:

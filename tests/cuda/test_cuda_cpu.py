@@ -8,6 +8,7 @@ from pathlib import Path
 
 from kernels.formats.registry import FORMATS
 from kernels.packages.build import compile_units
+from kernels.packages.expressions import as_int
 from kernels.packages.loader import builtin_packages, load_folder
 from kernels.packages.package import DeviceFacts
 from workers.backends.base import Dispatch
@@ -108,7 +109,7 @@ def test_the_library_package_launches_on_sm90_like_its_abi_says() -> None:
     values = package.bindings(variant, 17408, 5120, 2, FORMATS["Q4_K"], DeviceFacts("cuda", "sm_90", 132, 32))
     geo = package.geometry(values)
     assert geo.block == (256, 1, 1) and geo.grid[1] == 4
-    assert geo.grid[0] * 8 * int(values["rows_per_wave"]) >= 17408  # every row is covered by some wave
+    assert geo.grid[0] * 8 * as_int(values["rows_per_wave"]) >= 17408  # every row is covered by some wave
     (unit,) = compile_units(package, "Q4_K", "cuda", [variant])
     assert unit.defines["TB_ASYMMETRIC"] == "1"
 

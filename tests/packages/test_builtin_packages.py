@@ -11,6 +11,7 @@ from kernels.families import family_for_phase
 from kernels.families.base import InvalidVariant
 from kernels.formats.registry import FORMATS
 from kernels.packages.build import compile_units
+from kernels.packages.expressions import as_int
 from kernels.packages.loader import LIBRARY, builtin_packages
 from kernels.packages.package import DeviceFacts
 
@@ -89,7 +90,7 @@ def test_decode_launch_covers_every_row_once(wave: int, n: int, k: int, m: int) 
     for v in DECODE.space("rocm"):
         values = DECODE.bindings(v, n, k, m, FORMATS["Q4_0"], device)
         geometry = DECODE.geometry(values)
-        kb, tw, rows_per_wave = v.params["kb"], v.params["tw"], int(values["rows_per_wave"])
+        kb, tw, rows_per_wave = v.params["kb"], v.params["tw"], as_int(values["rows_per_wave"])
         assert geometry.block == (256, 1, 1) and geometry.shared_bytes == 0
         assert geometry.grid[1] == kb and geometry.grid[2] == 1
         rows_per_wg = rows_per_wave * 256 // wave

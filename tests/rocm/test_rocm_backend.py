@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from kernels.formats.registry import FORMATS
+from kernels.packages.expressions import as_int
 from kernels.packages.loader import builtin_packages, load_folder
 from kernels.packages.package import DeviceFacts
 from workers.backends.base import TaskSpec
@@ -139,7 +140,7 @@ def test_harness_times_interleaved_with_parity(rocm_cache: Path, tmp_path: Path)
         variant = DECODE.parse("KB8/TW8" if entry["symbol"] == "tb_decode_kb8_tw8" else "KB1/TW4", "rocm")
         values = DECODE.bindings(variant, 256, 512, 2, FORMATS["Q4_0"], DeviceFacts("rocm", "gfx906", 60, 64))
         geometry = DECODE.geometry(values)
-        rows_per_wave = int(values["rows_per_wave"])
+        rows_per_wave = as_int(values["rows_per_wave"])
         assert entry["grid"] == list(geometry.grid) and entry["block"] == [256, 1, 1]
         args = entry["args"]
         assert isinstance(args, dict)

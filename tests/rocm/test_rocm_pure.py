@@ -13,9 +13,8 @@ from kernels.packages.loader import builtin_packages
 from kernels.packages.package import DeviceFacts
 from workers.backends.rocm import Profiler, harness_argv, profiled_argv, times_from_capture
 from workers.harness.hip_runner import llc_bytes, pack_kernel_args
-from workers.runner import kernel_args, weight_copies
-
 from workers.profilers.rocprof_detect import parse_capture
+from workers.runner import kernel_args, weight_copies
 
 DECODE = builtin_packages()["tb-decode"]
 PREFILL = builtin_packages()["tb-prefill"]

@@ -9,8 +9,8 @@ import numpy as np
 from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
-from kernels.packages.loader import builtin_packages
 from kernels.formats.registry import FORMATS
+from kernels.packages.loader import builtin_packages
 from service.db.models import Device, Dispatch, Measurement, Variant
 from service.statistics.summary import summarize_ns
 
