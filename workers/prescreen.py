@@ -20,7 +20,7 @@ from kernels.families.base import Variant
 from kernels.packages.build import CompileUnit, compile_units
 from kernels.packages.expressions import ExpressionError, Value, parse
 from kernels.packages.layouts import check_format
-from kernels.packages.loader import materialize
+from kernels.packages.loader import INCLUDE_DIR, materialize
 from kernels.packages.manifest import DEVICE_NAMES
 from kernels.packages.package import KernelPackage
 from workers.compilers import compiler_for_arch
@@ -98,6 +98,12 @@ def prescreen_arches() -> tuple[str, ...]:
         if arch.backend == "rocm" and arch.isa is not None:
             found.append(name)
     return tuple(found)
+
+
+def toolchain_label(compiler: Compiler) -> str:
+    """``hipcc: HIP version: 5.2...; Debian clang version 15.0.6``: the version lines of the identity."""
+    lines = [line.strip() for line in compiler.identity().splitlines()[1:] if "version" in line.lower()]
+    return f"{compiler.name}: {'; '.join(lines) or 'unknown version'}"[:300]
 
 
 def _clip(log: str) -> str:
@@ -210,7 +216,11 @@ def _analyse_unit(
     result = compiler.compile(source, arch, unit.defines, out)
     symbols = unit.symbols(package)
     if not result.ok or result.path is None:
-        log = _clip(result.log.replace(str(root) + "/", ""))
+        log = _clip(
+            result.log.replace(str(root) + "/", "")
+            .replace(str(work) + "/", "")
+            .replace(str(INCLUDE_DIR), "<include>")
+        )
         return [VariantAnalysis(fmt, v.name, symbols[v.name], False, log) for v in unit.variants]
     try:
         kernels = _read_code_object(result.path.read_bytes(), arch)
@@ -270,5 +280,5 @@ def analyse_package(
                         for single in compile_units(package, fmt, backend, [variant]):
                             results.extend(_analyse_unit(package, single, fmt, arch, compiler, work, root))
                 items.extend(results)
-    toolchain = compiler.identity().replace("\n", " ")[:300]
+    toolchain = toolchain_label(compiler)
     return Prescreen(arch, toolchain, items)
