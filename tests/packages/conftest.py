@@ -1,4 +1,4 @@
-"""Kernel-package API fixtures: a TestClient over each real database, the q8-rows test package as a tarball."""
+"""Kernel-package fixtures: a TestClient over each real database, the q8-rows test package as a tarball."""
 
 from __future__ import annotations
 
