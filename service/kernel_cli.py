@@ -139,25 +139,35 @@ def show(
     out.print("files: " + ", ".join(f"{f['path']} ({f['bytes']} B)" for f in detail["files"]))
     out.print("versions: " + ", ".join(v["ref"] for v in versions["versions"]))
     if detail["analyses"]:
-        out.print(analysis_table(detail["analyses"], "stored ISA analyses"))
+        print_analyses(detail["analyses"], "stored ISA analyses")
 
 
-def analysis_table(items: list[dict[str, Any]], title: str) -> Table:
+def first_error_line(log: str | None) -> str:
+    """The compiler's first ``error:`` line (what an author needs first), else the log's last line."""
+    lines = [line.strip() for line in (log or "").splitlines() if line.strip()]
+    return next((line for line in lines if "error" in line.lower()), lines[-1] if lines else "failed")
+
+
+def print_analyses(items: list[dict[str, Any]], title: str) -> None:
+    """A resources table, then one unwrapped line per variant that did not compile."""
     table = Table(title=title)
-    for column in ("arch", "format", "variant", "VGPR", "AGPR", "SGPR", "LDS B", "scratch B", "spills v/s",
-                   "waves/SIMD", "limiter", "error"):  # fmt: skip
+    columns = ("arch", "format", "variant", "VGPR", "AGPR", "SGPR", "LDS B", "scratch B", "spills v/s")
+    for column in (*columns, "waves/SIMD", "limiter"):
         table.add_column(column, overflow="fold")
     for item in items:
         r = item["resources"] or {}
         if not item["ok"]:
-            first = next((line for line in (item["error"] or "").splitlines() if "error" in line), "")
-            table.add_row(item["arch"], item["format"], item["variant"], *["-"] * 8, first[:160] or "failed")
+            table.add_row(item["arch"], item["format"], item["variant"], *["-"] * 7, "compile failed")
             continue
         cells = [str(r.get(key)) for key in ("vgpr", "agpr", "sgpr", "lds_bytes", "scratch_bytes")]
         spills = f"{r.get('vgpr_spills')}/{r.get('sgpr_spills')}"
         table.add_row(item["arch"], item["format"], item["variant"], *cells, spills,
-                      str(r.get("waves_per_simd")), str(r.get("limiter")), "")  # fmt: skip
-    return table
+                      str(r.get("waves_per_simd")), str(r.get("limiter")))  # fmt: skip
+    out.print(table)
+    for item in items:
+        if not item["ok"]:
+            line = f"{item['variant']} {item['format']} {item['arch']}: {first_error_line(item['error'])}"
+            out.print(line, soft_wrap=True, markup=False, highlight=False)
 
 
 def _analyze_local(
@@ -223,4 +233,4 @@ def analyze(
         f"{result['kernel']}@{result['version'][:12]} on {result['arch']}: {result['analysed']} analysed, "
         f"{result['failed']} failed, {result['spilling']} spilling"
     )
-    out.print(analysis_table(result["items"], title))
+    print_analyses(result["items"], title)
