@@ -24,8 +24,17 @@ from workers.prescreen import analyse_package
 
 GZIP = {"Content-Type": "application/gzip"}
 SQLITE_ONLY = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
-COMPARED = ("vgpr", "agpr", "sgpr", "lds_bytes", "scratch_bytes", "vgpr_spills", "sgpr_spills")
-COMPARED += ("waves_per_simd", "limiter")
+COMPARED = [
+    "vgpr",
+    "agpr",
+    "sgpr",
+    "lds_bytes",
+    "scratch_bytes",
+    "vgpr_spills",
+    "sgpr_spills",
+    "waves_per_simd",
+]
+COMPARED.append("limiter")
 
 
 def isa_reports(arch: str, variants: list[str], fmt: str = "Q8_0") -> dict[str, dict[str, Any]]:
