@@ -199,6 +199,7 @@ def _analyze_local(
         "failed": sum(1 for item in result.items if not item.ok),
         "spilling": sum(1 for item in result.items if item.spills),
         "items": items,
+        "not_reached": [{"format": fmt, "variant": variant} for fmt, variant in result.not_reached],
     }
 
 
@@ -234,3 +235,7 @@ def analyze(
         f"{result['failed']} failed, {result['spilling']} spilling"
     )
     print_analyses(result["items"], title)
+    if result.get("not_reached"):
+        console.print(
+            f"{len(result['not_reached'])} variants not reached within the pre-screen's time budget"
+        )

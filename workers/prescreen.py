@@ -10,6 +10,7 @@ compiler message and the others are still analysed. Storage is the caller's job 
 from __future__ import annotations
 
 import tempfile
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,7 @@ from workers.isa.bundle import NotACodeObject, code_objects
 from workers.isa.disasm import DisassemblyUnavailable, disassemble, engine_for
 from workers.isa.metadata import read_metadata
 
+PRESCREEN_BUDGET_S = 1800.0  # per request; each compile also has the compiler layer's own timeout
 MAX_ERROR_CHARS = 4000  # a compiler log is kept to its head; the first error is what the author needs
 RESOURCE_KEYS = (
     "vgpr",
@@ -84,6 +86,7 @@ class Prescreen:
     arch: str
     toolchain: str
     items: list[VariantAnalysis]
+    not_reached: list[tuple[str, str]] = field(default_factory=list)  # (format, variant) past the time budget
 
 
 def prescreen_arches() -> tuple[str, ...]:
@@ -251,8 +254,13 @@ def analyse_package(
     formats: Iterable[str] | None = None,
     variants: Iterable[str] | None = None,
     compiler: Compiler | None = None,
+    budget_s: float = PRESCREEN_BUDGET_S,
 ) -> Prescreen:
-    """Compile and read every (format, variant) asked for; PrescreenError for a bad arch/format/variant."""
+    """Compile and read every (format, variant) asked for; PrescreenError for a bad arch/format/variant.
+
+    An untrusted package could ask for thousands of slow compiles: after ``budget_s`` no new unit starts and
+    the variants not reached are listed (never stored as failures: nothing is known about them).
+    """
     if arch not in prescreen_arches():
         known = ", ".join(prescreen_arches())
         raise PrescreenError(
@@ -268,11 +276,16 @@ def analyse_package(
     if available is not None and not available():
         raise CompilerUnavailable(f"the {compiler.name} compiler for {arch} is not installed on this machine")
     items: list[VariantAnalysis] = []
+    not_reached: list[tuple[str, str]] = []
+    deadline = time.monotonic() + budget_s
     with tempfile.TemporaryDirectory(prefix="tunebase-prescreen-") as tmp:
         work = Path(tmp)
         root = materialize(package.files, package.version, work)  # private copy: nothing shared is written
         for fmt in chosen_formats:
             for unit in compile_units(package, fmt, backend, chosen):
+                if time.monotonic() > deadline:
+                    not_reached.extend((fmt, v.name) for v in unit.variants)
+                    continue
                 results = _analyse_unit(package, unit, fmt, arch, compiler, work, root)
                 if len(unit.variants) > 1 and not any(r.ok for r in results):
                     results = []  # one broken variant fails a shared unit: rebuild each alone to find it
@@ -280,5 +293,4 @@ def analyse_package(
                         for single in compile_units(package, fmt, backend, [variant]):
                             results.extend(_analyse_unit(package, single, fmt, arch, compiler, work, root))
                 items.extend(results)
-    toolchain = toolchain_label(compiler)
-    return Prescreen(arch, toolchain, items)
+    return Prescreen(arch, toolchain_label(compiler), items, not_reached)

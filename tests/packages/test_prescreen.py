@@ -225,3 +225,9 @@ def test_a_shared_unit_that_fails_is_rebuilt_per_variant(tmp_path: Path) -> None
     items = {i.variant: i for i in result.items}
     assert items["R2/V0"].ok and items["R2/V0"].symbol == "rows_r2" and items["R2/V0"].resources["vgpr"] >= 1
     assert not items["R8/V0"].ok and "R > 4 does not fit" in (items["R8/V0"].error or "")
+
+
+def test_variants_past_the_time_budget_are_listed_not_stored_as_failures() -> None:
+    package = load_folder(PACKAGE_DIR)
+    result = analyse_package(package, "gfx950", None, ["R1/V0", "R2/V0"], budget_s=-1.0)
+    assert result.items == [] and result.not_reached == [("Q8_0", "R1/V0"), ("Q8_0", "R2/V0")]

@@ -14,6 +14,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
@@ -131,6 +132,9 @@ class AnalyzeResult(BaseModel):
     failed: int
     spilling: int
     items: list[AnalysisItem]
+    not_reached: list[dict[str, str]] = Field(
+        default_factory=list, description="variants not compiled because the request's time budget ran out"
+    )
 
 
 def _invalid(fields: list[tuple[str, str]]) -> RequestValidationError:
@@ -193,14 +197,14 @@ async def upload_kernel(
             ]
         )
     data = await read_limited_body(request)
-    try:
-        files = read_archive(data)
-    except PackageArchiveError as error:
-        if error.status == 413:
-            raise HTTPException(413, str(error)) from None
-        raise _invalid([(error.member or "body", str(error))]) from None
 
     def store() -> dict[str, Any]:
+        try:
+            files = read_archive(data)
+        except PackageArchiveError as error:
+            if error.status == 413:
+                raise HTTPException(413, str(error)) from None
+            raise _invalid([(error.member or "body", str(error))]) from None
         try:
             stored = store_package(session, files, caller.name)
         except ManifestError as error:
@@ -291,7 +295,11 @@ def analyze_kernel(
         raise _invalid([(error.field, str(error))]) from None
     except CompilerUnavailable as error:
         raise HTTPException(503, str(error)) from None
-    rows = store_prescreen(session, package.name, package.version, result)
+    try:
+        rows = store_prescreen(session, package.name, package.version, result)
+    except IntegrityError:  # a concurrent pre-screen of the same variants stored first: update its rows
+        session.rollback()
+        rows = store_prescreen(session, package.name, package.version, result)
     session.commit()
     items = [
         {**variant_item(item, result.arch, result.toolchain), "created_at": row.created_at.isoformat()}
@@ -306,4 +314,5 @@ def analyze_kernel(
         "failed": sum(1 for item in result.items if not item.ok),
         "spilling": sum(1 for item in result.items if item.spills),
         "items": items,
+        "not_reached": [{"format": fmt, "variant": variant} for fmt, variant in result.not_reached],
     }
