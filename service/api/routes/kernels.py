@@ -165,7 +165,10 @@ async def read_limited_body(request: Request, limit: int = MAX_ARCHIVE_BYTES) ->
 _UPLOAD_BODY: dict[str, Any] = {
     "required": True,
     "description": f"the package folder as a .tar.gz (at most {MAX_ARCHIVE_BYTES} bytes) as the raw body",
-    "content": {kind: {"schema": {"type": "string", "format": "binary"}} for kind in ARCHIVE_TYPES[:2]},
+    "content": {
+        kind: {"schema": {"type": "string", "format": "binary"}}
+        for kind in ("application/gzip", "application/octet-stream")
+    },
 }
 
 
