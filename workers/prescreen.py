@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernels.arches import get_arch
+from kernels.arches import ARCHES, get_arch
 from kernels.families.base import Variant
 from kernels.packages.build import CompileUnit, compile_units
 from kernels.packages.expressions import ExpressionError, Value, parse
@@ -90,16 +90,16 @@ class Prescreen:
 
 
 def prescreen_arches() -> tuple[str, ...]:
-    """AMD arches whose code objects can be built here and read (a compiler driver and ISA limits)."""
+    """AMD arches of the arch table whose code objects can be built here (a compiler driver) and read."""
     found = []
-    for name in ("gfx906", "gfx908", "gfx90a", "gfx942", "gfx950"):
+    for arch in ARCHES.values():
+        if arch.backend != "rocm" or arch.isa is None:
+            continue
         try:
-            arch = get_arch(name)
-            compiler_for_arch(name)
+            compiler_for_arch(arch.name)
         except KeyError:
             continue
-        if arch.backend == "rocm" and arch.isa is not None:
-            found.append(name)
+        found.append(arch.name)
     return tuple(found)
 
 
