@@ -14,6 +14,7 @@ from service.api.routes import (
     health,
     imports_llaminar,
     imports_rocprof,
+    kernels,
     measurements,
     metrics,
     observed,
@@ -58,5 +59,6 @@ def create_app(settings: Settings | None = None, start_embedded_worker: bool = T
     app.include_router(registry.router)
     app.include_router(imports_llaminar.router)
     app.include_router(imports_rocprof.router)
+    app.include_router(kernels.router)
     app.include_router(dashboard.router)
     return app

@@ -16,6 +16,7 @@ from service.db.models import Measurement, Sweep, Task, utcnow
 from service.kernel_store import PackageNotFound, resolve
 from service.observed import OfferedPoint, mark_offered, offered_points
 from service.sweeps.planning import PlannedTask, plan_tasks
+from service.sweeps.skip_spilling import variants_per_format
 from service.sweeps.spec import SpecProblem, SweepSpec
 
 TASK_STATES = ("queued", "running", "done", "failed", "cancelled")
@@ -61,8 +62,14 @@ def submit_sweep(
         existing = session.scalar(select(Sweep).where(Sweep.idempotency_key == idempotency_key))
         if existing is not None:
             return _same_or_conflict(existing, spec), False
+    variants, warnings, problems = variants_per_format(
+        session, spec, package, spec.resolved_variants(package)
+    )
+    if problems:
+        raise InvalidSpec(problems)
     spec_json = spec.model_dump(mode="json")
     spec_json["fingerprint"] = spec_fingerprint(spec)
+    spec_json["warnings"] = warnings
     sweep = Sweep(
         idempotency_key=idempotency_key or None,
         arch=spec.arch,
@@ -75,8 +82,7 @@ def submit_sweep(
         status="queued",
         submitted_by=submitted_by,
     )
-    variants = spec.resolved_variants(package)
-    sweep.tasks = [_new_task(spec, package, t, variants) for t in plan_tasks(spec)]
+    sweep.tasks = [_new_task(spec, package, t, variants[t.format]) for t in plan_tasks(spec)]
     observed_tasks, observed_ids = _observed_tasks(session, spec, package, sweep.tasks, variants)
     sweep.tasks.extend(observed_tasks)
     session.add(sweep)
@@ -93,7 +99,11 @@ def submit_sweep(
 
 
 def _observed_tasks(
-    session: Session, spec: SweepSpec, package: KernelPackage, planned: list[Task], variants: list[str]
+    session: Session,
+    spec: SweepSpec,
+    package: KernelPackage,
+    planned: list[Task],
+    variants: dict[str, list[str]],
 ) -> tuple[list[Task], list[int]]:
     """Observed points not already planned (DESIGN §5.7), when the spec asks for them, and the ids of
     every observed row the sweep covers (planned or added)."""
@@ -107,7 +117,7 @@ def _observed_tasks(
         if (point.format, point.n, point.k, point.m) in seen:
             continue
         seen.add((point.format, point.n, point.k, point.m))
-        tasks.append(_new_task(spec, package, point, variants))
+        tasks.append(_new_task(spec, package, point, variants[point.format]))
     return tasks, covered
 
 
@@ -185,6 +195,7 @@ def sweep_status_body(session: Session, sweep: Sweep) -> dict[str, Any]:
         "kernel_version": sweep.kernel_version,
         "strategy": sweep.strategy,
         "labels": sweep.labels,
+        "warnings": list((sweep.spec or {}).get("warnings", [])),
         "tasks": counts,
         "progress": (finished / counts["total"]) if counts["total"] else 1.0,
         "parity_failures": parity_failures(session, sweep.id),
