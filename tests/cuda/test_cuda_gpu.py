@@ -72,7 +72,7 @@ def test_every_decode_variant_passes_parity_and_is_timed(backend: CudaBackend, f
 
 
 @pytest.mark.parametrize("fmt", FIRST_WAVE)
-@pytest.mark.parametrize("m", [64, 200])
+@pytest.mark.parametrize("m", [200])
 def test_every_prefill_variant_passes_parity_and_is_timed(backend: CudaBackend, fmt: str, m: int) -> None:
     _all_pass(backend.run_task(spec(fmt, 1000, 768, m, phase="prefill")), PREFILL_VARIANTS)
 
