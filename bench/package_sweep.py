@@ -110,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
             key = (winner.format, winner.m, winner.n, winner.k)
             row = points.setdefault(
                 key, {"format": winner.format, "m": winner.m, "n": winner.n, "k": winner.k,
-                      "shape": winner.shape, "true_bytes": true_bytes(winner.format, winner.n, winner.k, winner.m)},
+                      "shape": winner.shape,
+                      "true_bytes": true_bytes(winner.format, winner.n, winner.k, winner.m)},
             )  # fmt: skip
             measured = session.scalars(
                 select(Measurement).where(Measurement.sweep_id == sweeps[winner.kernel],
