@@ -57,7 +57,8 @@ class NvccCompiler:
         if not self.available() or self.nvcc is None:
             return CompileResult(False, "nvcc not found (PATH or /usr/local/cuda*/bin)", None)
         argv = [
-            self.nvcc, *self.flags(arch), f"-I{source.parent}", f"-I{INCLUDE_DIR}", *define_flags(defines),
+            self.nvcc, *self.flags(arch), f"-I{source.parent}", f"-I{INCLUDE_DIR}",
+            *define_flags({key: value.replace(",", "\\,") for key, value in defines.items()}),  # nvcc splits -D at commas
             "-x", "cu", str(source), "-o", str(out_path),
         ]  # fmt: skip
         return run_compile(argv, out_path)
