@@ -56,9 +56,9 @@ class NvccCompiler:
             return CompileResult(False, f"nvcc driver builds {sorted(self.arches)}, not {arch}", None)
         if not self.available() or self.nvcc is None:
             return CompileResult(False, "nvcc not found (PATH or /usr/local/cuda*/bin)", None)
+        escaped = {key: value.replace(",", "\\,") for key, value in defines.items()}  # nvcc splits -D at commas
         argv = [
-            self.nvcc, *self.flags(arch), f"-I{source.parent}", f"-I{INCLUDE_DIR}",
-            *define_flags({key: value.replace(",", "\\,") for key, value in defines.items()}),  # nvcc splits -D at commas
+            self.nvcc, *self.flags(arch), f"-I{source.parent}", f"-I{INCLUDE_DIR}", *define_flags(escaped),
             "-x", "cu", str(source), "-o", str(out_path),
         ]  # fmt: skip
         return run_compile(argv, out_path)
