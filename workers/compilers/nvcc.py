@@ -56,7 +56,8 @@ class NvccCompiler:
             return CompileResult(False, f"nvcc driver builds {sorted(self.arches)}, not {arch}", None)
         if not self.available() or self.nvcc is None:
             return CompileResult(False, "nvcc not found (PATH or /usr/local/cuda*/bin)", None)
-        escaped = {key: value.replace(",", "\\,") for key, value in defines.items()}  # nvcc splits -D at commas
+        # nvcc splits -D values at commas: escape them
+        escaped = {key: value.replace(",", "\\,") for key, value in defines.items()}
         argv = [
             self.nvcc, *self.flags(arch), f"-I{source.parent}", f"-I{INCLUDE_DIR}", *define_flags(escaped),
             "-x", "cu", str(source), "-o", str(out_path),
