@@ -108,10 +108,10 @@ def test_host_source_refuses_a_format_it_does_not_read(package: KernelPackage, t
     assert build.returncode != 0 and "reads Q8_0 or Q4_0" in build.stderr
 
 
-@pytest.mark.parametrize("arch", ["gfx906", "gfx950"])
+@pytest.mark.parametrize("arch", ["gfx906", "gfx950", "sm_90"])
 def test_hip_source_compiles_for_every_variant(package: KernelPackage, arch: str, tmp_path: Path) -> None:
-    """hipcc (gfx906) and clang 22 from ziglang (gfx950): every Q4_0 variant (the nibble path) and the two
-    extremes for Q8_0; symbol `kernel` in an AMDGPU ELF, no spills."""
+    """hipcc (gfx906), clang 22 from ziglang (gfx950), nvcc (sm_90, no GPU needed to build): every Q4_0
+    variant (the nibble path) and the two extremes for Q8_0; symbol `kernel` in a device ELF; AMD: no spills."""
     compiler = compiler_for_arch(arch)
     if not compiler.identity():
         pytest.skip(f"{compiler.name} is not installed here")
@@ -128,6 +128,9 @@ def test_hip_source_compiles_for_every_variant(package: KernelPackage, arch: str
             result = compiler.compile(unit.source, arch, unit.defines, out)
             assert result.ok, result.log[-3000:]
             assert "kernel" in kernel_symbols(out)
+            if backend == "cuda":
+                assert all(blob[18:20] == b"\xbe\x00" for blob in device_elfs(out).values())  # EM_CUDA
+                continue
             assert all(blob[18:20] == b"\xe0\x00" for blob in device_elfs(out).values())  # EM_AMDGPU
             (report,) = [r for r in analyze_file(out, with_disassembly=False) if r["name"] == "kernel"]
             assert report["vgpr_spills"] == 0 and report["sgpr_spills"] == 0, (fmt, variant.name, report)
