@@ -40,6 +40,7 @@ def add_measurement(
     source_hash: str = "src1",
     median_us: float | None = None,
     parity: bool = True,
+    kernel: str = "tb-decode",
 ) -> Measurement:
     """One measurement at POINT; ``times_us=None`` stores a summary only (like an import)."""
     parsed = DecodeFamily().parse(variant, "host")
@@ -61,6 +62,7 @@ def add_measurement(
         n_dispatches=len(ns),
         parity_pass=parity,
         median_us=summary.median_us if summary else median_us,
+        kernel=kernel,
         **POINT,
     )
     session.add(row)
