@@ -593,7 +593,7 @@ def observed_list(
 def table_generate(
     arch: str = typer.Option(...),
     phase: str = typer.Option("decode"),
-    dialect: str = typer.Option("llaminar-rocm-decode", help="llaminar-rocm-decode|-prefill, json, struct-table"),
+    dialect: str = typer.Option("llaminar-rocm-decode", help="llaminar-rocm-*, json or struct-table"),
     kernel: str | None = typer.Option(None, help="kernel package (name or name@sha); default: built-in"),
     output: Path | None = typer.Option(None, help="write the .inc here"),
     url: str = UrlOption,

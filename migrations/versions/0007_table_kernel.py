@@ -24,7 +24,11 @@ def upgrade() -> None:
         batch.add_column(sa.Column("kernel", sa.String(length=64), nullable=False, server_default=""))
         batch.add_column(sa.Column("kernel_version", sa.String(length=64), nullable=False, server_default=""))
     for phase, name in _BUILTIN.items():
-        op.execute(sa.text("UPDATE tables SET kernel = :name WHERE phase = :phase").bindparams(name=name, phase=phase))
+        op.execute(
+            sa.text("UPDATE tables SET kernel = :name WHERE phase = :phase").bindparams(
+                name=name, phase=phase
+            )
+        )
     with op.batch_alter_table("tables") as batch:
         batch.alter_column("kernel", server_default=None)
         batch.alter_column("kernel_version", server_default=None)

@@ -97,7 +97,14 @@ class PointDistributions:
 
 
 def point_distributions(
-    session: Session, arch: str, phase: str, format_name: str, m: int, n: int, k: int, kernel: str | None = None
+    session: Session,
+    arch: str,
+    phase: str,
+    format_name: str,
+    m: int,
+    n: int,
+    k: int,
+    kernel: str | None = None,
 ) -> PointDistributions:
     """Newest measurement per variant at the point, with its per-dispatch device times in µs."""
     rows = session.execute(

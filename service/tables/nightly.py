@@ -50,11 +50,15 @@ def targets(session: Session) -> list[tuple[str, str, str, str]]:
     """Every (arch, phase, dialect, kernel) that has winners and a dialect that emits that package."""
     rows = session.execute(select(Winner.arch, Winner.phase, Winner.kernel).distinct()).all()
     return sorted(
-        (arch, phase, name, kernel) for arch, phase, kernel in rows for name in _dialects_for(session, phase, kernel)
+        (arch, phase, name, kernel)
+        for arch, phase, kernel in rows
+        for name in _dialects_for(session, phase, kernel)
     )
 
 
-def regenerate_one(session: Session, arch: str, phase: str, dialect: str, kernel: str | None = None) -> NightlyResult:
+def regenerate_one(
+    session: Session, arch: str, phase: str, dialect: str, kernel: str | None = None
+) -> NightlyResult:
     latest = latest_version(session, arch, phase, dialect, kernel)
     fingerprint = winners_fingerprint(session, arch, phase, kernel)
     name = kernel or ""

@@ -51,7 +51,7 @@ def table_package(session: Session, phase: str, dialect: str, kernel: str | None
 def variant_times(
     session: Session, arch: str, phase: str, kernel: str | None = None
 ) -> dict[tuple[str, int, int, int], dict[str, float]]:
-    """Newest parity-passing median of every variant of one package at every point: regret needs all of them."""
+    """Newest parity-passing median of every variant of one package at every point (regret needs all)."""
     rows = session.execute(
         select(
             Measurement.format,
@@ -87,7 +87,9 @@ def alias_points(session: Session, arch: str, phase: str, kernel: str | None = N
     codec = get_codec(phase)
     times = variant_times(session, arch, phase, kernel)
     winners = session.scalars(
-        select(Winner).where(Winner.arch == arch, Winner.phase == phase, Winner.kernel == _kernel_name(phase, kernel))
+        select(Winner).where(
+            Winner.arch == arch, Winner.phase == phase, Winner.kernel == _kernel_name(phase, kernel)
+        )
     )
     return [
         AliasPoint(
@@ -118,7 +120,9 @@ def build_table(
         raise NoWinners(f"no winners for arch={arch} phase={phase} kernel={package.name}")
     collapsed = collapse_aliases(points)
     rows = session.scalars(
-        select(Winner.sweep_ids).where(Winner.arch == arch, Winner.phase == phase, Winner.kernel == package.name)
+        select(Winner.sweep_ids).where(
+            Winner.arch == arch, Winner.phase == phase, Winner.kernel == package.name
+        )
     )
     sweep_ids = sorted({str(s) for ids in rows for s in (ids or [])})
     return generate_table(

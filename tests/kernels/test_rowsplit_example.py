@@ -1,7 +1,7 @@
-"""The example package docs/examples/rowsplit-gemv: manifest, host C against gguf's dequantization, HIP builds.
+"""The example package docs/examples/rowsplit-gemv: manifest, host C against gguf, GPU builds.
 
-Real compilers only: cc for every valid host variant (checked numerically on real GGUF Q8_0/Q4_0 blocks made by
-the gguf package), hipcc for gfx906 and the ziglang clang driver for gfx950 for every valid variant.
+Real compilers only: cc for every valid host variant (checked numerically on real GGUF Q8_0/Q4_0 blocks
+made by the gguf package); hipcc for gfx906, the ziglang clang driver for gfx950 and nvcc for sm_90.
 """
 
 from __future__ import annotations
@@ -90,7 +90,14 @@ def test_host_variants_match_gguf_dequantization(package: KernelPackage, fmt: st
         assert build.returncode == 0, build.stderr
         kernel = ctypes.CDLL(str(library))[package.symbol(variant)]
         kernel.restype = None
-        kernel.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        kernel.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int,
+        ]
         for blocks, x, reference in cases:
             m, n = reference.shape
             y = np.full((m, n), np.nan, dtype=np.float32)  # the kernel must overwrite every element
@@ -102,7 +109,8 @@ def test_host_variants_match_gguf_dequantization(package: KernelPackage, fmt: st
 
 def test_host_source_refuses_a_format_it_does_not_read(package: KernelPackage, tmp_path: Path) -> None:
     build = subprocess.run(
-        [*HOST_CC, "-DROWS=1", "-DUNROLL=1", "-DTB_FMT_Q5_0=1", str(EXAMPLE / "gemv.c"), "-o", str(tmp_path / "x.so")],
+        [*HOST_CC, "-DROWS=1", "-DUNROLL=1", "-DTB_FMT_Q5_0=1", str(EXAMPLE / "gemv.c"),
+         "-o", str(tmp_path / "x.so")],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert build.returncode != 0 and "reads Q8_0 or Q4_0" in build.stderr
@@ -111,7 +119,8 @@ def test_host_source_refuses_a_format_it_does_not_read(package: KernelPackage, t
 @pytest.mark.parametrize("arch", ["gfx906", "gfx950", "sm_90"])
 def test_hip_source_compiles_for_every_variant(package: KernelPackage, arch: str, tmp_path: Path) -> None:
     """hipcc (gfx906), clang 22 from ziglang (gfx950), nvcc (sm_90, no GPU needed to build): every Q4_0
-    variant (the nibble path) and the two extremes for Q8_0; symbol `kernel` in a device ELF; AMD: no spills."""
+    variant (the nibble path) and the two extremes for Q8_0; symbol `kernel` in a device ELF; AMD: no
+    spills."""
     compiler = compiler_for_arch(arch)
     if not compiler.identity():
         pytest.skip(f"{compiler.name} is not installed here")

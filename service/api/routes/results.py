@@ -108,7 +108,7 @@ def measurement_item(m: Measurement) -> dict[str, Any]:
 def list_results(
     arch: str | None = Query(None, max_length=32, examples=["gfx906"]),
     phase: str | None = Query(None, pattern="^(decode|prefill)$"),
-    kernel: str | None = Query(None, max_length=64, examples=["rowsplit-gemv"], description="kernel package name"),
+    kernel: str | None = Query(None, max_length=64, examples=["rowsplit-gemv"], description="package name"),
     format: str | None = Query(None, max_length=16, examples=["Q4_0"]),
     shape: str | None = Query(None, max_length=120, examples=["Qwen36_FFN_GateUp"]),
     m: int | None = Query(None, ge=1, le=MAX_ID),

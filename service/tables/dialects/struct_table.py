@@ -21,13 +21,17 @@ from service.tables.model import PointKey, TableChoice
 UINT16_MAX = 0xFFFF
 INT32_RANGE = (-(2**31), 2**31 - 1)
 # C++ keywords a manifest parameter name could collide with (they are otherwise valid C identifiers)
-_CPP_KEYWORDS = frozenset(
-    "alignas alignof and asm auto bool break case catch char class const constexpr continue default delete do "
-    "double else enum explicit export extern false float for friend goto if inline int long mutable namespace "
-    "new noexcept not nullptr operator or private protected public register return short signed sizeof "
-    "static struct switch template this throw true try typedef typeid typename union unsigned using virtual "
-    "void volatile while xor".split()
-)
+# fmt: off
+_CPP_KEYWORDS = frozenset((
+    "alignas", "alignof", "and", "asm", "auto", "bool", "break", "case", "catch", "char", "class",
+    "const", "constexpr", "continue", "default", "delete", "do", "double", "else", "enum", "explicit",
+    "export", "extern", "false", "float", "for", "friend", "goto", "if", "inline", "int", "long",
+    "mutable", "namespace", "new", "noexcept", "not", "nullptr", "operator", "or", "private",
+    "protected", "public", "register", "return", "short", "signed", "sizeof", "static", "struct",
+    "switch", "template", "this", "throw", "true", "try", "typedef", "typeid", "typename", "union",
+    "unsigned", "using", "virtual", "void", "volatile", "while", "xor",
+))
+# fmt: on
 
 
 class TableShapeError(ValueError):
@@ -60,7 +64,8 @@ class PackageCodec:
         self.phase = package.phase
         self.package = package
         table = package.manifest.table
-        self.config_fields: tuple[str, ...] = tuple(table.fields) if table else tuple(package.param_names)
+        fields = table.fields if table else package.param_names
+        self.config_fields: tuple[str, ...] = tuple(fields)
         self.max_m, self.max_n, self.max_k = self._base.max_m, self._base.max_n, self._base.max_k
         self._points = {package.variant_name(p): p for p in package.all_points()}
 
@@ -68,7 +73,8 @@ class PackageCodec:
         params = self._points.get(variant)
         if params is None:
             raise ValueError(
-                f"{variant!r} is not a {self.package.name} variant (names: {self.package.manifest.variant.name})"
+                f"{variant!r} is not a {self.package.name} variant "
+                f"(names: {self.package.manifest.variant.name})"
             )
         return tuple(params[f] for f in self.config_fields)
 
@@ -167,7 +173,10 @@ inline constexpr uint64_t pack{p}Key(int m_key, int n, int k) {{
     def _preamble(self) -> list[str]:
         """The M policy: run-time M -> the M the table is keyed by."""
         if self.phase == "decode":
-            return [f"inline int select{self.stem}MKey(int m) {{ return m; }}  // decode: M is its own key", ""]
+            return [
+                f"inline int select{self.stem}MKey(int m) {{ return m; }}  // decode: M is its own key",
+                "",
+            ]
         buckets = ", ".join(str(v) for v in PREFILL_M_BUCKETS)
         return [
             "// M policy: at run time M rounds up to the next bucket; beyond the last, M is its own key.",
