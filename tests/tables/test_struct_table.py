@@ -55,7 +55,7 @@ def test_struct_table_shape_and_checks(rowsplit: KernelPackage, rowsplit_table: 
     assert replayed > len(rowsplit_table.decisions)  # every measured point plus the fallback probes
     assert "namespace tunebase::kernels::rowsplit_gemv {" in text
     assert "struct RowsplitGemvConfig {\n    uint16_t ROWS = 0;\n    uint16_t UNROLL = 0;\n};" in text
-    signature = "inline bool selectRowsplitGemv(\n    uint8_t codebook_id, int m, int n, int k, RowsplitGemvConfig &"
+    signature = "selectRowsplitGemv(\n    uint8_t codebook_id, int m, int n, int k, RowsplitGemvConfig &out)"
     assert signature in text
     assert f"rowsplit-gemv@{rowsplit.version[:12]}" in text
     # same decode key packing as the Llaminar include
