@@ -42,12 +42,12 @@ def _decode(files: dict[str, Any]) -> dict[str, bytes]:
 
 
 def package_root(version: str, cache_dir: Path | None = None) -> Path:
-    return Path(cache_dir or get_settings().resolved_artifact_dir()) / "packages" / version
+    return Path(cache_dir or get_settings().resolved_artifact_dir) / "packages" / version
 
 
 def _from_row(row: KernelPackageRow, cache_dir: Path | None = None) -> KernelPackage:
     files = _decode(row.files)
-    root = materialize(files, row.version, Path(cache_dir or get_settings().resolved_artifact_dir()))
+    root = materialize(files, row.version, Path(cache_dir or get_settings().resolved_artifact_dir))
     return load_files(files, root)
 
 
