@@ -1,8 +1,9 @@
 """Tables and filters per kernel package on a real database (SQLite and Postgres).
 
-Measurements of the uploaded example package (rowsplit-gemv) and of the built-in tb-decode share the same points;
-winners are refreshed per package, a struct-table `.inc` is generated from the stored rowsplit winners and read
-back by an independently compiled program, and every filter (API, dashboard, CLI) returns one package's rows.
+Measurements of the uploaded example package (rowsplit-gemv) and of the built-in tb-decode share the same
+points; winners are refreshed per package, a struct-table `.inc` is generated from the stored rowsplit winners
+and read back by an independently compiled program, and every filter (API, dashboard, CLI) returns one
+package's rows.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ PACKAGES = {
 
 
 def _time_factor(variant: str, fmt: str, m: int, n: int, k: int, base: float) -> float:
-    """Deterministic per point: which variant wins depends on the shape, so the table has decisions to make."""
+    """Deterministic per point: the winner depends on the shape, so the table has decisions to make."""
     bias = {"Wide": "R8/U2", "Square": "R2/U2", "Tall": "R4/U1"}
     name = next(s for s, (sn, sk) in SHAPES.items() if (sn, sk) == (n, k))
     return base * (0.7 if bias[name] == variant else 1.0) * (1.0 + 0.05 * m) * (1.1 if fmt == "Q8_0" else 1.0)
