@@ -32,7 +32,7 @@ class NoWinners(LookupError):
 
 def _kernel_name(phase: str, kernel: str | None) -> str:
     """A package name (a ``name@version`` reference keeps its name: winners are kept per name)."""
-    return kernel.partition("@")[0] if kernel else BUILTIN_FOR_PHASE[phase]
+    return kernel.partition("@")[0] if kernel else BUILTIN_FOR_PHASE.get(phase, "")
 
 
 def table_package(session: Session, phase: str, dialect: str, kernel: str | None = None) -> KernelPackage:

@@ -95,7 +95,7 @@ def list_tables(
 @router.get("/latest", response_class=PlainTextResponse)
 def latest_inc(
     arch: str,
-    phase: str = "decode",
+    phase: str = Query("decode", pattern="^(decode|prefill)$"),
     dialect: str = "llaminar-rocm-decode",
     kernel: str | None = Query(None, max_length=64, description="kernel package name; default: built-in"),
     _caller: Caller = Depends(require_scope("read")),
