@@ -221,7 +221,7 @@ def test_api_and_dashboard_filter_by_kernel(populated: tuple[str, str], tmp_path
     with session_scope(url) as session:
         assert session.scalar(select(TableVersion.id).where(TableVersion.id > builtin.json()["id"])) is None
 
-    assert f"struct-table · rowsplit-gemv</h2>" in client.get("/dashboard/tables").text
+    assert "struct-table · rowsplit-gemv</h2>" in client.get("/dashboard/tables").text
     page = client.get("/", params={"kernel": "rowsplit-gemv"}).text
     assert 'data-kernel="rowsplit-gemv"' in page and 'data-kernel="tb-decode"' not in page
     assert "R8/U2" in page and "KB8/TW8" not in page
