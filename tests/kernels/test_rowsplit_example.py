@@ -17,7 +17,7 @@ from gguf import GGMLQuantizationType, quants
 from kernels.arches import get_arch
 from kernels.formats.registry import get_format
 from kernels.packages.build import compile_units
-from kernels.packages.loader import load_folder
+from kernels.packages.loader import builtin_packages, load_folder
 from kernels.packages.package import DeviceFacts, KernelPackage
 from workers.compilers import compiler_for_arch
 from workers.compilers.codeobject import device_elfs, kernel_symbols
@@ -35,6 +35,7 @@ def package() -> KernelPackage:
 
 def test_manifest_space_and_rules(package: KernelPackage) -> None:
     assert package.name == "rowsplit-gemv" and package.phase == "decode"
+    assert package.name not in builtin_packages()  # an example under docs/, not a library kernel
     assert package.manifest.weights == "gguf"
     names = [v.name for v in package.space("host")]
     assert len(names) == 11 and "R4/U2" in names
