@@ -357,18 +357,20 @@ def winners(
     m: int | None = None,
     n: int | None = None,
     k: int | None = None,
+    kernel: str | None = typer.Option(None, help="only this kernel package's winners"),
     as_json: bool = typer.Option(False, "--json"),
     url: str = UrlOption,
     token: str | None = TokenOption,
 ) -> None:
     """List winners with runner-up and margin."""
-    items = _api_call(_client(url, token).winners, arch=arch, phase=phase, format=format, m=m, n=n, k=k)
+    filters = {"arch": arch, "phase": phase, "format": format, "m": m, "n": n, "k": k, "kernel": kernel}
+    items = _api_call(_client(url, token).winners, **filters)
     if as_json:
         out.print_json(data=items)
         return
-    table = _new_table(("arch", "format", *WINNER_COLUMNS))
+    table = _new_table(("arch", "kernel", "format", *WINNER_COLUMNS))
     for w in items:
-        table.add_row(w["arch"], w["format"], *_winner_cells(w))
+        table.add_row(w["arch"], w.get("kernel", ""), w["format"], *_winner_cells(w))
     out.print(table)
 
 
@@ -591,14 +593,15 @@ def observed_list(
 def table_generate(
     arch: str = typer.Option(...),
     phase: str = typer.Option("decode"),
-    dialect: str = typer.Option("llaminar-rocm-decode"),
+    dialect: str = typer.Option("llaminar-rocm-decode", help="llaminar-rocm-*, json or struct-table"),
+    kernel: str | None = typer.Option(None, help="kernel package (name or name@sha); default: built-in"),
     output: Path | None = typer.Option(None, help="write the .inc here"),
     url: str = UrlOption,
     token: str | None = TokenOption,
 ) -> None:
-    """Generate (and validate) a table version from the stored winners."""
+    """Generate (and validate) a table version from one kernel package's stored winners."""
     client = _client(url, token)
-    item = _api_call(client.generate_table, arch, phase, dialect)
+    item = _api_call(client.generate_table, arch, phase, dialect, kernel)
     out.print_json(data=item)
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)

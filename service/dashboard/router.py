@@ -41,8 +41,11 @@ def dashboard_reader(
     return require_scope("read")(request, credentials, session)
 
 
-def _point_href(arch: str, phase: str, format_name: str, m: int, n: int, k: int) -> str:
-    query = urlencode({"arch": arch, "phase": phase, "format": format_name, "m": m, "n": n, "k": k})
+def _point_href(
+    arch: str, phase: str, format_name: str, m: int, n: int, k: int, kernel: str | None = None
+) -> str:
+    params = {"arch": arch, "phase": phase, "format": format_name, "m": m, "n": n, "k": k}
+    query = urlencode({**params, **({"kernel": kernel} if kernel else {})})
     return f"/dashboard/point?{query}"
 
 
@@ -67,13 +70,14 @@ def heatmap_view(heatmap: data.Heatmap, colors: dict[str, str]) -> dict[str, Any
                     "shape": name,
                     "title": f"{name} {n}x{k} M={m}: {winner.variant} {fmt_us(winner.median_us)} µs, "
                     f"margin {margin}{'' if winner.decided else ' (tie)'}",
-                    "href": _point_href(heatmap.arch, heatmap.phase, heatmap.format, m, n, k),
+                    "href": _point_href(heatmap.arch, heatmap.phase, heatmap.format, m, n, k, heatmap.kernel),
                 }
             )
     return {
         "arch": heatmap.arch,
         "phase": heatmap.phase,
         "format": heatmap.format,
+        "kernel": heatmap.kernel,
         "width": LABEL_W + max(len(heatmap.ms), 1) * CELL_W + 10,
         "height": HEAD_H + max(len(heatmap.shapes), 1) * CELL_H + 6,
         "rows": [
@@ -141,13 +145,14 @@ def index(
     arch: str | None = Query(None, max_length=32),
     phase: str | None = Query(None, pattern="^(decode|prefill)$"),
     format: str | None = Query(None, max_length=16),
+    kernel: str | None = Query(None, max_length=64),
     _reader: Caller = Depends(dashboard_reader),
     session: Session = Depends(get_session),
 ) -> HTMLResponse:
     groups = data.heatmap_groups(session)
     selected = [g for g in groups if (arch is None or g.arch == arch) and (phase is None or g.phase == phase)]
-    selected = [g for g in selected if format is None or g.format == format]
-    maps = [data.heatmap(session, g.arch, g.phase, g.format) for g in selected[:12]]
+    selected = [g for g in selected if (format is None or g.format == format) and kernel in (None, g.kernel)]
+    maps = [data.heatmap(session, g.arch, g.phase, g.format, g.kernel) for g in selected[:12]]
     colors = color_map(v for h in maps for v in h.variants)
     return templates.TemplateResponse(
         request,
@@ -172,10 +177,11 @@ def point(
     m: int = Query(..., ge=1, le=MAX_ID),
     n: int = Query(..., ge=1, le=MAX_ID),
     k: int = Query(..., ge=1, le=MAX_ID),
+    kernel: str | None = Query(None, max_length=64),
     _reader: Caller = Depends(dashboard_reader),
     session: Session = Depends(get_session),
 ) -> HTMLResponse:
-    distributions = data.point_distributions(session, arch, phase, format, m, n, k)
+    distributions = data.point_distributions(session, arch, phase, format, m, n, k, kernel)
     if not distributions.series:
         raise HTTPException(404, f"nothing measured at {arch} {phase} {format} M={m} {n}x{k}")
     colors = color_map(s.variant for s in distributions.series)
