@@ -63,7 +63,6 @@ def add_measurement(
         n_dispatches=len(ns),
         parity_pass=parity,
         median_us=summary.median_us if summary else median_us,
-        kernel=kernel,
         **POINT,
     )
     session.add(row)
