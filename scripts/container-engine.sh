@@ -7,9 +7,13 @@ set -euo pipefail
 
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
 need=()
+# docker-compose (1.29) drives podman through its Docker API (`podman system service`); podman-compose is the
+# fallback for a quick look. debootstrap makes the local base image (scripts/local-base-image.sh).
 for tool in podman buildah debootstrap runc podman-compose docker-compose; do
   command -v "$tool" >/dev/null || need+=("$tool")
 done
+# CNI's dnsname plugin: compose service names resolve as hosts on the project network.
+[ -x /usr/lib/cni/dnsname ] || need+=(golang-github-containernetworking-plugin-dnsname)
 if ((${#need[@]})); then
   echo "container-engine: installing ${need[*]}"
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
