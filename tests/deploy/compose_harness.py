@@ -126,13 +126,15 @@ class Compose:
     profiles: list[str]
     env: dict[str, str]
     log_dir: Path
+    engine_cli: str  # "docker" or "podman": the CLI for what compose does not show (networks, images)
     timings: dict[str, float] = field(default_factory=dict)
 
     def argv(self, *args: str) -> list[str]:
         tool = shutil.which("docker-compose") or "docker-compose"
         files = [arg for name in self.files for arg in ("-f", name)]
         profiles = [arg for name in self.profiles for arg in ("--profile", name)]
-        return [tool, "--project-directory", str(self.directory), "-p", self.project, *files, *profiles, *args]
+        head = [tool, "--project-directory", str(self.directory), "-p", self.project]
+        return [*head, *files, *profiles, *args]
 
     def run(self, *args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
@@ -140,7 +142,8 @@ class Compose:
             cwd=self.directory, env={**os.environ, **self.env},
         )  # fmt: skip
         if check and proc.returncode != 0:
-            raise ComposeError(f"docker-compose {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-6000:]}")
+            command = " ".join(args)
+            raise ComposeError(f"docker-compose {command} exited {proc.returncode}:\n{proc.stderr[-6000:]}")
         return proc
 
     @contextlib.contextmanager
@@ -154,7 +157,7 @@ class Compose:
         return self.run(*(["ps", "-a", "-q"] + ([service] if service else [])), timeout=120).stdout.split()
 
     def state(self, service: str) -> str:
-        """`Up (healthy)`, `Exit 0`, ... as `docker-compose ps` shows it (empty when there is no container)."""
+        """`Up (healthy)`, `Exit 0`, ... as `docker-compose ps` shows it (empty without a container)."""
         lines = self.run("ps", service, timeout=120).stdout.splitlines()
         rows = [line for line in lines[2:] if line.strip()]  # header, dashes
         return rows[0] if rows else ""

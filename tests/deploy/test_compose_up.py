@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
-import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -20,8 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import REPO, free_port
-from tests.deploy.compose_harness import Compose, ComposeError, HealthRunner, docker_api
+from tests.deploy.compose_harness import Compose, ComposeError
 
 pytestmark = pytest.mark.compose
 
@@ -35,33 +32,6 @@ def spec(prefix: str, dispatches: int) -> dict[str, Any]:
         "arch": "host", "phase": "decode", "formats": ["Q8_0"], "shapes": shapes, "m": [1],
         "variants": VARIANTS, "min_dispatches": dispatches, "max_dispatches": dispatches, "warmup": 2,
     }  # fmt: skip
-
-
-@pytest.fixture
-def compose() -> Iterator[Compose]:
-    if shutil.which("docker-compose") is None:
-        pytest.fail("docker-compose is not installed: run scripts/container-engine.sh (make compose-test does)")
-    local = os.environ.get("TUNEBASE_COMPOSE_BASE", "local") == "local"
-    env = {
-        "DOCKER_BUILDKIT": "0",  # docker-compose 1.29's classic builder: podman's API has no BuildKit
-        "COMPOSE_DOCKER_CLI_BUILD": "0",
-        "TUNEBASE_API_PORT": f"127.0.0.1:{free_port()}",  # 8000 may be taken; loopback only
-    }
-    files = ["docker-compose.yml"]
-    if local:
-        files.append("docker-compose.no-registry.yml")
-        env["TUNEBASE_BASE_IMAGE"] = os.environ.get("TUNEBASE_BASE_IMAGE", "localhost/debian:bookworm")
-    project = f"tbct{os.getpid()}"
-    with docker_api() as engine:
-        env["DOCKER_HOST"] = engine.docker_host
-        deployment = Compose(REPO, files, project, ["host"], env, REPO / "var" / "compose-test")
-        deployment.timings["engine"] = engine.cli  # type: ignore[assignment]
-        runner = HealthRunner(project) if engine.needs_health_runner else contextlib.nullcontext()
-        with runner:
-            try:
-                yield deployment
-            finally:
-                deployment.run("down", "-v", "--remove-orphans", "--timeout", "20", timeout=300, check=False)
 
 
 @contextlib.contextmanager
@@ -98,7 +68,21 @@ def sweep_status(client: httpx.Client, sweep_id: int) -> dict[str, Any]:
 
 def psql(compose: Compose, query: str) -> list[list[str]]:
     """Rows from the deployment's own Postgres (not published on the host), as text."""
-    argv = ["exec", "-T", "postgres", "psql", "-U", "tunebase", "-d", "tunebase", "-At", "-F", "|", "-c", query]
+    argv = [
+        "exec",
+        "-T",
+        "postgres",
+        "psql",
+        "-U",
+        "tunebase",
+        "-d",
+        "tunebase",
+        "-At",
+        "-F",
+        "|",
+        "-c",
+        query,
+    ]
     return [line.split("|") for line in compose.run(*argv, timeout=120).stdout.splitlines() if line]
 
 
@@ -110,7 +94,7 @@ def test_a_sweep_runs_through_the_compose_deployment_and_survives_a_killed_worke
             compose.run("up", "-d", "--no-build", timeout=900)
         with compose.timed("api_healthy"):
             wait_until("api healthy", 300, lambda: "(healthy)" in compose.state("api"))
-        assert compose.state("migrate").split()[-2:] == ["Exit", "0"], compose.state("migrate")
+        assert re.search(r"\bExit 0\b", compose.state("migrate")), compose.state("migrate")
         for service in RUNNING:
             assert " Up " in f" {compose.state(service)} ", (service, compose.state(service))
 
@@ -128,8 +112,8 @@ def test_a_sweep_runs_through_the_compose_deployment_and_survives_a_killed_worke
                 response = client.post("/v1/sweeps", json=spec("Compose", 200))
                 assert response.status_code == 202, response.text
                 first = response.json()["id"]
-                done = wait_until("first sweep done", 600, lambda: sweep_status(client, first)["status"] == "done")
-            assert done and sweep_status(client, first)["tasks"]["done"] == 4
+                wait_until("first sweep done", 600, lambda: sweep_status(client, first)["status"] == "done")
+            assert sweep_status(client, first)["tasks"]["done"] == 4
             winners = client.get("/v1/winners", params={"arch": "host", "phase": "decode"}).json()
             ours = [w for w in winners["items"] if w["shape"].startswith("Compose")]
             assert len(ours) == 4 and all(w["variant"] in VARIANTS and w["median_us"] > 0 for w in ours), ours
@@ -147,7 +131,8 @@ def test_a_sweep_runs_through_the_compose_deployment_and_survives_a_killed_worke
             compose.run("kill", "-s", "SIGKILL", "worker-host")
             killed_state = compose.state("worker-host")
             # The dead worker's task stays `running` in the database until its lease lapses.
-            victim = psql(compose, f"SELECT id, attempts FROM tasks WHERE sweep_id = {second} AND state = 'running'")
+            running = f"SELECT id, attempts FROM tasks WHERE sweep_id = {second} AND state = 'running'"
+            victim = psql(compose, running)
             assert len(victim) == 1, victim
             with compose.timed("recovery"):
                 compose.run("start", "worker-host")
@@ -159,22 +144,22 @@ def test_a_sweep_runs_through_the_compose_deployment_and_survives_a_killed_worke
                 line for line in compose.run("logs", "--no-color", "worker-host").stdout.splitlines()
                 if re.search(r"host\.\d+@\S+ ready\.", line)
             ]  # fmt: skip
-            assert len(ready_lines) >= 2, (killed_state, ready_lines)  # the first process and the restarted one
+            assert len(ready_lines) >= 2, (killed_state, ready_lines)  # the first process, the restarted one
 
         # 3. Tear down: containers, volumes and the project network all go.
         with compose.timed("down"):
             compose.run("down", "-v", "--remove-orphans", "--timeout", "20", timeout=300)
         assert compose.container_ids() == []
-        engine_cli = str(compose.timings["engine"])
         label = f"label=com.docker.compose.project={compose.project}"
         for kind in ("network", "volume"):
             left = subprocess.run(
-                [engine_cli, kind, "ls", "-q", "--filter", label],
+                [compose.engine_cli, kind, "ls", "-q", "--filter", label],
                 capture_output=True, text=True, timeout=60, check=True,
             ).stdout.split()  # fmt: skip
             assert left == [], (kind, left)
 
     compose.log_dir.mkdir(parents=True, exist_ok=True)
-    record = {"project": compose.project, "files": compose.files, "seconds": compose.timings}
-    (compose.log_dir / "timings.json").write_text(json.dumps(record, indent=2) + "\n")
+    record = {"project": compose.project, "engine": compose.engine_cli, "files": compose.files,
+              "seconds": compose.timings}  # fmt: skip
+    (compose.log_dir / "timings-cpu.json").write_text(json.dumps(record, indent=2) + "\n")
     print("\ncompose-test timings:", json.dumps(record))
