@@ -89,7 +89,8 @@ def psql(compose: Compose, query: str) -> list[list[str]]:
 def test_a_sweep_runs_through_the_compose_deployment_and_survives_a_killed_worker(compose: Compose) -> None:
     with logs_on_failure(compose):
         with compose.timed("build"):
-            compose.run("build", timeout=3600)
+            # One build per image: migrate, beat, maintenance and worker-host run the api service's image.
+            compose.run("build", "postgres", "redis", "api", timeout=3600)
         with compose.timed("up"):  # depends_on waits: postgres/redis healthy, migrate exited 0
             compose.run("up", "-d", "--no-build", timeout=900)
         with compose.timed("api_healthy"):
