@@ -7,9 +7,9 @@ set -euo pipefail
 
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
 need=()
-# docker-compose (1.29) drives podman through its Docker API (`podman system service`); podman-compose is the
-# fallback for a quick look. debootstrap makes the local base image (scripts/local-base-image.sh).
-for tool in podman buildah debootstrap runc podman-compose docker-compose; do
+# docker-compose (1.29) drives podman through its Docker API (`podman system service`): unlike Debian's
+# podman-compose 1.0.3 it honours profiles and depends_on conditions. debootstrap makes the local base image.
+for tool in podman debootstrap runc docker-compose; do
   command -v "$tool" >/dev/null || need+=("$tool")
 done
 # CNI's dnsname plugin: compose service names resolve as hosts on the project network.

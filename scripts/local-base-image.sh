@@ -35,5 +35,5 @@ if [ -s "$bundle" ]; then
   done
 fi
 $SUDO tar -C "$rootfs" -c . \
-  | $SUDO podman import "${trust[@]}" --change 'CMD ["/bin/bash"]' - "$image" >/dev/null 2>&1
+  | $SUDO podman import --quiet "${trust[@]}" --change 'CMD ["/bin/bash"]' - "$image" >/dev/null
 echo "local-base-image: made $image"
