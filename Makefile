@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: demo test test-full test-gpu lint venv system clean
+.PHONY: demo test test-full test-gpu compose-test lint venv system clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,8 +24,16 @@ demo: venv
 test: venv system
 	$(PY) -m pytest -q
 
-test-full: venv system
-	$(PY) -m pytest -q -m 'not gpu' -p no:cacheprovider
+test-full: venv system compose-test
+	$(PY) -m pytest -q -m 'not gpu and not compose' -p no:cacheprovider
+
+# Builds the images and runs a sweep through docker-compose.yml (tests/deploy/test_compose_up.py). Without a
+# registry (the default here) the images build on a local debootstrap base; COMPOSE_BASE=registry for the public ones.
+COMPOSE_BASE ?= local
+compose-test: venv system
+	./scripts/container-engine.sh
+	if [ "$(COMPOSE_BASE)" = local ]; then ./scripts/local-base-image.sh; fi
+	TUNEBASE_COMPOSE_BASE=$(COMPOSE_BASE) $(PY) -m pytest -q -s -m compose tests/deploy -p no:cacheprovider
 
 test-gpu: venv
 	$(PY) -m pytest -q -m gpu
