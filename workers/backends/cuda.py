@@ -222,8 +222,8 @@ class CudaBackend:
                 driver_version=f"cuda-driver {version // 1000}.{version % 1000 // 10}",
                 runtime_version=runtime,
             )
-        except cd.CudaError:
-            return None
+        except (cd.CudaError, RuntimeError, OSError):  # no driver library (e.g. a container without the
+            return None  # NVIDIA toolkit): no device here, not a crash
 
     def detect(self) -> DeviceInfo | None:
         """The sm_90 GPU at ``ordinal`` (after CUDA_VISIBLE_DEVICES), or None."""
