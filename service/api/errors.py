@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from sqlalchemy.exc import DataError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,14 @@ def install_error_handlers(app: FastAPI) -> None:
         message = f"a value is out of the range the database can hold: {type(exc).__name__}"
         return JSONResponse(status_code=422, content=error_body("validation_failed", message))
 
+    async def _busy(_request: Request, _exc: Exception) -> JSONResponse:
+        # every pooled connection stayed busy for the whole pool timeout: overload, not a fault
+        message = "the database connection pool is exhausted; retry later"
+        return JSONResponse(
+            status_code=503, content=error_body("unavailable", message), headers={"Retry-After": "1"}
+        )
+
+    app.add_exception_handler(PoolTimeout, _busy)
     app.add_exception_handler(DataError, _out_of_range)
     app.add_exception_handler(OverflowError, _out_of_range)
 
