@@ -17,22 +17,26 @@ def seed_dispatches(session: Session, measurements: int, rows_each: int, label: 
     session.flush()
     task = Task(sweep_id=sweep.id, arch="host", phase="decode", format="Q8_0", shape="Seed", n=64, k=64,
                 m=1, variants=[], state="done")  # fmt: skip
-    variant = Variant(family="decode", name=f"KB1/TW4-{label}", params={}, declared_order=0)
-    session.add_all([task, variant])
+    variants = [
+        Variant(family="decode", name=f"KB{i}/TW4-{label}", params={}, declared_order=i)
+        for i in range(measurements)
+    ]  # one variant per measurement: together they decide a winner at the point
+    session.add_all([task, *variants])
     session.flush()
     rows = [
-        Measurement(task_id=None, sweep_id=sweep.id, variant_id=variant.id, arch="host", phase="decode",
+        Measurement(task_id=task.id, sweep_id=sweep.id, variant_id=variant.id, arch="host", phase="decode",
                     format="Q8_0", codebook=19, shape="Seed", n=64, k=64, m=1, n_dispatches=rows_each,
-                    median_us=20.0)  # fmt: skip
-        for _ in range(measurements)
+                    median_us=20.0 + index, parity_pass=True)  # fmt: skip
+        for index, variant in enumerate(variants)
     ]
     session.add_all(rows)
     session.flush()
     rng = random.Random(0)
     dispatches: list[DispatchRow] = []
     for measurement in rows:
+        base = int(measurement.median_us or 20) * 1000
         for seq in range(rows_each):
-            device = 20_000 + rng.randrange(5_000)
+            device = base + rng.randrange(500)
             dispatches.append((measurement.id, seq, device, device + 3_000, seq % 8, None))
     insert_dispatch_rows(session, dispatches)
     return [m.id for m in rows]
