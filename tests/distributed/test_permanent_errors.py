@@ -47,7 +47,8 @@ def test_a_permanent_store_error_fails_the_task_with_its_reason(cluster: Cluster
     with cluster.factory() as session:
         failed = session.scalars(select(Task).where(Task.sweep_id == sweep_id, Task.state == "failed")).one()
         assert failed.shape == "Twice_0" and failed.attempts == 1
-        assert failed.error is not None and failed.error.startswith("storing the results failed: IntegrityError")
+        assert failed.error is not None
+        assert failed.error.startswith("storing the results failed: IntegrityError")
         assert "uq_measurement_task_variant" in failed.error
         assert failed.lease_owner is None and failed.finished_at is not None
         # the failed store rolled back whole: no measurement of the failed task remains
