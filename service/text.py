@@ -9,6 +9,9 @@ sources (harness errors, compiler logs) is made storable (`storable`) instead.
 from __future__ import annotations
 
 import re
+from typing import Annotated
+
+from pydantic import StringConstraints
 
 _BAD = re.compile("[\x00\ud800-\udfff]")
 REPLACEMENT = "\ufffd"
@@ -35,3 +38,16 @@ def storable(value: str, limit: int | None = None) -> str:
 
 def storable_or_none(value: str | None, limit: int | None = None) -> str | None:
     return None if value is None else storable(value, limit)
+
+
+# Wire types for text from clients. Any length-constrained str makes pydantic-core refuse lone
+# surrogates ("unable to parse raw data as a unicode string"); the pattern refuses NUL and says so in
+# the OpenAPI schema, so a fuzzer (or a client) knows what is valid before it asks.
+NO_NUL = r"^[^\x00]*$"
+LABEL_KEY_PATTERN = r"^[A-Za-z0-9_.:/\-]+$"
+MAX_LABELS = 32
+Label = Annotated[str, StringConstraints(max_length=256, pattern=NO_NUL)]
+LabelKey = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=LABEL_KEY_PATTERN)]
+Name = Annotated[str, StringConstraints(min_length=1, max_length=80, pattern=NO_NUL)]
+ShortText = Annotated[str, StringConstraints(max_length=200, pattern=NO_NUL)]
+FileName = Annotated[str, StringConstraints(min_length=1, max_length=300, pattern=NO_NUL)]

@@ -7,12 +7,12 @@ from typing import Any
 
 import anyio
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from sqlalchemy import Engine, text
 from sqlalchemy.pool import QueuePool
 
 from service.api.deps import get_settings_dep
+from service.api.responses import SafeJSONResponse
 from service.config import Settings
 
 router = APIRouter(tags=["health"])
@@ -97,4 +97,4 @@ async def readyz(request: Request, settings: Settings = Depends(get_settings_dep
         broker=broker,
         pool={"in_use": in_use, "limit": -1 if limit is None else limit},
     )
-    return JSONResponse(status_code=200 if ready else 503, content=body.model_dump())
+    return SafeJSONResponse(status_code=200 if ready else 503, content=body.model_dump())

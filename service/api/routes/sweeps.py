@@ -6,11 +6,11 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Query
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.api.deps import Caller, get_session, get_settings_dep, require_scope
+from service.api.responses import SafeJSONResponse
 from service.config import Settings
 from service.db.models import Sweep
 from service.sweeps.service import IdempotencyConflict, cancel_sweep, submit_sweep, sweep_status_body
@@ -36,6 +36,8 @@ def create_sweep(
         sweep, created = submit_sweep(session, spec, idempotency_key, caller.name)
     except IdempotencyConflict as error:
         raise HTTPException(409, str(error)) from None
+    if created:
+        sweep.owner_token_id = caller.token_id
     session.commit()
     if created and settings.broker_url:  # embedded path: the in-process worker polls the DB instead
         from workers.enqueue import enqueue_sweep
@@ -43,7 +45,7 @@ def create_sweep(
         enqueue_sweep(settings, session, sweep.id)
     body = sweep_status_body(session, sweep)
     body["created"] = created
-    return JSONResponse(status_code=202 if created else 200, content=body)
+    return SafeJSONResponse(status_code=202 if created else 200, content=body)
 
 
 @router.get("")
@@ -86,9 +88,12 @@ def get_sweep(
 
 @router.post("/{sweep_id}/cancel")
 def cancel(
-    sweep_id: int, _caller: Caller = Depends(require_scope("submit")), session: Session = Depends(get_session)
+    sweep_id: int, caller: Caller = Depends(require_scope("submit")), session: Session = Depends(get_session)
 ) -> dict[str, Any]:
+    """Only the token that submitted the sweep, or an admin token, may cancel it."""
     sweep = _get_sweep(session, sweep_id)
+    if not caller.is_admin and (sweep.owner_token_id is None or sweep.owner_token_id != caller.token_id):
+        raise HTTPException(403, "only the token that submitted this sweep, or an admin token, may cancel it")
     cancelled = cancel_sweep(session, sweep)
     session.commit()
     body = sweep_status_body(session, sweep)
