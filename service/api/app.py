@@ -9,6 +9,7 @@ from fastapi import FastAPI
 
 from service.api.errors import install_error_handlers
 from service.api.limits import BodySizeLimit
+from service.api.openapi import install_openapi
 from service.api.responses import SafeJSONResponse
 from service.api.routes import (
     compare,
@@ -70,4 +71,5 @@ def create_app(settings: Settings | None = None, start_embedded_worker: bool = T
     app.include_router(imports_rocprof.router)
     app.include_router(tokens.router)
     app.include_router(dashboard.router)
+    install_openapi(app)
     return app

@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 from sqlalchemy.exc import DataError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from service.api.responses import SafeJSONResponse
 
@@ -86,6 +87,16 @@ def _message(error: dict[str, Any]) -> str:
     return str(error.get("msg", ""))
 
 
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves at this request's path (Starlette names only the first route's)."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches(request.scope)
+        if match != Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return sorted(methods)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -94,12 +105,13 @@ def install_error_handlers(app: FastAPI) -> None:
         return SafeJSONResponse(status_code=422, content=error_body("validation_failed", message, fields))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = HTTP_CODES.get(exc.status_code, "error")
+        headers = dict(getattr(exc, "headers", None) or {})
+        if exc.status_code == 405:  # Allow lists every method of the path, not only one route's
+            headers["Allow"] = ", ".join(allowed_methods(request))
         return SafeJSONResponse(
-            status_code=exc.status_code,
-            content=error_body(code, str(exc.detail)),
-            headers=getattr(exc, "headers", None),
+            status_code=exc.status_code, content=error_body(code, str(exc.detail)), headers=headers or None
         )
 
     async def _out_of_range(_request: Request, exc: Exception) -> JSONResponse:

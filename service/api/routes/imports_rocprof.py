@@ -83,7 +83,12 @@ _REQUEST_BODY: dict[str, Any] = {
                 "type": "object",
                 "required": ["files"],
                 "properties": {
-                    "files": {"type": "array", "items": {"type": "string", "format": "binary"}},
+                    "files": {
+                        "type": "array",
+                        "items": {"type": "string", "format": "binary"},
+                        "minItems": 1,
+                        "maxItems": MAX_FILES,
+                    },
                     "label": {"type": "string", "maxLength": 200},
                 },
             }

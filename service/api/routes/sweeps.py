@@ -4,22 +4,32 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Header, HTTPException, Query
+from fastapi import APIRouter, Depends, Header, HTTPException, Path, Query
 from fastapi.exceptions import RequestValidationError
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service.api.deps import Caller, get_session, get_settings_dep, require_scope
+from service.api.deps import MAX_ID, MAX_OFFSET, Caller, get_session, get_settings_dep, require_scope
+from service.api.errors import ERROR_RESPONSES, NOT_FOUND
+from service.api.errors import _response as _error
 from service.api.responses import SafeJSONResponse
 from service.config import Settings
 from service.db.models import Sweep
 from service.sweeps.service import IdempotencyConflict, cancel_sweep, submit_sweep, sweep_status_body
 from service.sweeps.spec import SweepSpec
 
-router = APIRouter(prefix="/v1/sweeps", tags=["sweeps"])
+router = APIRouter(prefix="/v1/sweeps", tags=["sweeps"], responses={**ERROR_RESPONSES})
+SweepId = Path(ge=1, le=MAX_ID, description="sweep id")
 
 
-@router.post("", status_code=202)
+@router.post(
+    "",
+    status_code=202,
+    responses={
+        200: {"description": "the Idempotency-Key named an earlier identical sweep (created: false)"},
+        409: _error("the Idempotency-Key was used for a different sweep"),
+    },
+)
 def create_sweep(
     spec: SweepSpec,
     idempotency_key: str | None = Header(None, alias="Idempotency-Key", max_length=200),
@@ -51,9 +61,9 @@ def create_sweep(
 @router.get("")
 def list_sweeps(
     status: str | None = Query(None, pattern="^(queued|running|done|failed|cancelled)$"),
-    arch: str | None = None,
+    arch: str | None = Query(None, max_length=32),
     limit: int = Query(50, ge=1, le=500),
-    offset: int = Query(0, ge=0),
+    offset: int = Query(0, ge=0, le=MAX_OFFSET),
     _caller: Caller = Depends(require_scope("read")),
     session: Session = Depends(get_session),
 ) -> dict[str, Any]:
@@ -79,16 +89,18 @@ def _get_sweep(session: Session, sweep_id: int) -> Sweep:
     return sweep
 
 
-@router.get("/{sweep_id}")
+@router.get("/{sweep_id}", responses={**NOT_FOUND})
 def get_sweep(
-    sweep_id: int, _caller: Caller = Depends(require_scope("read")), session: Session = Depends(get_session)
+    sweep_id: int = SweepId,
+    _caller: Caller = Depends(require_scope("read")), session: Session = Depends(get_session)
 ) -> dict[str, Any]:
     return sweep_status_body(session, _get_sweep(session, sweep_id))
 
 
-@router.post("/{sweep_id}/cancel")
+@router.post("/{sweep_id}/cancel", responses={**NOT_FOUND})
 def cancel(
-    sweep_id: int, caller: Caller = Depends(require_scope("submit")), session: Session = Depends(get_session)
+    sweep_id: int = SweepId,
+    caller: Caller = Depends(require_scope("submit")), session: Session = Depends(get_session)
 ) -> dict[str, Any]:
     """Only the token that submitted the sweep, or an admin token, may cancel it."""
     sweep = _get_sweep(session, sweep_id)

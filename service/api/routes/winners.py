@@ -8,10 +8,11 @@ from fastapi import APIRouter, Depends, Query
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service.api.deps import Caller, get_session, require_scope
+from service.api.deps import MAX_ID, MAX_OFFSET, Caller, get_session, require_scope
+from service.api.errors import ERROR_RESPONSES
 from service.db.models import Winner
 
-router = APIRouter(prefix="/v1/winners", tags=["winners"])
+router = APIRouter(prefix="/v1/winners", tags=["winners"], responses={**ERROR_RESPONSES})
 
 
 def winner_item(w: Winner) -> dict[str, Any]:
@@ -39,14 +40,14 @@ def winner_item(w: Winner) -> dict[str, Any]:
 
 @router.get("")
 def list_winners(
-    arch: str | None = None,
+    arch: str | None = Query(None, max_length=32),
     phase: str | None = Query(None, pattern="^(decode|prefill)$"),
-    format: str | None = None,
-    m: int | None = Query(None, ge=1),
-    n: int | None = Query(None, ge=1),
-    k: int | None = Query(None, ge=1),
+    format: str | None = Query(None, max_length=16),
+    m: int | None = Query(None, ge=1, le=MAX_ID),
+    n: int | None = Query(None, ge=1, le=MAX_ID),
+    k: int | None = Query(None, ge=1, le=MAX_ID),
     limit: int = Query(500, ge=1, le=5000),
-    offset: int = Query(0, ge=0),
+    offset: int = Query(0, ge=0, le=MAX_OFFSET),
     _caller: Caller = Depends(require_scope("read")),
     session: Session = Depends(get_session),
 ) -> dict[str, Any]:
