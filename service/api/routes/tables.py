@@ -30,7 +30,9 @@ class TableRequest(BaseModel):
     arch: str = Field(min_length=1, max_length=32, examples=["gfx906"])
     phase: str = Field("decode", pattern="^(decode|prefill)$")
     dialect: str = Field(
-        "llaminar-rocm-decode", examples=["llaminar-rocm-decode"], json_schema_extra={"enum": sorted(DIALECTS)}
+        "llaminar-rocm-decode",
+        examples=["llaminar-rocm-decode"],
+        json_schema_extra={"enum": sorted(DIALECTS)},
     )
 
 
