@@ -162,6 +162,10 @@ def serve(
     host: str = typer.Option("127.0.0.1"),
     port: int = typer.Option(8000, min=1, max=65535),
     migrate: bool = typer.Option(True, help="apply migrations before serving"),
+    workers: int = typer.Option(
+        1, min=1, max=64, help="API processes; more than one needs a broker or TUNEBASE_EMBEDDED_WORKER=false"
+    ),
+    access_log: bool = typer.Option(True, "--access-log/--no-access-log", help="log every request"),
 ) -> None:
     """Start the API; with no broker configured it also runs an embedded worker."""
     import uvicorn
@@ -170,9 +174,16 @@ def serve(
     from service.db.migrate import upgrade
 
     settings = get_settings()
+    if workers > 1 and settings.embedded and settings.embedded_worker:
+        raise usage_error("--workers > 1 would start one embedded worker per process; configure a broker "
+                          "or set TUNEBASE_EMBEDDED_WORKER=false")  # fmt: skip
     if migrate:
         upgrade(settings.resolved_database_url)
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+    if workers > 1:  # each process builds its own app (and its own connection pool) from the environment
+        uvicorn.run("service.api.app:create_app", factory=True, host=host, port=port, workers=workers,
+                    log_level="info", access_log=access_log)  # fmt: skip
+        return
+    uvicorn.run(create_app(settings), host=host, port=port, log_level="info", access_log=access_log)
 
 
 @db_app.command("upgrade")

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, HTTPException, Path, Query
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import PlainTextResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -24,6 +24,9 @@ router = APIRouter(prefix="/v1/tables", tags=["tables"], responses={**ERROR_RESP
 TableId = Path(ge=1, le=MAX_ID, description="table version id")
 
 
+DIALECT_NAMES: list[JsonValue] = [*sorted(DIALECTS)]
+
+
 class TableRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -32,7 +35,7 @@ class TableRequest(BaseModel):
     dialect: str = Field(
         "llaminar-rocm-decode",
         examples=["llaminar-rocm-decode"],
-        json_schema_extra={"enum": sorted(DIALECTS)},
+        json_schema_extra={"enum": DIALECT_NAMES},
     )
 
 
