@@ -14,6 +14,9 @@ DISPATCH_COLUMNS = ("measurement_id", "seq", "device_ns", "wall_ns", "buffer_ind
 DispatchRow = tuple[int, int, int, int | None, int, int | None]  # event_ns: CUDA events (cuda backend)
 
 _COPY_SQL = f"COPY dispatches ({', '.join(DISPATCH_COLUMNS)}) FROM STDIN"
+_COPY_BINARY_SQL = _COPY_SQL + " (FORMAT BINARY)"
+# the columns' Postgres types, so psycopg's C dumpers write binary COPY without per-value type lookups
+_COPY_TYPES = ("int4", "int4", "int8", "int8", "int4", "int8")
 _INSERT_SQL = (
     f"INSERT INTO dispatches ({', '.join(DISPATCH_COLUMNS)}) "
     f"VALUES ({', '.join('?' for _ in DISPATCH_COLUMNS)})"
@@ -43,7 +46,8 @@ def insert_dispatch_rows(session: Session, rows: Sequence[DispatchRow], method: 
             skip = method == "copy" and _may_skip_fk_triggers(cursor)
             if skip:  # as pg_restore --disable-triggers does; only for this statement
                 cursor.execute("SET LOCAL session_replication_role = replica")
-            with cursor.copy(_COPY_SQL) as copy:
+            with cursor.copy(_COPY_BINARY_SQL) as copy:
+                copy.set_types(list(_COPY_TYPES))
                 for row in rows:
                     copy.write_row(row)
             if skip:
