@@ -73,6 +73,8 @@ def test_admin_lists_and_revokes_tokens(app_tokens: tuple[TestClient, dict[str, 
     assert {item["name"] for item in active["items"]} == {"alice", "root"}
 
 
+@pytest.mark.postgres
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)  # CLI runs are slow: one database
 def test_cli_token_list_and_revoke(migrated_url: str, tmp_path: Path) -> None:
     env = {**os.environ, "TUNEBASE_HOME": str(tmp_path), "TUNEBASE_DATABASE_URL": migrated_url}
 
