@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from service.api.errors import install_error_handlers
-from service.api.limits import BodySizeLimit
+from service.api.limits import BodySizeLimit, QueryTextGuard
 from service.api.openapi import install_openapi
 from service.api.responses import SafeJSONResponse
 from service.api.routes import (
@@ -61,6 +61,7 @@ def create_app(settings: Settings | None = None, start_embedded_worker: bool = T
     app.state.session_factory = session_factory(settings.resolved_database_url)
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(QueryTextGuard)
     metrics.install_metrics(app)
     routers = (health, metrics, sweeps, winners, tables, results, measurements, devices, profiles, observed)
     for module in routers:

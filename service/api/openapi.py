@@ -14,6 +14,8 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from service.text import NO_NUL
+
 ERROR_REF = {"$ref": "#/components/schemas/ErrorBody"}
 METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
 
@@ -37,6 +39,13 @@ def _hoist_defs(node: Any, schemas: dict[str, Any]) -> Any:
     return node
 
 
+def _forbid_nul(schema: dict[str, Any]) -> None:
+    """Free-text parameters say what QueryTextGuard enforces (anyOf covers optional ones)."""
+    for option in schema.get("anyOf", [schema]):
+        if option.get("type") == "string" and "pattern" not in option and "enum" not in option:
+            option["pattern"] = NO_NUL
+
+
 def complete_document(generated: dict[str, Any]) -> dict[str, Any]:
     document = copy.deepcopy(generated)  # route-level openapi_extra dicts are shared between apps
     schemas = document.setdefault("components", {}).setdefault("schemas", {})
@@ -46,6 +55,8 @@ def complete_document(generated: dict[str, Any]) -> dict[str, Any]:
             if operation is None:
                 continue
             responses = operation.setdefault("responses", {})
+            for parameter in operation.get("parameters", []):
+                _forbid_nul(parameter.get("schema", {}))
             if operation.get("security"):
                 responses.setdefault("401", _error("missing, unknown or revoked bearer token"))
                 responses.setdefault("403", _error("the token lacks the scope this route needs"))

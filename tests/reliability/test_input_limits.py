@@ -71,6 +71,16 @@ def test_bad_text_is_refused_before_anything_is_written(
     assert sweeps(url) == 0
 
 
+def test_nul_in_a_query_parameter_is_422_naming_it(api: tuple[TestClient, str]) -> None:
+    """Postgres cannot compare text holding NUL; the driver's DataError used to be the answer."""
+    client, _ = api
+    response = client.get("/v1/winners", params={"arch": "gfx\x00906", "phase": "decode"})
+    assert response.status_code == 422
+    fields = response.json()["error"]["fields"]
+    assert fields == [{"field": "arch", "message": "must not contain a NUL character"}]
+    assert client.get("/v1/winners", params={"arch": "gfx906"}).status_code == 200
+
+
 def test_a_body_over_the_limit_is_413_declared_or_streamed(api: tuple[TestClient, str]) -> None:
     client, url = api
     big = SPEC + '"labels":{"a":"' + "x" * (2 << 20) + '"}}'
