@@ -8,7 +8,7 @@ import secrets
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.db.models import ApiToken
+from service.db.models import ApiToken, utcnow
 
 SCOPES = ("read", "submit", "admin")
 # admin implies everything; submit implies read (a CI token must be able to poll what it submitted)
@@ -31,11 +31,43 @@ def parse_scopes(text: str) -> list[str]:
     return sorted(set(scopes))
 
 
-def create_token(session: Session, name: str, scopes: list[str], entropy_bytes: int = 32) -> str:
+def create_token(
+    session: Session, name: str, scopes: list[str], entropy_bytes: int = 32, created_by: str = "cli"
+) -> str:
     token = "tb_" + secrets.token_urlsafe(entropy_bytes)
-    session.add(ApiToken(name=name, token_hash=hash_token(token), scopes=scopes))
+    session.add(ApiToken(name=name, token_hash=hash_token(token), scopes=scopes, created_by=created_by))
     session.flush()
     return token
+
+
+def list_tokens(session: Session, include_revoked: bool = True) -> list[ApiToken]:
+    query = select(ApiToken).order_by(ApiToken.id)
+    if not include_revoked:
+        query = query.where(ApiToken.revoked.is_(False))
+    return list(session.scalars(query))
+
+
+def revoke_token(session: Session, token_id: int) -> ApiToken | None:
+    """Revoke by id (idempotent: revoking twice keeps the first time); None when there is no such token."""
+    record = session.get(ApiToken, token_id)
+    if record is not None and not record.revoked:
+        record.revoked = True
+        record.revoked_at = utcnow()
+        session.flush()
+    return record
+
+
+def token_item(record: ApiToken) -> dict[str, object]:
+    """What may be shown about a token: never its digest."""
+    return {
+        "id": record.id,
+        "name": record.name,
+        "scopes": list(record.scopes),
+        "created_by": record.created_by,
+        "created_at": record.created_at.isoformat() if record.created_at else None,
+        "revoked": record.revoked,
+        "revoked_at": record.revoked_at.isoformat() if record.revoked_at else None,
+    }
 
 
 def lookup_token(session: Session, token: str) -> ApiToken | None:

@@ -162,6 +162,10 @@ def serve(
     host: str = typer.Option("127.0.0.1"),
     port: int = typer.Option(8000, min=1, max=65535),
     migrate: bool = typer.Option(True, help="apply migrations before serving"),
+    workers: int = typer.Option(
+        1, min=1, max=64, help="API processes; more than one needs a broker or TUNEBASE_EMBEDDED_WORKER=false"
+    ),
+    access_log: bool = typer.Option(True, "--access-log/--no-access-log", help="log every request"),
 ) -> None:
     """Start the API; with no broker configured it also runs an embedded worker."""
     import uvicorn
@@ -170,9 +174,16 @@ def serve(
     from service.db.migrate import upgrade
 
     settings = get_settings()
+    if workers > 1 and settings.embedded and settings.embedded_worker:
+        raise usage_error("--workers > 1 would start one embedded worker per process; configure a broker "
+                          "or set TUNEBASE_EMBEDDED_WORKER=false")  # fmt: skip
     if migrate:
         upgrade(settings.resolved_database_url)
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+    if workers > 1:  # each process builds its own app (and its own connection pool) from the environment
+        uvicorn.run("service.api.app:create_app", factory=True, host=host, port=port, workers=workers,
+                    log_level="info", access_log=access_log)  # fmt: skip
+        return
+    uvicorn.run(create_app(settings), host=host, port=port, log_level="info", access_log=access_log)
 
 
 @db_app.command("upgrade")
@@ -193,16 +204,72 @@ def token_create(
     from service.auth import create_token, parse_scopes
     from service.db.migrate import upgrade
     from service.db.session import session_scope
+    from service.text import text_problem
 
     try:
         scope_list = parse_scopes(scopes)
     except ValueError as error:
         raise usage_error(str(error)) from None
+    too_long = "is empty or longer than 120 characters" if not 0 < len(name) <= 120 else None
+    problem = text_problem(name) or too_long
+    if problem:
+        raise usage_error(f"--name {problem}")
     settings = get_settings()
     upgrade(settings.resolved_database_url)
     with session_scope(settings.resolved_database_url) as session:
         token = create_token(session, name, scope_list, settings.token_bytes)
     print(token)
+
+
+@token_app.command("list")
+def token_list(as_json: bool = typer.Option(False, "--json", help="machine-readable output")) -> None:
+    """Every token (never its secret): id, name, scopes, who created it, revoked or not."""
+    from service.auth import list_tokens, token_item
+    from service.db.migrate import upgrade
+    from service.db.session import session_scope
+
+    settings = get_settings()
+    upgrade(settings.resolved_database_url)
+    with session_scope(settings.resolved_database_url) as session:
+        items = [token_item(t) for t in list_tokens(session)]
+    if as_json:
+        print(json.dumps(items, indent=2))
+        return
+    table = Table("id", "name", "scopes", "created by", "created", "revoked")
+    for item in items:
+        revoked = str(item["revoked_at"] or "yes") if item["revoked"] else ""
+        scopes = ",".join(str(s) for s in item["scopes"])  # type: ignore[attr-defined]
+        table.add_row(str(item["id"]), str(item["name"]), scopes, str(item["created_by"]),
+                      str(item["created_at"]), revoked)  # fmt: skip
+    out.print(table)
+
+
+@token_app.command("revoke")
+def token_revoke(
+    token: str = typer.Argument(..., help="the token's id (see `token list`) or its unique name"),
+) -> None:
+    """Revoke a token at once; requests carrying it get 401 from then on."""
+    from sqlalchemy import select
+
+    from service.auth import revoke_token
+    from service.db.migrate import upgrade
+    from service.db.models import ApiToken
+    from service.db.session import session_scope
+
+    settings = get_settings()
+    upgrade(settings.resolved_database_url)
+    with session_scope(settings.resolved_database_url) as session:
+        if token.isdigit():
+            ids = [int(token)]
+        else:
+            ids = list(session.scalars(select(ApiToken.id).where(ApiToken.name == token)))
+        if len(ids) != 1:
+            why = "no token has" if not ids else f"{len(ids)} tokens have"
+            raise usage_error(f"{why} the id or name {token!r}; see `tunebase token list`")
+        record = revoke_token(session, ids[0])
+        if record is None:
+            raise usage_error(f"no token has the id {token}; see `tunebase token list`")
+        out.print(f"token {record.id} ({record.name}) revoked")
 
 
 def _client(url: str, token: str | None) -> Any:

@@ -53,6 +53,15 @@ class Settings(BaseSettings):
     backend_factory: str = Field(
         "", description="'module:callable(artifact_dir) -> Backend' replacing the arch's registry backend"
     )
+    # -- the API under load (connection pool, request limits) --
+    db_pool_size: int = Field(10, ge=1, le=1000, description="Postgres connections kept open per process")
+    db_max_overflow: int = Field(10, ge=0, le=1000, description="extra connections opened under bursts")
+    db_pool_timeout: float = Field(
+        10, gt=0, description="seconds a request waits for a free connection before it fails (503)"
+    )
+    max_body_bytes: int = Field(
+        32 * 1024 * 1024, ge=1024, description="largest request body; larger ones get 413 before parsing"
+    )
 
     @property
     def resolved_database_url(self) -> str:

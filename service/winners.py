@@ -19,6 +19,7 @@ from kernels.packages.loader import BUILTIN_FOR_PHASE
 from service.config import get_settings
 from service.db.models import Device, Dispatch, Measurement, TableVersion, Variant, Winner, utcnow
 from service.db.queries import at_point
+from service.db.upsert import get_or_create
 from service.statistics.bootstrap import stable_seed
 from service.statistics.staleness import stale_flags
 from service.statistics.winners import Candidate, Decision, choose_winner, infer_raced_out
@@ -178,12 +179,27 @@ def refresh_point(
     if decision is None:
         session.execute(delete(Winner).where(*point))
         return None
-    winner = session.scalar(select(Winner).where(*point))
-    if winner is None:
-        winner = Winner(arch=arch, phase=phase, kernel=kernel, format=format_name, m=m, n=n, k=k)
-        session.add(winner)
     chosen_row = chosen[decision.winner.variant].measurement
     medians = {s.variant: s.median_us for s in decision.stats}
+    # Two workers finishing the same new point at once must not both insert (uq_winner_point):
+    # create-if-missing waits for the other transaction, and the row lock orders the two updates.
+    winner = get_or_create(
+        session,
+        Winner,
+        {"arch": arch, "phase": phase, "kernel": kernel, "format": format_name, "m": m, "n": n, "k": k},
+        {
+            "codebook": FORMATS[format_name].codebook,
+            "shape": chosen_row.shape,
+            "variant": decision.winner.variant,
+            "measurement_id": chosen_row.id,
+            "median_us": medians[decision.winner.variant],
+            "decided": False,
+            "tie_group": [],
+            "sweep_ids": [],
+            "computed_at": utcnow(),
+        },
+        lock=True,
+    )
     winner.codebook = FORMATS[format_name].codebook
     winner.shape = chosen_row.shape
     winner.variant = decision.winner.variant

@@ -14,6 +14,9 @@ DISPATCH_COLUMNS = ("measurement_id", "seq", "device_ns", "wall_ns", "buffer_ind
 DispatchRow = tuple[int, int, int, int | None, int, int | None]  # event_ns: CUDA events (cuda backend)
 
 _COPY_SQL = f"COPY dispatches ({', '.join(DISPATCH_COLUMNS)}) FROM STDIN"
+_COPY_BINARY_SQL = _COPY_SQL + " (FORMAT BINARY)"
+# the columns' Postgres types, so psycopg's C dumpers write binary COPY without per-value type lookups
+_COPY_TYPES = ("int4", "int4", "int8", "int8", "int4", "int8")
 _INSERT_SQL = (
     f"INSERT INTO dispatches ({', '.join(DISPATCH_COLUMNS)}) "
     f"VALUES ({', '.join('?' for _ in DISPATCH_COLUMNS)})"
@@ -24,7 +27,9 @@ _PG_INSERT_SQL = _INSERT_SQL.replace("?", "%s")
 def insert_dispatch_rows(session: Session, rows: Sequence[DispatchRow], method: str = "auto") -> int:
     """Insert rows in the session's current transaction.
 
-    method: 'auto' (COPY on Postgres, executemany elsewhere) | 'copy' | 'copy-checked' | 'executemany'.
+    method: 'auto' (COPY on Postgres, executemany elsewhere) | 'copy' | 'copy-checked' | 'copy-text'
+    | 'executemany'. COPY is binary with the column types declared; 'copy-text' is the text format,
+    kept so bench/ingest.py can compare the two in one run.
     The per-row foreign-key check on measurement_id costs COPY about two thirds of its speed; every
     row references a measurement flushed in this same transaction, so 'copy' skips that trigger when
     the role may (superuser: session_replication_role), and 'copy-checked' never does.
@@ -36,14 +41,17 @@ def insert_dispatch_rows(session: Session, rows: Sequence[DispatchRow], method: 
     if method == "auto":
         method = "copy" if dialect == "postgresql" else "executemany"
     raw = connection.connection.driver_connection
-    if method in ("copy", "copy-checked"):
+    if method in ("copy", "copy-checked", "copy-text"):
         if dialect != "postgresql":
             raise ValueError("COPY needs Postgres")
         with raw.cursor() as cursor:  # type: ignore[union-attr]
-            skip = method == "copy" and _may_skip_fk_triggers(cursor)
+            skip = method != "copy-checked" and _may_skip_fk_triggers(cursor)
             if skip:  # as pg_restore --disable-triggers does; only for this statement
                 cursor.execute("SET LOCAL session_replication_role = replica")
-            with cursor.copy(_COPY_SQL) as copy:
+            binary = method != "copy-text"
+            with cursor.copy(_COPY_BINARY_SQL if binary else _COPY_SQL) as copy:
+                if binary:
+                    copy.set_types(list(_COPY_TYPES))
                 for row in rows:
                     copy.write_row(row)
             if skip:

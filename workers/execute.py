@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -19,15 +20,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
-from sqlalchemy import ColumnElement, and_, delete, select, update
+from sqlalchemy import ColumnElement, and_, delete, update
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from kernels.formats.registry import FORMATS
 from service.db.models import Artifact, Device, Measurement, Sweep, Task, Variant, utcnow
+from service.db.upsert import get_or_create
 from service.kernel_store import get_package
 from service.statistics.summary import summarize_ns
 from service.sweeps.service import refresh_sweep_status
+from service.text import storable, storable_or_none
 from service.winners import refresh_point
 from workers.backends.base import Backend, DeviceInfo, Dispatch, ProgressCallback, TaskResult, TaskSpec
 from workers.bulk import DispatchRow, insert_dispatch_rows
@@ -36,6 +39,10 @@ log = logging.getLogger(__name__)
 
 LEASE = timedelta(minutes=30)
 DB_RETRIES = 5
+# serialization_failure, deadlock_detected, lock_not_available, query_canceled, admin/crash shutdown
+TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "55P03", "57014", "57P01", "57P02", "57P03"})
+MAX_ERROR_CHARS = 20_000  # a task's or variant's failure reason, as stored
+MAX_LOG_CHARS = 200_000  # a compiler log, as stored
 T = TypeVar("T")
 
 
@@ -75,18 +82,59 @@ def as_utc(value: datetime | None) -> datetime | None:
     return value
 
 
+def is_transient(error: BaseException) -> bool:
+    """A broken connection or a lost race the database asks us to retry; anything else (a constraint,
+    a value the column cannot hold) fails the same way every time and must not be retried."""
+    if isinstance(error, OperationalError):
+        return True
+    if isinstance(error, DBAPIError):
+        if error.connection_invalidated:
+            return True
+        code = getattr(error.orig, "sqlstate", None) or getattr(error.orig, "pgcode", None)
+        return code in TRANSIENT_SQLSTATES
+    return False
+
+
 def with_db_retry(action: Callable[[], T], what: str, retries: int = DB_RETRIES) -> T:
     """Retry a whole transaction when the connection broke (it rolled back: nothing was half-written)."""
     for attempt in range(1, retries + 1):
         try:
             return action()
-        except (OperationalError, DBAPIError) as error:
-            transient = isinstance(error, OperationalError) or error.connection_invalidated
-            if not transient or attempt == retries:
+        except DBAPIError as error:
+            if not is_transient(error) or attempt == retries:
                 raise
             log.warning("%s: database error (attempt %d/%d), retrying: %s", what, attempt, retries, error)
             time.sleep(min(0.2 * 2**attempt, 5.0))
     raise AssertionError("unreachable")
+
+
+class ActiveTasks:
+    """Task ids this process is executing right now: the heartbeat renews only their leases, so a
+    task whose execution ended without a final state (an escaped error) loses its lease and the
+    reconciler takes it back, instead of a live process renewing it forever."""
+
+    def __init__(self) -> None:
+        self._ids: set[int] = set()
+        self._lock = threading.Lock()
+
+    def add(self, task_id: int) -> None:
+        with self._lock:
+            self._ids.add(task_id)
+
+    def discard(self, task_id: int) -> None:
+        with self._lock:
+            self._ids.discard(task_id)
+
+    def snapshot(self) -> list[int]:
+        with self._lock:
+            return sorted(self._ids)
+
+    def __contains__(self, task_id: object) -> bool:
+        with self._lock:
+            return task_id in self._ids
+
+
+ACTIVE = ActiveTasks()
 
 
 def _refresh_sweep(session: Session, sweep_id: int) -> None:
@@ -109,12 +157,13 @@ def claim_task(session: Session, task_id: int, owner: str, policy: Policy | None
     elif task.state == "running":
         expires = as_utc(task.lease_expires_at)
         expired = expires is None or expires <= now
-        if not (expired or owner_is_dead(task.lease_owner)):
+        orphaned = task.lease_owner == owner and task_id not in ACTIVE  # our earlier run ended unfinished
+        if not (expired or orphaned or owner_is_dead(task.lease_owner)):
             return None  # a live owner holds it (this message is a duplicate)
         condition = and_(
             Task.state == "running", Task.attempts == task.attempts, Task.lease_owner == task.lease_owner
         )
-        why = "lease expired" if expired else "its process died"
+        why = "lease expired" if expired else "ended unfinished" if orphaned else "its process died"
         previous = f"attempt {task.attempts} by {task.lease_owner} lost ({why})"
     else:
         return None  # done, failed or cancelled: a redelivery is a no-op
@@ -198,6 +247,21 @@ def execute_task(
     spec = with_db_retry(claim, f"claim task {task_id}")
     if spec is None:
         return "skipped"
+    ACTIVE.add(task_id)
+    try:
+        return _run_and_store(factory, task_id, spec, backend, owner, progress)
+    finally:
+        ACTIVE.discard(task_id)
+
+
+def _run_and_store(
+    factory: sessionmaker[Session],
+    task_id: int,
+    spec: TaskSpec,
+    backend: Backend,
+    owner: str,
+    progress: ProgressCallback | None,
+) -> str:
     try:
         result = backend.run_task(spec, progress)
     except Exception as error:  # the task fails with its reason; the worker lives on
@@ -221,7 +285,17 @@ def execute_task(
             _refresh_sweep(session, task.sweep_id)
             return "done"
 
-    return with_db_retry(store, f"store task {task_id}")
+    try:
+        return with_db_retry(store, f"store task {task_id}")
+    except Exception as error:
+        if is_transient(error):
+            raise  # the database stayed away: the lease lapses and the reconciler re-queues the task
+        # The results cannot be stored as they are and never will be: retrying would repeat the
+        # failure, so the task fails now with the reason (the store transaction rolled back whole).
+        detail = error.orig if isinstance(error, DBAPIError) and error.orig is not None else error
+        reason = f"storing the results failed: {type(error).__name__}: {detail}"
+        log.error("task %s: %s", task_id, reason)
+        return with_db_retry(lambda: _finish_failed(factory, task_id, owner, reason), f"fail task {task_id}")
 
 
 def _finish_failed(factory: sessionmaker[Session], task_id: int, owner: str, reason: str) -> str:
@@ -230,7 +304,7 @@ def _finish_failed(factory: sessionmaker[Session], task_id: int, owner: str, rea
         if task is None or not still_owned(task, owner):
             return "lost"
         task.state = "failed"
-        task.error = reason
+        task.error = storable(reason, MAX_ERROR_CHARS)
         task.finished_at = utcnow()
         task.lease_owner = None
         task.lease_expires_at = None
@@ -239,37 +313,61 @@ def _finish_failed(factory: sessionmaker[Session], task_id: int, owner: str, rea
 
 
 def upsert_device(session: Session, info: DeviceInfo) -> Device:
-    device = session.scalar(
-        select(Device).where(
-            Device.uuid == info.uuid,
-            Device.driver_version == info.driver_version,
-            Device.runtime_version == info.runtime_version,
-        )
+    """The device row (created once, even when two workers of one device register at once)."""
+    device = get_or_create(
+        session,
+        Device,
+        {
+            "uuid": storable(info.uuid, 80),
+            "driver_version": storable(info.driver_version, 80),
+            "runtime_version": storable(info.runtime_version, 200),
+        },
+        {
+            "backend": info.backend,
+            "arch": info.arch,
+            "name": storable(info.name, 200),
+            "compute_units": info.compute_units,
+            "hostname": storable(socket.gethostname(), 200),
+            "created_at": utcnow(),
+            "last_seen_at": utcnow(),
+        },
     )
-    if device is None:
-        device = Device(
-            backend=info.backend,
-            arch=info.arch,
-            name=info.name,
-            compute_units=info.compute_units,
-            uuid=info.uuid,
-            driver_version=info.driver_version,
-            runtime_version=info.runtime_version,
-            hostname=socket.gethostname(),
-        )
-        session.add(device)
-        session.flush()
     device.last_seen_at = utcnow()
     return device
 
 
 def upsert_variant(session: Session, family: str, name: str, params: dict[str, int], order: int) -> Variant:
-    variant = session.scalar(select(Variant).where(Variant.family == family, Variant.name == name))
-    if variant is None:
-        variant = Variant(family=family, name=name, params=params, declared_order=order)
-        session.add(variant)
-        session.flush()
-    return variant
+    return get_or_create(
+        session,
+        Variant,
+        {"family": family, "name": name},
+        {"params": params, "declared_order": order},
+    )
+
+
+def upsert_artifact(session: Session, task: Task, result: TaskResult) -> Artifact:
+    """The compiled unit's row; its text (toolchain banner, compiler log) comes from tools, so it is
+    made storable rather than trusted."""
+    info = result.artifact
+    return get_or_create(
+        session,
+        Artifact,
+        {"cache_key": storable(info.cache_key, 80)},
+        {
+            "backend": result.device.backend,
+            "arch": task.arch,
+            "family": task.kernel,
+            "format": task.format,
+            "source_hash": storable(info.source_hash, 80),
+            "toolchain": storable(info.toolchain, 300),
+            "flags": [storable(str(flag), 500) for flag in info.flags],
+            "path": storable(info.path, 500),
+            "ok": info.ok,
+            "log": storable(info.log, MAX_LOG_CHARS),
+            "resources": dict(info.resources),
+            "created_at": utcnow(),
+        },
+    )
 
 
 def store_task_result(session: Session, task: Task, result: TaskResult) -> None:
@@ -281,25 +379,7 @@ def store_task_result(session: Session, task: Task, result: TaskResult) -> None:
     session.execute(delete(Measurement).where(Measurement.task_id == task.id))  # dispatches cascade
     device = upsert_device(session, result.device)
     task.device_id = device.id
-    info = result.artifact
-    artifact = session.scalar(select(Artifact).where(Artifact.cache_key == info.cache_key))
-    if artifact is None:
-        artifact = Artifact(
-            cache_key=info.cache_key,
-            backend=result.device.backend,
-            arch=task.arch,
-            family=task.kernel,
-            format=task.format,
-            source_hash=info.source_hash,
-            toolchain=info.toolchain,
-            flags=list(info.flags),
-            path=info.path,
-            ok=info.ok,
-            log=info.log,
-            resources=dict(info.resources),
-        )
-        session.add(artifact)
-        session.flush()
+    artifact = upsert_artifact(session, task, result)
     family = get_package(session, task.kernel, task.kernel_version or None)
     backend_name = result.device.backend
     codebook = FORMATS[task.format].codebook
@@ -327,8 +407,8 @@ def store_task_result(session: Session, task: Task, result: TaskResult) -> None:
             source="sweep",
             kernel=task.kernel,
             kernel_version=task.kernel_version,
-            source_hash=info.source_hash,
-            toolchain=info.toolchain,
+            source_hash=artifact.source_hash,
+            toolchain=artifact.toolchain,
             n_dispatches=len(variant_result.dispatches),
             wall_median_us=wall.median_us if wall else None,
             cosine=parity.cosine if parity else None,
@@ -336,7 +416,7 @@ def store_task_result(session: Session, task: Task, result: TaskResult) -> None:
             max_abs=parity.max_abs if parity else None,
             parity_pass=bool(parity and parity.passed and variant_result.error is None),
             parity_sampled_rows=parity.sampled_rows if parity else None,
-            error=variant_result.error,
+            error=storable_or_none(variant_result.error, MAX_ERROR_CHARS),
         )
         if summary is not None:
             measurement.median_us = summary.median_us

@@ -21,14 +21,25 @@ from service.db.session import session_factory, session_scope
 from workers.backends.base import Backend
 from workers.backends.registry import backend_name_for_arch
 from workers.celery_app import NIGHTLY_TABLES, RECONCILE, RUN_TASK, app
-from workers.execute import Policy, execute_task, owner_name, upsert_device, with_db_retry
+from workers.execute import (
+    ACTIVE,
+    Policy,
+    execute_task,
+    is_transient,
+    owner_name,
+    upsert_device,
+    with_db_retry,
+)
 from workers.isolation import BackendRef, IsolatedBackend, load_backend
 
 log = logging.getLogger(__name__)
+MESSAGE_RETRIES = 10
 
 
 class Heartbeat:
-    """Renews this process's task leases and its device's last_seen_at while it lives."""
+    """Renews the leases of the tasks this process is executing (workers.execute.ACTIVE), and its
+    device's last_seen_at. Only those: a task this process claimed but no longer runs must lose its
+    lease, or it would stay "running" for as long as the process lives."""
 
     def __init__(self, factory: sessionmaker[Session], owner: str, settings: Settings, device_id: int | None):
         self.factory = factory
@@ -41,12 +52,14 @@ class Heartbeat:
 
     def beat(self) -> None:
         now = utcnow()
+        active = ACTIVE.snapshot()
         with self.factory.begin() as session:
-            session.execute(
-                update(Task)
-                .where(Task.lease_owner == self.owner, Task.state == "running")
-                .values(lease_expires_at=now + self.lease)
-            )
+            if active:
+                session.execute(
+                    update(Task)
+                    .where(Task.id.in_(active), Task.lease_owner == self.owner, Task.state == "running")
+                    .values(lease_expires_at=now + self.lease)
+                )
             if self.device_id is not None:
                 session.execute(update(Device).where(Device.id == self.device_id).values(last_seen_at=now))
 
@@ -122,15 +135,23 @@ def _stop_heartbeat(**_: Any) -> None:
         _context.heartbeat.stop.set()
 
 
-@app.task(name=RUN_TASK, bind=True, max_retries=10)
+@app.task(name=RUN_TASK, bind=True, max_retries=MESSAGE_RETRIES)
 def run_task(self: CeleryTask, task_id: int) -> str:
-    """Execute one task by id; redeliveries and duplicates are no-ops (the DB decides)."""
+    """Execute one task by id; redeliveries and duplicates are no-ops (the DB decides).
+
+    A database that stayed away through execute's own retries gets a bounded number of message
+    retries; the claim then takes the task back (its attempts count, so it ends failed with the
+    reason at max_attempts). A permanent database error never reaches here: execute fails the task.
+    """
     context = worker_context()
     try:
         outcome = execute_task(
             context.factory, int(task_id), context.backend, owner=context.owner, policy=context.policy
         )
-    except DBAPIError as error:  # the database stayed away through execute's own retries
+    except DBAPIError as error:
+        if not is_transient(error):
+            log.error("task %s: permanent database error: %s", task_id, error)
+            raise
         raise self.retry(exc=error, countdown=5) from error
     log.info("task %s: %s", task_id, outcome)
     return outcome

@@ -8,6 +8,9 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from service.api.errors import install_error_handlers
+from service.api.limits import BodySizeLimit, QueryTextGuard
+from service.api.openapi import install_openapi
+from service.api.responses import SafeJSONResponse
 from service.api.routes import (
     compare,
     devices,
@@ -23,6 +26,7 @@ from service.api.routes import (
     results,
     sweeps,
     tables,
+    tokens,
     winners,
 )
 from service.config import Settings, get_settings
@@ -47,10 +51,18 @@ def create_app(settings: Settings | None = None, start_embedded_worker: bool = T
         if worker is not None:
             worker.stop()
 
-    app = FastAPI(title="Tunebase", version="0.1.0", description=API_DESCRIPTION, lifespan=lifespan)
+    app = FastAPI(
+        title="Tunebase",
+        version="0.1.0",
+        description=API_DESCRIPTION,
+        lifespan=lifespan,
+        default_response_class=SafeJSONResponse,
+    )
     app.state.settings = settings
     app.state.session_factory = session_factory(settings.resolved_database_url)
     install_error_handlers(app)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(QueryTextGuard)
     metrics.install_metrics(app)
     routers = (health, metrics, sweeps, winners, tables, results, measurements, devices, profiles, observed)
     for module in routers:
@@ -60,5 +72,7 @@ def create_app(settings: Settings | None = None, start_embedded_worker: bool = T
     app.include_router(imports_llaminar.router)
     app.include_router(imports_rocprof.router)
     app.include_router(kernels.router)
+    app.include_router(tokens.router)
     app.include_router(dashboard.router)
+    install_openapi(app)
     return app

@@ -36,6 +36,11 @@ def get_session(request: Request) -> Iterator[Session]:
 class Caller:
     name: str
     scopes: frozenset[str]
+    token_id: int | None = None  # None: anonymous
+
+    @property
+    def is_admin(self) -> bool:
+        return "admin" in self.scopes
 
 
 def require_scope(scope: str) -> Callable[..., Caller]:
@@ -63,7 +68,7 @@ def require_scope(scope: str) -> Callable[..., Caller]:
         scopes = granted(list(record.scopes))
         if scope not in scopes:
             raise HTTPException(status.HTTP_403_FORBIDDEN, f"this token lacks the {scope!r} scope")
-        return Caller(name=record.name, scopes=frozenset(scopes))
+        return Caller(name=record.name, scopes=frozenset(scopes), token_id=record.id)
 
     return dependency
 

@@ -15,7 +15,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from sqlalchemy.exc import DataError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
+
+from service.api.responses import SafeJSONResponse
 
 log = logging.getLogger(__name__)
 
@@ -75,35 +79,60 @@ def error_body(code: str, message: str, fields: list[dict[str, str]] | None = No
     return {"error": {"code": code, "message": message, "fields": fields or []}}
 
 
+def _message(error: dict[str, Any]) -> str:
+    if error.get("type") == "string_unicode":  # pydantic-core met a lone UTF-16 surrogate
+        return "must be valid Unicode text (a lone UTF-16 surrogate such as \\ud800 is not)"
+    if error.get("type") == "string_pattern_mismatch" and "\\x00" in str(error.get("ctx", {}).get("pattern")):
+        return "must not contain a NUL character"
+    return str(error.get("msg", ""))
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves at this request's path (Starlette names only the first route's)."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches(request.scope)
+        if match != Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return sorted(methods)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        fields = [
-            {"field": field_path(e.get("loc", ())), "message": str(e.get("msg", ""))} for e in exc.errors()
-        ]
+        fields = [{"field": field_path(e.get("loc", ())), "message": _message(e)} for e in exc.errors()]
         message = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
-        return JSONResponse(status_code=422, content=error_body("validation_failed", message, fields))
+        return SafeJSONResponse(status_code=422, content=error_body("validation_failed", message, fields))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = HTTP_CODES.get(exc.status_code, "error")
-        return JSONResponse(
-            status_code=exc.status_code,
-            content=error_body(code, str(exc.detail)),
-            headers=getattr(exc, "headers", None),
+        headers = dict(getattr(exc, "headers", None) or {})
+        if exc.status_code == 405:  # Allow lists every method of the path, not only one route's
+            headers["Allow"] = ", ".join(allowed_methods(request))
+        return SafeJSONResponse(
+            status_code=exc.status_code, content=error_body(code, str(exc.detail)), headers=headers or None
         )
 
     async def _out_of_range(_request: Request, exc: Exception) -> JSONResponse:
         # e.g. an id beyond the column's integer range: the client's mistake, not a server fault
         message = f"a value is out of the range the database can hold: {type(exc).__name__}"
-        return JSONResponse(status_code=422, content=error_body("validation_failed", message))
+        return SafeJSONResponse(status_code=422, content=error_body("validation_failed", message))
 
+    async def _busy(_request: Request, _exc: Exception) -> JSONResponse:
+        # every pooled connection stayed busy for the whole pool timeout: overload, not a fault
+        message = "the database connection pool is exhausted; retry later"
+        return SafeJSONResponse(
+            status_code=503, content=error_body("unavailable", message), headers={"Retry-After": "1"}
+        )
+
+    app.add_exception_handler(PoolTimeout, _busy)
     app.add_exception_handler(DataError, _out_of_range)
     app.add_exception_handler(OverflowError, _out_of_range)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return JSONResponse(
+        return SafeJSONResponse(
             status_code=500, content=error_body("internal_error", f"internal error: {type(exc).__name__}")
         )

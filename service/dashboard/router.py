@@ -21,10 +21,19 @@ from service.api.deps import MAX_ID, Caller, bearer, get_session, require_scope
 from service.config import Settings
 from service.dashboard import data
 from service.dashboard.svg import color_map, fmt_us, value_axis
+from service.text import storable, text_problem
 
 router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=str(FsPath(__file__).with_name("templates")))
 templates.env.filters["us"] = fmt_us
+
+
+def _renderable(value: Any) -> Any:
+    """Every {{ }} output passes here: text stored before input was validated still renders."""
+    return storable(value) if isinstance(value, str) and text_problem(value) else value
+
+
+templates.env.finalize = _renderable
 
 CELL_W, CELL_H, LABEL_W, HEAD_H = 64, 24, 250, 28
 ROW_H, BOX_LABEL_W, PLOT_W = 30, 150, 620

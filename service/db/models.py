@@ -67,6 +67,8 @@ class Sweep(Base):
     labels: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     status: Mapped[str] = mapped_column(String(16), default="queued", index=True)
     submitted_by: Mapped[str] = mapped_column(String(200), default="")
+    # the token that submitted it: its owner (or an admin) may cancel it
+    owner_token_id: Mapped[int | None] = mapped_column(ForeignKey("api_tokens.id"), index=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
@@ -264,6 +266,8 @@ class ApiToken(Base):
     scopes: Mapped[list[Any]] = mapped_column(JSON)
     revoked: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_by: Mapped[str] = mapped_column(String(120), default="", server_default="")  # cli or a token
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class ObservedShape(Base):

@@ -27,7 +27,19 @@ def make_engine(url: str) -> Engine:
             cursor.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True)
+    from service.config import get_settings
+
+    settings = get_settings()
+    # Every API request holds at most one connection (streamed CSV included), so the pool bounds how
+    # many requests touch the database at once; a request that waits longer than the timeout fails
+    # with 503 instead of queueing without end.
+    return create_engine(
+        url,
+        pool_pre_ping=True,
+        pool_size=settings.db_pool_size,
+        max_overflow=settings.db_max_overflow,
+        pool_timeout=settings.db_pool_timeout,
+    )
 
 
 @lru_cache

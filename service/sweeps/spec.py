@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -14,6 +14,7 @@ from kernels.packages.layouts import check_format
 from kernels.packages.package import KernelPackage
 from kernels.profiles import load_profiles
 from service.sweeps.policy import PHASE_M
+from service.text import MAX_LABELS, Label, LabelKey, Name
 
 KNOWN_ARCHES = ARCH_NAMES
 MAX_TASKS = 20_000
@@ -56,18 +57,22 @@ class SweepSpec(BaseModel):
         pattern=KERNEL_REF_PATTERN,
         description="kernel package name or name@<sha256 prefix>; default: the phase's built-in package",
     )
-    formats: list[str] = Field(min_length=1, max_length=32)
-    profile: str | None = None
+    formats: list[Name] = Field(min_length=1, max_length=32)
+    profile: Name | None = None
     shapes: list[ShapeSpec] | None = Field(None, min_length=1, max_length=256)
-    m: list[int] | None = Field(None, min_length=1, max_length=32)
-    variants: list[str] | None = Field(None, min_length=1, max_length=512)
+    m: list[Annotated[int, Field(ge=1, le=4096)]] | None = Field(None, min_length=1, max_length=32)
+    variants: list[Name] | None = Field(None, min_length=1, max_length=512)
     strategy: Literal["race", "exhaustive"] = "exhaustive"
     min_dispatches: int = Field(20, ge=3, le=100_000)
     max_dispatches: int = Field(200, ge=3, le=1_000_000)
     warmup: int = Field(3, ge=0, le=10_000)
     warm_cache: bool = False
     seed: int = Field(0, ge=0, le=2**31 - 1)
-    labels: dict[str, str] = Field(default_factory=dict, max_length=32)
+    labels: dict[LabelKey, Label] = Field(
+        default_factory=dict,
+        max_length=MAX_LABELS,
+        description="free-form tags: keys [A-Za-z0-9_.:/-]{1,64}, values up to 256 characters, no NUL",
+    )
     include_observed: bool = Field(
         False,
         description="also tune the observed shapes (POST /v1/observed-shapes) of this arch/phase/formats",

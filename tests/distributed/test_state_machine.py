@@ -95,3 +95,38 @@ def test_reconciler_requeues_expired_leases_and_sends_never_sent_tasks(
     assert report.requeued == [task_id] and report.resent == [task_id]
     task = state(factory, task_id)
     assert task.state == "queued" and task.lease_owner is None and "gone:1" in (task.error or "")
+
+
+def test_a_claim_this_process_no_longer_runs_is_neither_renewed_nor_kept(
+    one_task: tuple[sessionmaker[Session], int],
+) -> None:
+    """An execution that ended without a final state (an escaped error) must not keep its task
+    "running": the heartbeat renews only tasks being executed, and the owner's next message takes
+    the orphaned claim back (one more attempt) instead of skipping it as "a live owner holds it"."""
+    from workers.execute import ACTIVE, owner_name
+    from workers.tasks import Heartbeat
+
+    factory, task_id = one_task
+    policy = Policy(lease=timedelta(seconds=60), max_attempts=3)
+    owner = owner_name()
+    settings = Settings(lease_seconds=600, heartbeat_seconds=1)
+    with factory.begin() as session:
+        assert claim_task(session, task_id, owner, policy) is not None
+    before = state(factory, task_id).lease_expires_at
+    heartbeat = Heartbeat(factory, owner, settings, None)
+    heartbeat.beat()  # not executing: the lease is left to lapse
+    assert state(factory, task_id).lease_expires_at == before
+    ACTIVE.add(task_id)
+    try:
+        heartbeat.beat()  # executing: renewed
+        renewed = state(factory, task_id).lease_expires_at
+        assert renewed is not None and before is not None and renewed > before
+        with factory.begin() as session:  # a duplicate message while it really runs: skipped
+            assert claim_task(session, task_id, owner, policy) is None
+    finally:
+        ACTIVE.discard(task_id)
+    with factory.begin() as session:  # the run ended unfinished: the next message re-claims it
+        assert claim_task(session, task_id, owner, policy) is not None
+    task = state(factory, task_id)
+    assert (task.state, task.attempts) == ("running", 2)
+    assert task.error is not None and "ended unfinished" in task.error

@@ -17,12 +17,13 @@ from sqlalchemy.orm import Session
 from kernels.arches import get_arch
 from kernels.families.base import InvalidVariant
 from kernels.formats.registry import FORMATS
-from service.api.deps import Caller, get_session, require_scope
+from service.api.deps import MAX_ID, Caller, get_session, require_scope
+from service.api.errors import ERROR_RESPONSES, NOT_FOUND
 from service.kernel_store import PackageNotFound, resolve
 from service.statistics.bootstrap import estimate_median, ratio_interval, stable_seed
 from service.winners import PointMeasurement, dispatch_times_us, newest_per_variant, point_measurements
 
-router = APIRouter(prefix="/v1/compare", tags=["winners"])
+router = APIRouter(prefix="/v1/compare", tags=["winners"], responses={**ERROR_RESPONSES, **NOT_FOUND})
 
 
 def _invalid(field: str, message: str) -> RequestValidationError:
@@ -48,9 +49,9 @@ def compare(
     arch: str = Query(..., min_length=1, max_length=32),
     phase: str = Query(..., pattern="^(decode|prefill)$"),
     format: str = Query(..., min_length=1, max_length=16),
-    m: int = Query(..., ge=1),
-    n: int = Query(..., ge=1),
-    k: int = Query(..., ge=1),
+    m: int = Query(..., ge=1, le=MAX_ID),
+    n: int = Query(..., ge=1, le=MAX_ID),
+    k: int = Query(..., ge=1, le=MAX_ID),
     a: str = Query(..., min_length=1, max_length=80),
     b: str = Query(..., min_length=1, max_length=80),
     kernel: str | None = Query(None, max_length=130, description="package name; default: the built-in"),

@@ -10,16 +10,18 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
 from service.api.deps import Caller, get_session, require_scope
+from service.api.errors import ERROR_RESPONSES
 from service.imports.llaminar_csv import ARCHES, CsvImportError, display_name, parse_files, store_rows
+from service.text import NO_NUL, FileName
 
-router = APIRouter(prefix="/v1/imports", tags=["imports"])
+router = APIRouter(prefix="/v1/imports", tags=["imports"], responses={**ERROR_RESPONSES})
 
 
 class CsvFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=300, examples=["rocm_prefill_trainer.csv"])
-    content: str = Field(min_length=1, max_length=64 * 1024 * 1024)
+    name: FileName = Field(examples=["rocm_prefill_trainer.csv"])
+    content: str = Field(min_length=1, max_length=64 * 1024 * 1024, pattern=NO_NUL)
 
 
 class LlaminarCsvImport(BaseModel):

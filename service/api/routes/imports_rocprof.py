@@ -19,7 +19,15 @@ from starlette.datastructures import UploadFile
 
 from service.api.deps import MAX_ID, Caller, get_session, require_scope
 from service.api.errors import ERROR_RESPONSES, NOT_FOUND
-from service.imports.rocprof import MAX_FILES, CaptureImportError, capture_summary, parse_files, store_capture
+from service.imports.rocprof import (
+    MAX_FILES,
+    CaptureImportError,
+    ParsedCapture,
+    capture_summary,
+    parse_files,
+    store_capture,
+)
+from service.text import NO_NUL, FileName, ShortText, text_problem
 
 router = APIRouter(prefix="/v1/imports", tags=["imports"], responses={**ERROR_RESPONSES, **NOT_FOUND})
 
@@ -29,8 +37,8 @@ MAX_FILE_BYTES = 64 * 1024 * 1024
 class CaptureFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=300, examples=["kernel_trace.csv"])
-    content: str = Field(max_length=MAX_FILE_BYTES)
+    name: FileName = Field(examples=["kernel_trace.csv"])
+    content: str = Field(max_length=MAX_FILE_BYTES, pattern=NO_NUL)
 
 
 class RocprofImport(BaseModel):
@@ -38,7 +46,7 @@ class RocprofImport(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    label: str = Field("", max_length=200, examples=["mi50 decode q4_0, ROCm 5.7"])
+    label: ShortText = Field("", examples=["mi50 decode q4_0, ROCm 5.7"])
     files: list[CaptureFile] = Field(min_length=1, max_length=MAX_FILES)
 
 
@@ -75,7 +83,12 @@ _REQUEST_BODY: dict[str, Any] = {
                 "type": "object",
                 "required": ["files"],
                 "properties": {
-                    "files": {"type": "array", "items": {"type": "string", "format": "binary"}},
+                    "files": {
+                        "type": "array",
+                        "items": {"type": "string", "format": "binary"},
+                        "minItems": 1,
+                        "maxItems": MAX_FILES,
+                    },
                     "label": {"type": "string", "maxLength": 200},
                 },
             }
@@ -92,33 +105,55 @@ async def _multipart(request: Request) -> tuple[list[tuple[str, str]], str, str]
     """(files, label, field prefix) from a multipart form; bad uploads are 422s naming the part."""
     try:
         form = await request.form(max_files=MAX_FILES, max_fields=16, max_part_size=MAX_FILE_BYTES)
-    except (HTTPException, ValueError, AssertionError) as error:
+    except HTTPException as error:
+        if error.status_code == 413:
+            raise  # the body size limit: 413, not a malformed body
+        raise _invalid(("files",), f"unreadable multipart body: {error.detail}") from None
+    except (ValueError, AssertionError) as error:
         raise _invalid(("files",), f"unreadable multipart body: {error}") from None
     uploads = form.getlist("files")
     if not uploads:
         raise _invalid(("files",), "at least one file part named 'files' is required")
-    files: list[tuple[str, str]] = []
+    raw: list[tuple[str, bytes]] = []
     for index, part in enumerate(uploads):
         if not isinstance(part, UploadFile):
             raise _invalid(("files", index), "must be a file part")
         data = await part.read()
         if len(data) > MAX_FILE_BYTES:
             raise _invalid(("files", index), f"larger than {MAX_FILE_BYTES} bytes")
-        try:
-            text = data.decode("utf-8-sig")
-        except UnicodeDecodeError as error:
-            message = f"{part.filename}: not UTF-8 text (byte {error.start})"
-            raise _invalid(("files", index), message) from None
-        files.append((part.filename or f"file{index}", text))
+        raw.append((part.filename or f"file{index}", data))
+    files = await run_in_threadpool(_decode_uploads, raw)
     label = form.get("label") or ""
-    if not isinstance(label, str) or len(label) > 200:
-        raise _invalid(("label",), "must be text of at most 200 characters")
+    if not isinstance(label, str) or len(label) > 200 or text_problem(label):
+        raise _invalid(("label",), "must be text of at most 200 characters, without NUL")
     return files, label, ""
 
 
+def _decode_uploads(raw: list[tuple[str, bytes]]) -> list[tuple[str, str]]:
+    """UTF-8 text of each upload (off the event loop: tens of MB take a while)."""
+    files: list[tuple[str, str]] = []
+    for index, (name, data) in enumerate(raw):
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError as error:
+            raise _invalid(("files", index), f"{name}: not UTF-8 text (byte {error.start})") from None
+        problem = text_problem(name)
+        if problem:
+            raise _invalid(("files", index), f"file name {problem}")
+        if "\x00" in text:
+            raise _invalid(("files", index), f"{name}: {text_problem(text)}")
+        files.append((name, text))
+    return files
+
+
 async def _json(request: Request) -> tuple[list[tuple[str, str]], str, str]:
+    return await run_in_threadpool(_parse_json, await request.body())
+
+
+def _parse_json(data: bytes) -> tuple[list[tuple[str, str]], str, str]:
+    """JSON decoding and validation of a body of up to the size limit: run in a worker thread."""
     try:
-        payload = json.loads(await request.body())
+        payload = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise _invalid((), f"body is not JSON: {error}") from None
     try:
@@ -127,6 +162,22 @@ async def _json(request: Request) -> tuple[list[tuple[str, str]], str, str]:
         problems = error.errors(include_url=False, include_context=False)
         raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in problems]) from None
     return [(f.name, f.content) for f in body.files], body.label, "content"
+
+
+def _parse(files: list[tuple[str, str]], leaf: str) -> list[ParsedCapture]:
+    try:
+        return parse_files(files)
+    except CaptureImportError as error:
+        raise RequestValidationError(
+            [
+                {
+                    "loc": ("body", "files", p.index, *((leaf,) if leaf else ())),
+                    "msg": str(p),
+                    "type": "value_error",
+                }
+                for p in error.problems
+            ]
+        ) from None
 
 
 @router.post(
@@ -147,19 +198,8 @@ async def import_rocprof(
         label.encode("utf-8")
     except UnicodeEncodeError:
         raise _invalid(("label",), "not valid Unicode") from None
-    try:
-        parsed = parse_files(files)
-    except CaptureImportError as error:
-        raise RequestValidationError(
-            [
-                {
-                    "loc": ("body", "files", p.index, *((leaf,) if leaf else ())),
-                    "msg": str(p),
-                    "type": "value_error",
-                }
-                for p in error.problems
-            ]
-        ) from None
+    # parsing tens of MB of CSV is CPU work: in a worker thread, never on the event loop
+    parsed = await run_in_threadpool(_parse, files, leaf)
 
     def store() -> dict[str, Any]:
         capture = store_capture(session, parsed, label, caller.name)

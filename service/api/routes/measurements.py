@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
 from fastapi.responses import StreamingResponse
 from sqlalchemy import select
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 from service.api.deps import MAX_ID, Caller, PageParams, get_session, paginate, require_scope
 from service.api.errors import ERROR_RESPONSES, NOT_FOUND
@@ -75,24 +75,26 @@ def wants_csv(request: Request, fmt: str | None) -> bool:
     return "text/csv" in accept and "application/json" not in accept
 
 
-def _csv_rows(factory: sessionmaker[Session], measurement_id: int) -> Iterator[str]:
-    """Streams in chunks from its own session: the request's session is closed before streaming starts."""
+def _csv_rows(session: Session, measurement_id: int) -> Iterator[str]:
+    """Streams in chunks through the request's own session (FastAPI closes it after the response is
+    sent), so a CSV download holds one pooled connection, never two: a second checkout per request
+    is what let concurrent downloads exhaust the pool and wait on each other. A failure mid-stream
+    propagates, so the server aborts the chunked body and the client sees a truncated transfer."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
-    with factory() as session:
-        query = (
-            select(Dispatch.seq, Dispatch.device_ns, Dispatch.wall_ns, Dispatch.buffer_index)
-            .where(Dispatch.measurement_id == measurement_id)
-            .order_by(Dispatch.seq, Dispatch.id)
-            .execution_options(yield_per=CSV_CHUNK)
-        )
-        for count, row in enumerate(session.execute(query), start=1):
-            writer.writerow(["" if value is None else value for value in row])
-            if count % CSV_CHUNK == 0:
-                yield buffer.getvalue()
-                buffer.seek(0)
-                buffer.truncate()
+    query = (
+        select(Dispatch.seq, Dispatch.device_ns, Dispatch.wall_ns, Dispatch.buffer_index)
+        .where(Dispatch.measurement_id == measurement_id)
+        .order_by(Dispatch.seq, Dispatch.id)
+        .execution_options(yield_per=CSV_CHUNK)
+    )
+    for count, row in enumerate(session.execute(query), start=1):
+        writer.writerow(["" if value is None else value for value in row])
+        if count % CSV_CHUNK == 0:
+            yield buffer.getvalue()
+            buffer.seek(0)
+            buffer.truncate()
     yield buffer.getvalue()
 
 
@@ -123,7 +125,7 @@ def get_dispatches(
     measurement = _get(session, measurement_id)
     if wants_csv(request, format):
         return StreamingResponse(
-            _csv_rows(request.app.state.session_factory, measurement.id),
+            _csv_rows(session, measurement.id),
             media_type="text/csv",
             headers={"Content-Disposition": f'attachment; filename="measurement-{measurement.id}.csv"'},
         )

@@ -7,7 +7,7 @@ truth and a restart loses nothing. `/metrics` needs no token: it exposes counts 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 
 from fastapi import APIRouter, FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
@@ -15,6 +15,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.db.models import Measurement, ObservedShape, Sweep, Task
 from service.sweeps.service import TASK_STATES
@@ -77,20 +78,35 @@ def install_metrics(app: FastAPI) -> None:
     )
     app.state.metrics_registry = registry
 
-    @app.middleware("http")
-    async def _time_requests(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
+    app.add_middleware(RequestTimer, latency=latency)
+
+
+class RequestTimer:
+    """Pure ASGI (no BaseHTTPMiddleware: that costs every request a task and a copy of its body, and
+    times a streamed body only to its headers). Observes until the last body chunk is sent."""
+
+    def __init__(self, app: ASGIApp, latency: Histogram) -> None:
+        self.app = app
+        self.latency = latency
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
         started = time.perf_counter()
         status = 500
+
+        async def timed_send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
         try:
-            response = await call_next(request)
-            status = response.status_code
-            return response
+            await self.app(scope, receive, timed_send)
         finally:
-            route = request.scope.get("route")
-            template = getattr(route, "path", None) or "unmatched"
-            latency.labels(request.method, template, str(status)).observe(time.perf_counter() - started)
+            template = getattr(scope.get("route"), "path", None) or "unmatched"
+            self.latency.labels(scope["method"], template, str(status)).observe(time.perf_counter() - started)
 
 
 @router.get("/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})

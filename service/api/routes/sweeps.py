@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Header, HTTPException, Query
+from fastapi import APIRouter, Depends, Header, HTTPException, Path, Query
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service.api.deps import Caller, get_session, get_settings_dep, require_scope
+from service.api.deps import MAX_ID, MAX_OFFSET, Caller, get_session, get_settings_dep, require_scope
+from service.api.errors import ERROR_RESPONSES, NOT_FOUND
+from service.api.errors import _response as _error
+from service.api.responses import SafeJSONResponse
 from service.config import Settings
 from service.db.models import Sweep
 from service.sweeps.service import (
@@ -22,10 +24,18 @@ from service.sweeps.service import (
 )
 from service.sweeps.spec import SweepSpec
 
-router = APIRouter(prefix="/v1/sweeps", tags=["sweeps"])
+router = APIRouter(prefix="/v1/sweeps", tags=["sweeps"], responses={**ERROR_RESPONSES})
+SweepId = Path(ge=1, le=MAX_ID, description="sweep id")
 
 
-@router.post("", status_code=202)
+@router.post(
+    "",
+    status_code=202,
+    responses={
+        200: {"description": "the Idempotency-Key named an earlier identical sweep (created: false)"},
+        409: _error("the Idempotency-Key was used for a different sweep"),
+    },
+)
 def create_sweep(
     spec: SweepSpec,
     idempotency_key: str | None = Header(None, alias="Idempotency-Key", max_length=200),
@@ -41,6 +51,8 @@ def create_sweep(
         ) from None
     except IdempotencyConflict as error:
         raise HTTPException(409, str(error)) from None
+    if created:
+        sweep.owner_token_id = caller.token_id
     session.commit()
     if created and settings.broker_url:  # embedded path: the in-process worker polls the DB instead
         from workers.enqueue import enqueue_sweep
@@ -48,15 +60,15 @@ def create_sweep(
         enqueue_sweep(settings, session, sweep.id)
     body = sweep_status_body(session, sweep)
     body["created"] = created
-    return JSONResponse(status_code=202 if created else 200, content=body)
+    return SafeJSONResponse(status_code=202 if created else 200, content=body)
 
 
 @router.get("")
 def list_sweeps(
     status: str | None = Query(None, pattern="^(queued|running|done|failed|cancelled)$"),
-    arch: str | None = None,
+    arch: str | None = Query(None, max_length=32),
     limit: int = Query(50, ge=1, le=500),
-    offset: int = Query(0, ge=0),
+    offset: int = Query(0, ge=0, le=MAX_OFFSET),
     _caller: Caller = Depends(require_scope("read")),
     session: Session = Depends(get_session),
 ) -> dict[str, Any]:
@@ -82,18 +94,23 @@ def _get_sweep(session: Session, sweep_id: int) -> Sweep:
     return sweep
 
 
-@router.get("/{sweep_id}")
+@router.get("/{sweep_id}", responses={**NOT_FOUND})
 def get_sweep(
-    sweep_id: int, _caller: Caller = Depends(require_scope("read")), session: Session = Depends(get_session)
+    sweep_id: int = SweepId,
+    _caller: Caller = Depends(require_scope("read")), session: Session = Depends(get_session)
 ) -> dict[str, Any]:
     return sweep_status_body(session, _get_sweep(session, sweep_id))
 
 
-@router.post("/{sweep_id}/cancel")
+@router.post("/{sweep_id}/cancel", responses={**NOT_FOUND})
 def cancel(
-    sweep_id: int, _caller: Caller = Depends(require_scope("submit")), session: Session = Depends(get_session)
+    sweep_id: int = SweepId,
+    caller: Caller = Depends(require_scope("submit")), session: Session = Depends(get_session)
 ) -> dict[str, Any]:
+    """Only the token that submitted the sweep, or an admin token, may cancel it."""
     sweep = _get_sweep(session, sweep_id)
+    if not caller.is_admin and (sweep.owner_token_id is None or sweep.owner_token_id != caller.token_id):
+        raise HTTPException(403, "only the token that submitted this sweep, or an admin token, may cancel it")
     cancelled = cancel_sweep(session, sweep)
     session.commit()
     body = sweep_status_body(session, sweep)

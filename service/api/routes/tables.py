@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, HTTPException, Query
+from fastapi import APIRouter, Depends, HTTPException, Path, Query
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import PlainTextResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service.api.deps import Caller, get_session, require_scope
+from service.api.deps import MAX_ID, MAX_OFFSET, Caller, get_session, require_scope
+from service.api.errors import ERROR_RESPONSES, NOT_FOUND
+from service.api.errors import _response as _error
 from service.db.models import TableVersion
 from service.kernel_store import PackageNotFound
 from service.tables.dialects import DIALECT_NAMES, dialect_phases
@@ -19,7 +21,11 @@ from service.tables.diff import diff_entries
 from service.tables.validate import TableValidationError
 from service.tables.versions import NoWinners, generate_and_store, latest_version, table_item, table_package
 
-router = APIRouter(prefix="/v1/tables", tags=["tables"])
+router = APIRouter(prefix="/v1/tables", tags=["tables"], responses={**ERROR_RESPONSES})
+TableId = Path(ge=1, le=MAX_ID, description="table version id")
+
+
+DIALECT_ENUM: list[JsonValue] = list(DIALECT_NAMES)  # every dialect, the package-bound struct-table too
 
 
 class TableRequest(BaseModel):
@@ -27,7 +33,11 @@ class TableRequest(BaseModel):
 
     arch: str = Field(min_length=1, max_length=32, examples=["gfx906"])
     phase: str = Field("decode", pattern="^(decode|prefill)$")
-    dialect: str = Field("llaminar-rocm-decode", examples=["llaminar-rocm-decode", "struct-table"])
+    dialect: str = Field(
+        "llaminar-rocm-decode",
+        examples=["llaminar-rocm-decode", "struct-table"],
+        json_schema_extra={"enum": DIALECT_ENUM},
+    )
     kernel: str | None = Field(
         None,
         min_length=1,
@@ -43,7 +53,14 @@ def _field_error(field: str, message: str) -> None:
     raise RequestValidationError([{"loc": ("body", field), "msg": message, "type": "value_error"}])
 
 
-@router.post("", status_code=201)
+@router.post(
+    "",
+    status_code=201,
+    responses={
+        404: _error("no winners for this arch and phase"),
+        409: _error("the generated table failed validation"),
+    },
+)
 def generate_table(
     request: TableRequest,
     _caller: Caller = Depends(require_scope("submit")),
@@ -69,12 +86,12 @@ def generate_table(
 
 @router.get("")
 def list_tables(
-    arch: str | None = None,
-    phase: str | None = None,
-    dialect: str | None = None,
+    arch: str | None = Query(None, max_length=32),
+    phase: str | None = Query(None, pattern="^(decode|prefill)$"),
+    dialect: str | None = Query(None, max_length=40, examples=["llaminar-rocm-decode"]),
     kernel: str | None = Query(None, max_length=64, description="kernel package name"),
     limit: int = Query(50, ge=1, le=500),
-    offset: int = Query(0, ge=0),
+    offset: int = Query(0, ge=0, le=MAX_OFFSET),
     _caller: Caller = Depends(require_scope("read")),
     session: Session = Depends(get_session),
 ) -> dict[str, Any]:
@@ -92,11 +109,11 @@ def list_tables(
     return {"total": total, "limit": limit, "offset": offset, "items": [table_item(v) for v in rows]}
 
 
-@router.get("/latest", response_class=PlainTextResponse)
+@router.get("/latest", response_class=PlainTextResponse, responses={**NOT_FOUND})
 def latest_inc(
-    arch: str,
+    arch: str = Query(..., min_length=1, max_length=32),
     phase: str = Query("decode", pattern="^(decode|prefill)$"),
-    dialect: str = "llaminar-rocm-decode",
+    dialect: str = Query("llaminar-rocm-decode", max_length=40),
     kernel: str | None = Query(None, max_length=64, description="kernel package name; default: built-in"),
     _caller: Caller = Depends(require_scope("read")),
     session: Session = Depends(get_session),
@@ -114,26 +131,30 @@ def _get(session: Session, table_id: int) -> TableVersion:
     return version
 
 
-@router.get("/{table_id}")
+@router.get("/{table_id}", responses={**NOT_FOUND})
 def get_table(
-    table_id: int, _caller: Caller = Depends(require_scope("read")), session: Session = Depends(get_session)
+    table_id: int = TableId,
+    _caller: Caller = Depends(require_scope("read")), session: Session = Depends(get_session)
 ) -> dict[str, Any]:
     version = _get(session, table_id)
     return {**table_item(version), "entries": version.entries, "metrics": version.metrics}
 
 
-@router.get("/{table_id}/inc", response_class=PlainTextResponse)
+@router.get("/{table_id}/inc", response_class=PlainTextResponse, responses={**NOT_FOUND})
 def get_table_inc(
-    table_id: int, _caller: Caller = Depends(require_scope("read")), session: Session = Depends(get_session)
+    table_id: int = TableId,
+    _caller: Caller = Depends(require_scope("read")), session: Session = Depends(get_session)
 ) -> PlainTextResponse:
     version = _get(session, table_id)
     return PlainTextResponse(version.content, headers={"ETag": version.sha256})
 
 
-@router.get("/{table_id}/diff")
+@router.get("/{table_id}/diff", responses={**NOT_FOUND})
 def diff_table(
-    table_id: int,
-    base: int | None = Query(None, description="base version id; default: this version's parent"),
+    table_id: int = TableId,
+    base: int | None = Query(
+        None, ge=1, le=MAX_ID, description="base version id; default: this version's parent"
+    ),
     _caller: Caller = Depends(require_scope("read")),
     session: Session = Depends(get_session),
 ) -> dict[str, Any]:

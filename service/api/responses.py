@@ -1,0 +1,17 @@
+"""JSON that always encodes: a stored lone surrogate (written before text was validated) is sent
+as a JSON escape instead of failing the whole response with a 500."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi.responses import JSONResponse
+
+
+class SafeJSONResponse(JSONResponse):
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except UnicodeEncodeError:  # only text that UTF-8 cannot hold; json escapes it as \\udXXX
+            return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode()
