@@ -23,6 +23,7 @@ CORE = (
     "service.sweeps",
     "service.kernel_store",
     "service.kernel_analysis_store",
+    "service.text",
     "service.observed",
     "service.tables",
 )
