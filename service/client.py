@@ -15,14 +15,35 @@ class ApiError(Exception):
         super().__init__(f"HTTP {status}: {error.get('message') or body}")
 
 
+class ApiUnreachable(Exception):
+    """No HTTP answer at all: refused, timed out, a bad URL, or an answer that is not HTTP."""
+
+    def __init__(self, url: str, error: Exception):
+        self.url = url
+        self.reason = str(error) or type(error).__name__
+        super().__init__(f"cannot reach {url}: {self.reason}")
+
+
 class TunebaseClient:
     def __init__(self, base_url: str, token: str | None, timeout: float = 30.0):
+        self.base_url = base_url.rstrip("/")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout)
+        try:
+            self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
+        except (httpx.InvalidURL, ValueError) as error:
+            raise ApiUnreachable(self.base_url, error) from None
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
-        response = self._http.request(method, path, **kwargs)
-        body: Any = response.json() if "json" in response.headers.get("content-type", "") else response.text
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except (httpx.HTTPError, httpx.InvalidURL, OSError) as error:
+            raise ApiUnreachable(self.base_url, error) from None
+        body: Any = response.text
+        if "json" in response.headers.get("content-type", ""):
+            try:
+                body = response.json()
+            except ValueError:
+                pass
         if response.status_code >= 400:
             raise ApiError(response.status_code, body)
         return body

@@ -42,6 +42,7 @@ def create_app(settings: Settings | None = None, start_embedded_worker: bool = T
             from workers.embedded import start_embedded_worker as start
 
             worker = start(settings, app.state.session_factory)
+            app.state.embedded_arches = worker.arches if worker is not None else []
         yield
         if worker is not None:
             worker.stop()
@@ -49,6 +50,7 @@ def create_app(settings: Settings | None = None, start_embedded_worker: bool = T
     app = FastAPI(title="Tunebase", version="0.1.0", description=API_DESCRIPTION, lifespan=lifespan)
     app.state.settings = settings
     app.state.session_factory = session_factory(settings.resolved_database_url)
+    app.state.embedded_arches = []  # set by the lifespan when the embedded worker starts
     install_error_handlers(app)
     metrics.install_metrics(app)
     routers = (health, metrics, sweeps, winners, tables, results, measurements, devices, profiles, observed)

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from service.auth import granted, lookup_token
 from service.config import Settings
 from service.db.session import transaction
+from service.sweeps.availability import Presence, broker_presence, embedded_presence
 
 bearer = HTTPBearer(auto_error=False)
 MAX_OFFSET = 2**31 - 1
@@ -24,6 +25,14 @@ MAX_ID = 2**31 - 1
 def get_settings_dep(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
+
+
+def worker_presence(request: Request) -> Presence:
+    """Workers online per arch: the embedded threads of this app, or those answering on the broker."""
+    settings: Settings = request.app.state.settings
+    if settings.broker_url:
+        return broker_presence(settings.broker_url)
+    return embedded_presence(getattr(request.app.state, "embedded_arches", []))
 
 
 def get_session(request: Request) -> Iterator[Session]:

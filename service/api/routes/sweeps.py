@@ -10,9 +10,10 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service.api.deps import Caller, get_session, get_settings_dep, require_scope
+from service.api.deps import Caller, get_session, get_settings_dep, require_scope, worker_presence
 from service.config import Settings
 from service.db.models import Sweep
+from service.sweeps.availability import Presence
 from service.sweeps.service import IdempotencyConflict, cancel_sweep, submit_sweep, sweep_status_body
 from service.sweeps.spec import SweepSpec
 
@@ -26,6 +27,7 @@ def create_sweep(
     caller: Caller = Depends(require_scope("submit")),
     session: Session = Depends(get_session),
     settings: Settings = Depends(get_settings_dep),
+    presence: Presence = Depends(worker_presence),
 ) -> Any:
     problems = spec.problems()
     if problems:
@@ -41,7 +43,7 @@ def create_sweep(
         from workers.enqueue import enqueue_sweep
 
         enqueue_sweep(settings, session, sweep.id)
-    body = sweep_status_body(session, sweep)
+    body = sweep_status_body(session, sweep, presence)
     body["created"] = created
     return JSONResponse(status_code=202 if created else 200, content=body)
 
@@ -79,18 +81,24 @@ def _get_sweep(session: Session, sweep_id: int) -> Sweep:
 
 @router.get("/{sweep_id}")
 def get_sweep(
-    sweep_id: int, _caller: Caller = Depends(require_scope("read")), session: Session = Depends(get_session)
+    sweep_id: int,
+    _caller: Caller = Depends(require_scope("read")),
+    session: Session = Depends(get_session),
+    presence: Presence = Depends(worker_presence),
 ) -> dict[str, Any]:
-    return sweep_status_body(session, _get_sweep(session, sweep_id))
+    return sweep_status_body(session, _get_sweep(session, sweep_id), presence)
 
 
 @router.post("/{sweep_id}/cancel")
 def cancel(
-    sweep_id: int, _caller: Caller = Depends(require_scope("submit")), session: Session = Depends(get_session)
+    sweep_id: int,
+    _caller: Caller = Depends(require_scope("submit")),
+    session: Session = Depends(get_session),
+    presence: Presence = Depends(worker_presence),
 ) -> dict[str, Any]:
     sweep = _get_sweep(session, sweep_id)
     cancelled = cancel_sweep(session, sweep)
     session.commit()
-    body = sweep_status_body(session, sweep)
+    body = sweep_status_body(session, sweep, presence)
     body["cancelled_tasks"] = cancelled
     return body

@@ -26,7 +26,9 @@ class TableRequest(BaseModel):
 
     arch: str = Field(min_length=1, max_length=32, examples=["gfx906"])
     phase: str = Field("decode", pattern="^(decode|prefill)$")
-    dialect: str = Field("llaminar-rocm-decode", examples=["llaminar-rocm-decode"])
+    dialect: str | None = Field(
+        None, examples=["llaminar-rocm-decode"], description="default: llaminar-rocm-<phase>"
+    )
 
 
 def _field_error(field: str, message: str) -> None:
@@ -39,12 +41,13 @@ def generate_table(
     _caller: Caller = Depends(require_scope("submit")),
     session: Session = Depends(get_session),
 ) -> dict[str, Any]:
-    if request.dialect not in DIALECTS:
+    dialect = request.dialect or f"llaminar-rocm-{request.phase}"
+    if dialect not in DIALECTS:
         _field_error("dialect", f"unknown dialect; known: {sorted(DIALECTS)}")
-    if request.phase not in dialect_phases(request.dialect):
-        _field_error("phase", f"dialect {request.dialect} does not emit {request.phase} tables")
+    if request.phase not in dialect_phases(dialect):
+        _field_error("phase", f"dialect {dialect} does not emit {request.phase} tables")
     try:
-        version = generate_and_store(session, request.arch, request.phase, request.dialect)
+        version = generate_and_store(session, request.arch, request.phase, dialect)
     except NoWinners as error:
         raise HTTPException(404, str(error)) from None
     except (TableValidationError, ValueError) as error:
