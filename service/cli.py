@@ -703,16 +703,6 @@ def table_generate(
         console.print(f"wrote {output}")
 
 
-def _formats_of_codebook(codebook: int) -> str:
-    """'Q4_1,Q4_K' for codebook 5: diffs are read by format, the table is keyed by codebook."""
-    from kernels.formats.registry import formats_for_codebook
-
-    try:
-        return ",".join(f.name for f in formats_for_codebook(codebook)) or f"codebook {codebook}"
-    except (KeyError, ValueError):
-        return f"codebook {codebook}"
-
-
 @table_app.command("diff")
 def table_diff(
     base: int = typer.Argument(..., help="base table version id"),
@@ -722,6 +712,8 @@ def table_diff(
     token: str | None = TokenOption,
 ) -> None:
     """Entries added, removed and changed from BASE to HEAD, with their regret change."""
+    from service.tables.diff import codebook_formats
+
     client = _client(url, token)
     diff = _api_call(client._call, "GET", f"/v1/tables/{head}/diff", params={"base": base})
     if as_json:
@@ -740,13 +732,13 @@ def table_diff(
             variant = e["variant"] or "-"
             before, after = ("-", variant) if kind == "added" else (variant, "-")
             table.add_row(
-                kind, f"{_formats_of_codebook(e['codebook'])} ({e['codebook']})", str(e["m"]),
+                kind, f"{codebook_formats(e['codebook'])} ({e['codebook']})", str(e["m"]),
                 f"{e['n']}x{e['k']}", before, after, "",
             )  # fmt: skip
     for e in diff["changed"]:
         before, after = e["before"], e["after"]
         table.add_row(
-            "changed", f"{_formats_of_codebook(e['codebook'])} ({e['codebook']})", str(e["m"]),
+            "changed", f"{codebook_formats(e['codebook'])} ({e['codebook']})", str(e["m"]),
             f"{e['n']}x{e['k']}",
             f"{before['variant']} ({before['source']})", f"{after['variant']} ({after['source']})",
             pct(e["regret_change"]),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import httpx
@@ -40,10 +41,8 @@ class TunebaseClient:
             raise ApiUnreachable(self.base_url, error) from None
         body: Any = response.text
         if "json" in response.headers.get("content-type", ""):
-            try:
+            with contextlib.suppress(ValueError):  # a proxy's broken JSON: keep the text
                 body = response.json()
-            except ValueError:
-                pass
         if response.status_code >= 400:
             raise ApiError(response.status_code, body)
         return body

@@ -60,5 +60,5 @@ def create_app(settings: Settings | None = None, start_embedded_worker: bool = T
     app.include_router(registry.router)
     app.include_router(imports_llaminar.router)
     app.include_router(imports_rocprof.router)
-    app.include_router(dashboard.router)
+    dashboard.install(app)
     return app

@@ -17,6 +17,9 @@ from service.db.session import transaction
 from service.sweeps.availability import Presence, broker_presence, embedded_presence
 
 bearer = HTTPBearer(auto_error=False)
+# A browser signs in once at /login; the token then rides in this HttpOnly, SameSite=Strict cookie.
+# It is honoured for the `read` scope only: every mutating route stays bearer-only (no CSRF surface).
+SESSION_COOKIE = "tunebase_token"
 MAX_OFFSET = 2**31 - 1
 # Path ids and integer filters stay inside a 32-bit column's range, so no driver ever sees an overflow.
 MAX_ID = 2**31 - 1
@@ -54,6 +57,9 @@ def require_scope(scope: str) -> Callable[..., Caller]:
         session: Session = Depends(get_session),
     ) -> Caller:
         settings: Settings = request.app.state.settings
+        cookie = request.cookies.get(SESSION_COOKIE) if scope == "read" else None
+        if credentials is None and cookie:
+            credentials = HTTPAuthorizationCredentials(scheme="Bearer", credentials=cookie)
         if credentials is None:
             if scope == "read" and settings.anonymous_read:
                 return Caller(name="anonymous", scopes=frozenset({"read"}))

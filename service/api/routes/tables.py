@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from service.api.deps import Caller, get_session, require_scope
 from service.db.models import TableVersion
 from service.tables.dialects import DIALECTS, dialect_phases
-from service.tables.diff import diff_entries
+from service.tables.diff import diff_versions
 from service.tables.validate import TableValidationError
 from service.tables.versions import NoWinners, generate_and_store, latest_version, table_item
 
@@ -139,14 +139,4 @@ def diff_table(
                 }
             ]
         )
-    diff = diff_entries(old.entries or [], head.entries or [])
-    metric_keys = ("coverage", "exact_hit_rate", "mean_regret", "p95_regret")
-    before, after = old.metrics or {}, head.metrics or {}
-    return {
-        "id": head.id,
-        "base": old.id,
-        "same_content": old.sha256 == head.sha256,
-        "metrics": {k: {"before": before.get(k), "after": after.get(k)} for k in metric_keys},
-        "counts": {k: len(v) for k, v in diff.items()},
-        **diff,
-    }
+    return diff_versions(old, head)
