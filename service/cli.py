@@ -291,7 +291,13 @@ def sweep_submit(
     url: str = UrlOption,
     token: str | None = TokenOption,
 ) -> None:
-    """Submit a sweep: `tunebase formats` and `tunebase families` list what a spec may name (README)."""
+    """Submit a sweep spec (JSON), e.g. {"arch": "host", "phase": "decode", "formats": ["Q8_0"], "profile": "smoke"}.
+
+    Optional fields: shapes (instead of profile), m, variants, strategy (exhaustive or race), min_dispatches,
+    max_dispatches, warmup, warm_cache, seed, labels, include_observed. `tunebase formats`, `tunebase families`
+    and `tunebase profiles` list the names a spec may use; the README section "Writing a sweep spec" explains
+    every field, docs/concepts.md the terms.
+    """
     try:
         text = sys.stdin.read() if str(spec_file) == "-" else spec_file.read_text()
         spec = json.loads(text)
