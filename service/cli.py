@@ -228,7 +228,7 @@ def token_create(
 def _client(url: str, token: str | None) -> Any:
     from service.client import TunebaseClient
 
-    return TunebaseClient(url, token)
+    return _api_call(TunebaseClient, url, token)  # a malformed --url fails here, as one line too
 
 
 def _api_call(function: Any, *args: Any, **kwargs: Any) -> Any:
@@ -291,12 +291,13 @@ def sweep_submit(
     url: str = UrlOption,
     token: str | None = TokenOption,
 ) -> None:
-    """Submit a sweep spec (JSON), e.g. {"arch": "host", "phase": "decode", "formats": ["Q8_0"], "profile": "smoke"}.
+    """Submit a sweep spec (JSON), e.g. {"arch": "host", "phase": "decode", "formats": ["Q8_0"],
+    "profile": "smoke"}.
 
-    Optional fields: shapes (instead of profile), m, variants, strategy (exhaustive or race), min_dispatches,
-    max_dispatches, warmup, warm_cache, seed, labels, include_observed. `tunebase formats`, `tunebase families`
-    and `tunebase profiles` list the names a spec may use; the README section "Writing a sweep spec" explains
-    every field, docs/concepts.md the terms.
+    Optional fields: shapes (instead of profile), m, variants, strategy (exhaustive or race),
+    min_dispatches, max_dispatches, warmup, warm_cache, seed, labels, include_observed.
+    `tunebase formats`, `tunebase families` and `tunebase profiles` list the names a spec may use;
+    the README section "Writing a sweep spec" explains every field, docs/concepts.md the terms.
     """
     try:
         text = sys.stdin.read() if str(spec_file) == "-" else spec_file.read_text()
