@@ -871,11 +871,12 @@ def import_rocprof(
         raise typer.Exit(2) from None
     body = {"files": payload, "label": label}
     result = _api_call(_client(url, token)._call, "POST", "/v1/imports/rocprof", json=body)
-    if as_json:
-        out.print_json(data=result["kernels"])
+    if as_json:  # the DESIGN §7 keys, so scripts see the same shape whatever the server adds
+        keys = ("kernel", "calls", "median_ns", "min_ns", "max_ns", "total_ns")
+        out.print_json(data=[{key: k[key] for key in keys} for k in result["kernels"]])
         return
     kinds = ", ".join(f"{f['name']} ({f['kind']}, {f['rows']} rows)" for f in result["files"])
-    columns = ("kernel", "calls", "median ns", "min ns", "max ns", "total ns")
+    columns = ("kernel", "variant", "calls", "median ns", "min ns", "max ns", "total ns", "from")
     table = _new_table(columns, title=f"capture {result['id']}: {kinds}", overflow="fold")
 
     def cell(value: object) -> str:
@@ -883,9 +884,10 @@ def import_rocprof(
 
     for k in result["kernels"]:
         table.add_row(
-            k["kernel"], str(k["calls"]), cell(k["median_ns"]), cell(k["min_ns"]), cell(k["max_ns"]),
-            str(k["total_ns"]),
+            k["kernel"], cell(k.get("variant")), str(k["calls"]), cell(k["median_ns"]), cell(k["min_ns"]),
+            cell(k["max_ns"]), str(k["total_ns"]), cell(k.get("source")),
         )  # fmt: skip
+    table.caption = "from: dispatches (median of the rows) or statistics file (no median; average only)"
     out.print(table)
 
 

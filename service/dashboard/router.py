@@ -46,6 +46,7 @@ from service.dashboard.svg import (
     variant_color,
 )
 from service.db.models import TableVersion
+from service.imports.rocprof import capture_summary, list_captures
 from service.sweeps.availability import Presence
 from service.tables.diff import codebook_formats, diff_versions
 
@@ -353,6 +354,29 @@ def table_diff_page(
         raise HTTPException(404, f"table {table_id} has no parent to compare with; pass ?base=ID")
     diff = diff_versions(_get_table(session, base_id), head)
     return templates.TemplateResponse(request, "diff.html", {"diff": diff, "head": head})
+
+
+@router.get("/dashboard/captures", response_class=HTMLResponse)
+def captures(
+    request: Request,
+    _reader: Caller = Depends(dashboard_reader),
+    session: Session = Depends(get_session),
+) -> HTMLResponse:
+    page = list_captures(session, limit=100, offset=0)
+    return templates.TemplateResponse(request, "captures.html", {"page": page})
+
+
+@router.get("/dashboard/captures/{capture_id}", response_class=HTMLResponse)
+def capture_page(
+    request: Request,
+    capture_id: int = Path(ge=1, le=MAX_ID),
+    _reader: Caller = Depends(dashboard_reader),
+    session: Session = Depends(get_session),
+) -> HTMLResponse:
+    summary = capture_summary(session, capture_id)
+    if summary is None:
+        raise HTTPException(404, f"capture {capture_id} not found")
+    return templates.TemplateResponse(request, "capture.html", {"c": summary})
 
 
 CONCEPTS = FsPath(__file__).resolve().parents[2] / "docs" / "concepts.md"
