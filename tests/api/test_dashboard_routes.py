@@ -48,7 +48,8 @@ def test_dashboard_can_require_a_token(populated: Populated) -> None:
         populated.read_token,
     )
     signed_out = private.client().get("/dashboard/tables", follow_redirects=False)
-    assert signed_out.status_code == 303 and signed_out.headers["location"] == "/login?next=%2Fdashboard%2Ftables"
+    assert signed_out.status_code == 303
+    assert signed_out.headers["location"] == "/login?next=%2Fdashboard%2Ftables"
     assert private.client(populated.read_token).get("/").status_code == 200
     assert isinstance(private.settings, Settings)
 

@@ -121,7 +121,7 @@ def test_formats_and_families_need_no_server(tmp_path: Path) -> None:
 
 
 def test_every_option_and_command_has_help() -> None:
-    command = typer.main.get_command(app)
+    command: Any = typer.main.get_command(app)
     missing: list[str] = []
 
     def walk(node: Any, path: list[str]) -> None:

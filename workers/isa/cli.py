@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import typer
 from rich import box
@@ -63,7 +63,7 @@ def render(reports: list[dict[str, Any]], console: Console) -> None:
             width = max([len(short_name(n)) for n in names] + [6])
             table.add_column(column, overflow="fold", min_width=min(width, 28))
         else:
-            justify = "left" if column in ("arch", "limiter") else "right"
+            justify: Literal["left", "right"] = "left" if column in ("arch", "limiter") else "right"
             table.add_column(column, no_wrap=column != "limiter", justify=justify, overflow="fold")
     for r, name in zip(reports, names, strict=True):
         table.add_row(
