@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 BROADCAST_TIMEOUT_S = 1.0
 CACHE_SECONDS = 3.0
-_cache: dict[str, tuple[float, dict[str, int]]] = {}
+_cache: dict[str, tuple[float, Presence]] = {}
 _cache_lock = threading.Lock()
 
 
@@ -46,18 +46,30 @@ def broker_presence(broker_url: str, timeout: float = BROADCAST_TIMEOUT_S) -> Pr
     with _cache_lock:
         hit = _cache.get(broker_url)
         if hit is not None and now - hit[0] < CACHE_SECONDS:
-            return Presence(hit[1], "broker")
+            return hit[1]
     try:
-        online = _ask_workers(broker_url, timeout)
+        presence = Presence(_ask_workers(broker_url, timeout), "broker")
     except Exception as error:  # an unreachable broker: say so rather than claim zero workers
         log.warning("cannot ask the workers over %s: %s", broker_url, error)
-        return Presence({}, "broker", error=str(error) or type(error).__name__)
+        presence = Presence({}, "broker", error=str(error) or type(error).__name__)
     with _cache_lock:
-        _cache[broker_url] = (time.monotonic(), online)
-    return Presence(online, "broker")
+        _cache[broker_url] = (time.monotonic(), presence)
+    return presence
 
 
 def _ask_workers(broker_url: str, timeout: float) -> dict[str, int]:
+    if broker_url.startswith(("redis://", "rediss://")):  # fail in a second, not after kombu's retries
+        import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        client = redis.Redis.from_url(
+            broker_url, socket_connect_timeout=timeout, socket_timeout=timeout, retry=Retry(NoBackoff(), 0)
+        )
+        try:
+            client.ping()
+        finally:
+            client.close()
     from workers.celery_app import celery_for
 
     replies = celery_for(broker_url).control.inspect(timeout=timeout).active_queues() or {}

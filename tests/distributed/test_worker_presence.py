@@ -52,3 +52,12 @@ def test_warnings_only_while_tasks_wait() -> None:
     assert waiting_warnings("host", {**queued, "queued": 0}, nobody) == []
     unknown = Presence({}, "broker", error="Connection refused")
     assert waiting_warnings("gfx90a", queued, unknown)[0].startswith("cannot tell whether a worker serves")
+
+
+def test_an_unreachable_broker_is_unknown_not_zero() -> None:
+    from tests.conftest import free_port
+
+    presence = broker_presence(f"redis://127.0.0.1:{free_port()}/0", timeout=0.5)
+    assert presence.error and presence.online == {}
+    warning = waiting_warnings("gfx906", {"queued": 3}, presence)[0]
+    assert warning.startswith("cannot tell whether a worker serves gfx906: the broker did not answer")
