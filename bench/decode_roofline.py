@@ -126,8 +126,10 @@ def cublas_in_child(shapes: list[dict[str, Any]], ms: list[int], l2_bytes: int) 
     return list(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
-def run_sweep(home: Path, formats: list[str], ms: list[int], dispatches: int, warmup: int) -> dict[str, Any]:
-    """The service path: migrate SQLite, submit the sweep, run its tasks with the embedded worker loop."""
+def run_sweep(
+    home: Path, formats: list[str], ms: list[int], dispatches: int, warmup: int, package: Path | None = None
+) -> dict[str, Any]:
+    """The service path: migrate SQLite, (store the package,) submit the sweep, run it embedded."""
     from sqlalchemy import select
 
     from service.config import Settings
@@ -146,9 +148,17 @@ def run_sweep(home: Path, formats: list[str], ms: list[int], dispatches: int, wa
     device = backend.detect()
     if device is None:
         raise SystemExit("no sm_90 GPU detected (cuda backend)")
+    kernel = None
+    if package is not None:
+        from kernels.packages.archive import read_folder
+        from service.kernel_store import store_package
+
+        with factory.begin() as session:
+            kernel = store_package(session, read_folder(package), "bench").package.name
     spec = SweepSpec(
-        arch="sm_90", phase="decode", formats=formats, profile="qwen36", m=ms, min_dispatches=dispatches,
-        max_dispatches=dispatches, warmup=warmup, labels={"bench": "decode_roofline"},
+        arch="sm_90", phase="decode", kernel=kernel, formats=formats, profile="qwen36", m=ms,
+        min_dispatches=dispatches, max_dispatches=dispatches, warmup=warmup,
+        labels={"bench": "decode_roofline"},
     )  # fmt: skip
     with factory.begin() as session:
         sweep, _ = submit_sweep(session, spec, None, "bench")
@@ -240,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-cublas", action="store_true")
     parser.add_argument("--out", type=Path)
     parser.add_argument(
-        "--source", type=Path, help="decode source with the library ABI (default: the library's)"
+        "--package", type=Path, help="a decode kernel package folder to sweep (default: built-in tb-decode)"
     )
     parser.add_argument("--cublas-child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -248,18 +258,12 @@ def main(argv: list[str] | None = None) -> int:
         job = json.loads(args.cublas_child)
         print(json.dumps(cublas_fp16(job["shapes"], job["ms"], job["l2"])))
         return 0
-    if args.source:
-        import os
-
-        from workers.harness.cuda_abi import SOURCE_ENV
-
-        os.environ[SOURCE_ENV] = str(args.source.resolve())
     formats = [f for f in args.formats.split(",") if f]
     ms = [int(v) for v in args.m.split(",") if v]
 
     started = dt.datetime.now(dt.UTC)
     with tempfile.TemporaryDirectory(prefix="tunebase-bench-") as tmp:
-        sweep = run_sweep(Path(tmp), formats, ms, args.dispatches, args.warmup)
+        sweep = run_sweep(Path(tmp), formats, ms, args.dispatches, args.warmup, args.package)
     if args.out:  # keep the sweep even if a later stage fails
         args.out.with_suffix(".sweep.json").write_text(json.dumps(sweep, indent=1, default=str))
     from workers.harness import cuda_driver as cd

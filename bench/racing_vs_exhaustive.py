@@ -69,7 +69,7 @@ class RecordedPoint:
 
 
 def record_host(args: argparse.Namespace) -> tuple[list[RecordedPoint], dict[str, Any]]:
-    from kernels.families.decode import DecodeFamily
+    from kernels.packages.loader import builtin_packages
     from workers.backends.base import TaskSpec
     from workers.backends.host import HostBackend, cpu_model
 
@@ -77,7 +77,7 @@ def record_host(args: argparse.Namespace) -> tuple[list[RecordedPoint], dict[str
     device = backend.detect()
     if device is None:
         raise SystemExit("no C compiler: cannot run the host backend")
-    family = DecodeFamily()
+    family = builtin_packages()["tb-decode"]
     variants = tuple(v.name for v in family.space("host"))
     order = {v.name: v.order for v in family.space("host")}
     points: list[RecordedPoint] = []

@@ -938,6 +938,11 @@ from workers.isa.cli import isa as _isa_command  # noqa: E402
 
 app.command("isa")(_isa_command)
 
+# `tunebase kernel push|list|show|analyze` lives beside the package routes' client (issue 12).
+from service.kernel_cli import kernel_app as _kernel_app  # noqa: E402
+
+app.add_typer(_kernel_app, name="kernel")
+
 
 if __name__ == "__main__":
     app()

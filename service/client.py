@@ -110,6 +110,31 @@ class TunebaseClient:
         result: dict[str, Any] = self._call("GET", "/v1/observed-shapes", params=_params(filters))
         return result
 
+    def push_kernel(self, archive: bytes) -> dict[str, Any]:
+        headers = {"Content-Type": "application/gzip"}
+        result: dict[str, Any] = self._call("POST", "/v1/kernels", content=archive, headers=headers)
+        return result
+
+    def kernels(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", "/v1/kernels")
+        return result
+
+    def kernel(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", f"/v1/kernels/{name}")
+        return result
+
+    def kernel_version(self, name: str, version: str, arch: str | None = None) -> dict[str, Any]:
+        result: dict[str, Any] = self._call(
+            "GET", f"/v1/kernels/{name}/{version}", params=_params({"arch": arch})
+        )
+        return result
+
+    def analyze_kernel(self, name: str, version: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """Compiles on the server: ``timeout`` covers every variant's compile."""
+        path = f"/v1/kernels/{name}/{version}/analyze"
+        result: dict[str, Any] = self._call("POST", path, json=_params(body), timeout=timeout)
+        return result
+
 
 def _params(values: dict[str, Any]) -> dict[str, Any]:
     """Drop unset filters so the server applies its defaults."""

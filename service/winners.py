@@ -15,6 +15,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from kernels.formats.registry import FORMATS
+from kernels.packages.loader import BUILTIN_FOR_PHASE
 from service.config import get_settings
 from service.db.models import Device, Dispatch, Measurement, TableVersion, Variant, Winner, utcnow
 from service.db.queries import at_point
@@ -31,15 +32,23 @@ class PointMeasurement:
 
 
 def point_measurements(
-    session: Session, arch: str, phase: str, format_name: str, m: int, n: int, k: int
+    session: Session,
+    arch: str,
+    phase: str,
+    format_name: str,
+    m: int,
+    n: int,
+    k: int,
+    kernel: str | None = None,
 ) -> list[PointMeasurement]:
-    """Every measurement with a median at the point, oldest first, each flagged stale or not."""
+    """Every measurement of one package (default: the phase's built-in) with a median at the point,
+    oldest first, each flagged stale or not."""
     rows = session.execute(
         select(Measurement, Variant, Device)
         .join(Variant, Measurement.variant_id == Variant.id)
         .outerjoin(Device, Measurement.device_id == Device.id)
         .where(
-            *at_point(arch, phase, format_name, m, n, k),
+            *at_point(arch, phase, format_name, m, n, k, kernel or BUILTIN_FOR_PHASE[phase]),
             Measurement.median_us.is_not(None),
         )
         .order_by(Measurement.id)
@@ -125,9 +134,10 @@ def decide_point(
     n: int,
     k: int,
     min_effect: float | None = None,
+    kernel: str | None = None,
 ) -> tuple[Decision | None, dict[str, PointMeasurement]]:
     """The decision for one point without writing anything (the winners row is refresh_point's job)."""
-    chosen = newest_per_variant(point_measurements(session, arch, phase, format_name, m, n, k))
+    chosen = newest_per_variant(point_measurements(session, arch, phase, format_name, m, n, k, kernel))
     codebook = FORMATS[format_name].codebook
     decision = choose_winner(
         candidates_for(session, chosen),
@@ -147,10 +157,13 @@ def refresh_point(
     n: int,
     k: int,
     min_effect: float | None = None,
+    kernel: str | None = None,
 ) -> Winner | None:
-    """Recompute and store the winner of one point; deletes it when no variant is eligible."""
-    decision, chosen = decide_point(session, arch, phase, format_name, m, n, k, min_effect)
+    """Recompute and store the winner of one point of one package; deletes it when none is eligible."""
+    kernel = kernel or BUILTIN_FOR_PHASE[phase]
+    decision, chosen = decide_point(session, arch, phase, format_name, m, n, k, min_effect, kernel)
     point = (
+        Winner.kernel == kernel,
         Winner.arch == arch,
         Winner.phase == phase,
         Winner.format == format_name,
@@ -163,13 +176,14 @@ def refresh_point(
         return None
     winner = session.scalar(select(Winner).where(*point))
     if winner is None:
-        winner = Winner(arch=arch, phase=phase, format=format_name, m=m, n=n, k=k)
+        winner = Winner(arch=arch, phase=phase, kernel=kernel, format=format_name, m=m, n=n, k=k)
         session.add(winner)
     chosen_row = chosen[decision.winner.variant].measurement
     medians = {s.variant: s.median_us for s in decision.stats}
     winner.codebook = FORMATS[format_name].codebook
     winner.shape = chosen_row.shape
     winner.variant = decision.winner.variant
+    winner.kernel_version = chosen_row.kernel_version
     winner.measurement_id = chosen_row.id
     winner.median_us = medians[decision.winner.variant]
     winner.runner_up = decision.runner_up.variant if decision.runner_up else None

@@ -13,9 +13,10 @@ from celery import Celery
 from celery.schedules import crontab
 from kombu import Queue
 
+from kernels.arches import ARCH_NAMES, get_arch
 from service.config import Settings, get_settings
 
-ARCHES = ("gfx906", "gfx90a", "gfx942", "gfx950", "sm_90", "host")
+ARCHES = ARCH_NAMES
 COMPILE_QUEUE = "compile"
 MAINTENANCE_QUEUE = "maintenance"
 RUN_TASK = "tunebase.run_task"
@@ -24,7 +25,7 @@ NIGHTLY_TABLES = "tunebase.tables.nightly"
 
 
 def arch_queue(arch: str) -> str:
-    return f"arch.{arch}"
+    return get_arch(arch).queue
 
 
 def parse_cron(expression: str) -> crontab:

@@ -23,9 +23,9 @@ from sqlalchemy import ColumnElement, and_, delete, select, update
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from kernels.families import family_for_phase
 from kernels.formats.registry import FORMATS
 from service.db.models import Artifact, Device, Measurement, Sweep, Task, Variant, utcnow
+from service.kernel_store import get_package
 from service.statistics.summary import summarize_ns
 from service.sweeps.service import refresh_sweep_status
 from service.winners import refresh_point
@@ -151,7 +151,7 @@ def still_owned(task: Task, owner: str) -> bool:
     return (task.state == "running" and task.lease_owner == owner) or task.state == "queued"
 
 
-def task_spec(task: Task, sweep: Sweep) -> TaskSpec:
+def task_spec(task: Task, sweep: Sweep, kernel_root: str = "") -> TaskSpec:
     spec = sweep.spec
     return TaskSpec(
         arch=task.arch,
@@ -168,6 +168,9 @@ def task_spec(task: Task, sweep: Sweep) -> TaskSpec:
         seed=int(spec.get("seed", 0)),
         warm_cache=bool(spec.get("warm_cache", False)),
         strategy=str(spec.get("strategy", "exhaustive")),
+        kernel=task.kernel,
+        kernel_version=task.kernel_version,
+        kernel_root=kernel_root,
     )
 
 
@@ -189,7 +192,8 @@ def execute_task(
                 return None
             sweep = session.get(Sweep, task.sweep_id)
             assert sweep is not None
-            return task_spec(task, sweep)
+            package = get_package(session, task.kernel, task.kernel_version or None)
+            return task_spec(task, sweep, str(package.root))
 
     spec = with_db_retry(claim, f"claim task {task_id}")
     if spec is None:
@@ -211,7 +215,9 @@ def execute_task(
             task.error = None
             task.lease_owner = None
             task.lease_expires_at = None
-            refresh_point(session, task.arch, task.phase, task.format, task.m, task.n, task.k)
+            refresh_point(
+                session, task.arch, task.phase, task.format, task.m, task.n, task.k, kernel=task.kernel
+            )
             _refresh_sweep(session, task.sweep_id)
             return "done"
 
@@ -282,7 +288,7 @@ def store_task_result(session: Session, task: Task, result: TaskResult) -> None:
             cache_key=info.cache_key,
             backend=result.device.backend,
             arch=task.arch,
-            family=task.phase,
+            family=task.kernel,
             format=task.format,
             source_hash=info.source_hash,
             toolchain=info.toolchain,
@@ -294,7 +300,7 @@ def store_task_result(session: Session, task: Task, result: TaskResult) -> None:
         )
         session.add(artifact)
         session.flush()
-    family = family_for_phase(task.phase)
+    family = get_package(session, task.kernel, task.kernel_version or None)
     backend_name = result.device.backend
     codebook = FORMATS[task.format].codebook
     pending: list[tuple[Measurement, list[Dispatch]]] = []
@@ -319,6 +325,8 @@ def store_task_result(session: Session, task: Task, result: TaskResult) -> None:
             k=task.k,
             m=task.m,
             source="sweep",
+            kernel=task.kernel,
+            kernel_version=task.kernel_version,
             source_hash=info.source_hash,
             toolchain=info.toolchain,
             n_dispatches=len(variant_result.dispatches),

@@ -14,6 +14,7 @@ from service.api.routes import (
     health,
     imports_llaminar,
     imports_rocprof,
+    kernels,
     measurements,
     metrics,
     observed,
@@ -60,5 +61,6 @@ def create_app(settings: Settings | None = None, start_embedded_worker: bool = T
     app.include_router(registry.router)
     app.include_router(imports_llaminar.router)
     app.include_router(imports_rocprof.router)
+    app.include_router(kernels.router)
     dashboard.install(app)
     return app

@@ -60,6 +60,8 @@ class Sweep(Base):
     idempotency_key: Mapped[str | None] = mapped_column(String(200), unique=True)
     arch: Mapped[str] = mapped_column(String(32), index=True)
     phase: Mapped[str] = mapped_column(String(16))
+    kernel: Mapped[str] = mapped_column(String(64), default="", index=True)  # package name (DESIGN §9)
+    kernel_version: Mapped[str] = mapped_column(String(64), default="")  # package content sha256
     strategy: Mapped[str] = mapped_column(String(16), default="exhaustive")
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
     labels: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
@@ -90,6 +92,8 @@ class Task(Base):
     k: Mapped[int] = mapped_column(Integer)
     m: Mapped[int] = mapped_column(Integer)
     variants: Mapped[list[Any]] = mapped_column(JSON)
+    kernel: Mapped[str] = mapped_column(String(64), default="")  # package name (DESIGN §9)
+    kernel_version: Mapped[str] = mapped_column(String(64), default="")  # package content sha256
     state: Mapped[str] = mapped_column(String(16), default="queued")
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     lease_owner: Mapped[str | None] = mapped_column(String(200))
@@ -143,7 +147,7 @@ class Measurement(Base):
     __tablename__ = "measurements"
     __table_args__ = (
         UniqueConstraint("task_id", "variant_id", name="uq_measurement_task_variant"),
-        Index("ix_measurements_point", "arch", "phase", "format", "m", "n", "k"),
+        Index("ix_measurements_point", "arch", "phase", "format", "m", "n", "k", "kernel"),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -161,6 +165,8 @@ class Measurement(Base):
     k: Mapped[int] = mapped_column(Integer)
     m: Mapped[int] = mapped_column(Integer)
     source: Mapped[str] = mapped_column(String(24), default="sweep")  # sweep | llaminar-csv | rocprof
+    kernel: Mapped[str] = mapped_column(String(64), default="")  # package name (DESIGN §9)
+    kernel_version: Mapped[str] = mapped_column(String(64), default="")  # package content sha256
     source_hash: Mapped[str] = mapped_column(String(80), default="")
     toolchain: Mapped[str] = mapped_column(String(300), default="")
     n_dispatches: Mapped[int] = mapped_column(Integer, default=0)
@@ -199,7 +205,9 @@ class Dispatch(Base):
 
 class Winner(Base):
     __tablename__ = "winners"
-    __table_args__ = (UniqueConstraint("arch", "phase", "format", "m", "n", "k", name="uq_winner_point"),)
+    __table_args__ = (
+        UniqueConstraint("arch", "phase", "kernel", "format", "m", "n", "k", name="uq_winner_point"),
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     arch: Mapped[str] = mapped_column(String(32))
@@ -211,6 +219,8 @@ class Winner(Base):
     k: Mapped[int] = mapped_column(Integer)
     shape: Mapped[str] = mapped_column(String(120))
     variant: Mapped[str] = mapped_column(String(80))
+    kernel: Mapped[str] = mapped_column(String(64), default="")  # package name (DESIGN §9)
+    kernel_version: Mapped[str] = mapped_column(String(64), default="")  # package content sha256
     measurement_id: Mapped[int] = mapped_column(ForeignKey("measurements.id", ondelete="CASCADE"))
     median_us: Mapped[float] = mapped_column(Float)
     runner_up: Mapped[str | None] = mapped_column(String(80))
@@ -325,3 +335,44 @@ class CaptureKernelStat(Base):
     min_ns: Mapped[int | None] = mapped_column(BigInteger)
     max_ns: Mapped[int | None] = mapped_column(BigInteger)
     stddev_ns: Mapped[float | None] = mapped_column(Float)
+
+
+class KernelPackageRow(Base):
+    """An uploaded kernel package (DESIGN §9), content-addressed: the same files are the same version."""
+
+    __tablename__ = "kernel_packages"
+    __table_args__ = (UniqueConstraint("name", "version", name="uq_kernel_package_version"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), index=True)
+    version: Mapped[str] = mapped_column(String(64))
+    phase: Mapped[str] = mapped_column(String(16))
+    manifest: Mapped[dict[str, Any]] = mapped_column(JSON)
+    files: Mapped[dict[str, Any]] = mapped_column(JSON)  # {relative path: base64 bytes}
+    size_bytes: Mapped[int] = mapped_column(Integer)
+    variants: Mapped[int] = mapped_column(Integer)
+    invalid: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    uploaded_by: Mapped[str] = mapped_column(String(200), default="")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class KernelAnalysis(Base):
+    """Per-variant ISA resources of a package compiled for one arch without a GPU (the pre-screen)."""
+
+    __tablename__ = "kernel_analyses"
+    __table_args__ = (
+        UniqueConstraint("kernel", "kernel_version", "arch", "format", "variant", name="uq_kernel_analysis"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    kernel: Mapped[str] = mapped_column(String(64), index=True)
+    kernel_version: Mapped[str] = mapped_column(String(64))
+    arch: Mapped[str] = mapped_column(String(32))
+    format: Mapped[str] = mapped_column(String(16))
+    variant: Mapped[str] = mapped_column(String(80))
+    symbol: Mapped[str] = mapped_column(String(200))
+    ok: Mapped[bool] = mapped_column(Boolean, default=True)
+    error: Mapped[str | None] = mapped_column(Text)
+    resources: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    toolchain: Mapped[str] = mapped_column(String(300), default="")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

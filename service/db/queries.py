@@ -8,10 +8,13 @@ from service.db.models import Measurement
 
 
 def at_point(
-    arch: str, phase: str, format_name: str, m: int, n: int, k: int
+    arch: str, phase: str, format_name: str, m: int, n: int, k: int, kernel: str | None = None
 ) -> tuple[ColumnElement[bool], ...]:
-    """WHERE conditions selecting the measurements of one (arch, phase, format, M, N, K) point."""
+    """WHERE conditions selecting the measurements of one (arch, phase, format, M, N, K) point, of one
+    kernel package when given (winners of different packages never mix)."""
+    kernel_condition = () if kernel is None else (Measurement.kernel == kernel,)
     return (
+        *kernel_condition,
         Measurement.arch == arch,
         Measurement.phase == phase,
         Measurement.format == format_name,

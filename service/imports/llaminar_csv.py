@@ -22,7 +22,9 @@ from dataclasses import dataclass, replace
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from kernels.arches import ARCH_NAMES
 from kernels.formats.registry import FORMATS
+from kernels.packages.loader import BUILTIN_FOR_PHASE
 from service.db.models import Measurement, Variant
 from service.tables.codecs import get_codec
 
@@ -35,7 +37,7 @@ DECODE_HEADER: tuple[str, ...] = (
     "weight_bytes", "min_us", "mean_us", "stddev_us", "eff_bw_gbs", "bw_efficiency", "speedup_vs_int8",
     "theoretical_speedup", "kernel_efficiency", "cosine", "correctness_pass", "is_best",
 )  # fmt: skip
-ARCHES = ("gfx906", "gfx90a", "gfx942", "gfx950", "sm_90", "host")
+ARCHES = ARCH_NAMES
 SOURCE = "llaminar-csv"
 
 # Trainer spellings of prefill variants: N64/MT32/MB1/U2, N64/MT32/MB1 (unroll 4), N64_M32_MB1_UG2.
@@ -240,11 +242,15 @@ def parse_files(files: Sequence[tuple[str, str]], arch: str | None = None) -> Pa
 def _variant(session: Session, phase: str, name: str, cache: dict[tuple[str, str], Variant]) -> Variant:
     key = (phase, name)
     if key not in cache:
-        found = session.scalar(select(Variant).where(Variant.family == phase, Variant.name == name))
+        found = session.scalar(
+            select(Variant).where(Variant.family == BUILTIN_FOR_PHASE[phase], Variant.name == name)
+        )
         if found is None:
             config = get_codec(phase).parse_variant(name)
             found = Variant(
-                family=phase, name=name, params=dict(zip(get_codec(phase).config_fields, config, strict=True))
+                family=BUILTIN_FOR_PHASE[phase],
+                name=name,
+                params=dict(zip(get_codec(phase).config_fields, config, strict=True)),
             )
             session.add(found)
             session.flush()
@@ -279,6 +285,7 @@ def store_rows(session: Session, result: ParseResult) -> StoreResult:
             Measurement(
                 variant_id=variant.id, arch=r.arch, phase=r.phase, format=r.format, codebook=r.codebook,
                 shape=r.shape, n=r.n, k=r.k, m=r.m, source=SOURCE, n_dispatches=0,
+                kernel=BUILTIN_FOR_PHASE[r.phase],
                 median_us=r.min_us, min_us=r.min_us, mean_us=r.mean_us, stddev_us=r.stddev_us,
                 cv=r.stddev_us / r.mean_us if r.mean_us else None, cosine=r.cosine, parity_pass=r.parity_pass,
             )

@@ -11,17 +11,40 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from kernels.packages.package import KernelPackage
 from service.db.models import Measurement, Sweep, Task, utcnow
+from service.kernel_store import PackageNotFound, resolve
 from service.observed import OfferedPoint, mark_offered, offered_points
 from service.sweeps.availability import Presence, waiting_warnings
 from service.sweeps.planning import PlannedTask, plan_tasks
-from service.sweeps.spec import SweepSpec
+from service.sweeps.skip_spilling import variants_per_format
+from service.sweeps.spec import SpecProblem, SweepSpec
 
 TASK_STATES = ("queued", "running", "done", "failed", "cancelled")
 
 
 class IdempotencyConflict(Exception):
     """The same Idempotency-Key was used before with a different spec."""
+
+
+class InvalidSpec(ValueError):
+    """A spec that names fields pydantic cannot check alone (package, variants, formats per package)."""
+
+    def __init__(self, problems: list[SpecProblem]):
+        self.problems = problems
+        super().__init__("; ".join(f"{p.field}: {p.message}" for p in problems))
+
+
+def validate_spec(session: Session, spec: SweepSpec) -> KernelPackage:
+    """The package the sweep runs, or InvalidSpec naming every bad field."""
+    try:
+        package = resolve(session, spec.kernel, spec.phase)
+    except PackageNotFound as error:
+        raise InvalidSpec([SpecProblem(("kernel",), str(error))]) from None
+    problems = spec.problems(package)
+    if problems:
+        raise InvalidSpec(problems)
+    return package
 
 
 def spec_fingerprint(spec: SweepSpec) -> str:
@@ -31,26 +54,37 @@ def spec_fingerprint(spec: SweepSpec) -> str:
 def submit_sweep(
     session: Session, spec: SweepSpec, idempotency_key: str | None, submitted_by: str
 ) -> tuple[Sweep, bool]:
-    """Create the sweep and its tasks in one transaction; returns (sweep, created)."""
+    """Create the sweep and its tasks in one transaction; returns (sweep, created).
+
+    Raises InvalidSpec before anything is written when the spec does not fit its package.
+    """
+    package = validate_spec(session, spec)
     if idempotency_key:
         existing = session.scalar(select(Sweep).where(Sweep.idempotency_key == idempotency_key))
         if existing is not None:
             return _same_or_conflict(existing, spec), False
+    variants, warnings, problems = variants_per_format(
+        session, spec, package, spec.resolved_variants(package)
+    )
+    if problems:
+        raise InvalidSpec(problems)
     spec_json = spec.model_dump(mode="json")
     spec_json["fingerprint"] = spec_fingerprint(spec)
+    spec_json["warnings"] = warnings
     sweep = Sweep(
         idempotency_key=idempotency_key or None,
         arch=spec.arch,
         phase=spec.phase,
+        kernel=package.name,
+        kernel_version=package.version,
         strategy=spec.strategy,
         spec=spec_json,
         labels=dict(spec.labels),
         status="queued",
         submitted_by=submitted_by,
     )
-    variants = spec.resolved_variants()
-    sweep.tasks = [_new_task(spec, t, variants) for t in plan_tasks(spec)]
-    observed_tasks, observed_ids = _observed_tasks(session, spec, sweep.tasks, variants)
+    sweep.tasks = [_new_task(spec, package, t, variants[t.format]) for t in plan_tasks(spec)]
+    observed_tasks, observed_ids = _observed_tasks(session, spec, package, sweep.tasks, variants)
     sweep.tasks.extend(observed_tasks)
     session.add(sweep)
     try:
@@ -66,7 +100,11 @@ def submit_sweep(
 
 
 def _observed_tasks(
-    session: Session, spec: SweepSpec, planned: list[Task], variants: list[str]
+    session: Session,
+    spec: SweepSpec,
+    package: KernelPackage,
+    planned: list[Task],
+    variants: dict[str, list[str]],
 ) -> tuple[list[Task], list[int]]:
     """Observed points not already planned (DESIGN §5.7), when the spec asks for them, and the ids of
     every observed row the sweep covers (planned or added)."""
@@ -80,15 +118,19 @@ def _observed_tasks(
         if (point.format, point.n, point.k, point.m) in seen:
             continue
         seen.add((point.format, point.n, point.k, point.m))
-        tasks.append(_new_task(spec, point, variants))
+        tasks.append(_new_task(spec, package, point, variants[point.format]))
     return tasks, covered
 
 
-def _new_task(spec: SweepSpec, point: PlannedTask | OfferedPoint, variants: list[str]) -> Task:
-    """The queued task measuring `variants` at one planned or observed point."""
+def _new_task(
+    spec: SweepSpec, package: KernelPackage, point: PlannedTask | OfferedPoint, variants: list[str]
+) -> Task:
+    """The queued task measuring `variants` of one package version at one planned or observed point."""
     return Task(
         arch=spec.arch,
         phase=spec.phase,
+        kernel=package.name,
+        kernel_version=package.version,
         format=point.format,
         shape=point.shape,
         n=point.n,
@@ -151,18 +193,20 @@ def sweep_status_body(session: Session, sweep: Sweep, presence: Presence | None 
         "status": sweep.status,
         "arch": sweep.arch,
         "phase": sweep.phase,
+        "kernel": sweep.kernel,
+        "kernel_version": sweep.kernel_version,
         "strategy": sweep.strategy,
         "labels": sweep.labels,
+        "warnings": list((sweep.spec or {}).get("warnings", [])),
         "tasks": counts,
         "progress": (finished / counts["total"]) if counts["total"] else 1.0,
         "parity_failures": parity_failures(session, sweep.id),
         "created_at": sweep.created_at.isoformat() if sweep.created_at else None,
         "finished_at": sweep.finished_at.isoformat() if sweep.finished_at else None,
-        "warnings": [],
     }
-    if presence is not None:
+    if presence is not None:  # the spec's own warnings (skipped variants), then why it waits, if it does
         body["workers_online"] = None if presence.error else presence.count(sweep.arch)
-        body["warnings"] = waiting_warnings(sweep.arch, counts, presence)
+        body["warnings"] += waiting_warnings(sweep.arch, counts, presence)
     return body
 
 

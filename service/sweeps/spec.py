@@ -5,17 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from kernels.families import family_for_phase
+from kernels.arches import ARCH_NAMES, get_arch, require_arch
 from kernels.families.base import InvalidVariant
 from kernels.formats.registry import FORMATS
+from kernels.packages.layouts import check_format
+from kernels.packages.package import KernelPackage
 from kernels.profiles import load_profiles
 from service.sweeps.policy import PHASE_M
-from workers.backends.registry import backend_name_for_arch, backend_support
 
-KNOWN_ARCHES = ("gfx906", "gfx90a", "gfx942", "gfx950", "sm_90", "host")
+KNOWN_ARCHES = ARCH_NAMES
 MAX_TASKS = 20_000
+KERNEL_REF_PATTERN = r"^[a-z0-9][a-z0-9-]{0,63}(@[0-9a-f]{4,64})?$"
 
 
 class ShapeSpec(BaseModel):
@@ -45,8 +47,15 @@ class SweepSpec(BaseModel):
         },
     )
 
-    arch: Literal["gfx906", "gfx90a", "gfx942", "gfx950", "sm_90", "host"]
+    arch: str = Field(
+        json_schema_extra={"enum": list(ARCH_NAMES)}, description="one row of kernels/arches.py"
+    )
     phase: Literal["decode", "prefill"]
+    kernel: str | None = Field(
+        None,
+        pattern=KERNEL_REF_PATTERN,
+        description="kernel package name or name@<sha256 prefix>; default: the phase's built-in package",
+    )
     formats: list[str] = Field(min_length=1, max_length=32)
     profile: str | None = None
     shapes: list[ShapeSpec] | None = Field(None, min_length=1, max_length=256)
@@ -64,8 +73,17 @@ class SweepSpec(BaseModel):
         description="also tune the observed shapes (POST /v1/observed-shapes) of this arch/phase/formats",
     )
 
-    def problems(self) -> list[SpecProblem]:
-        """Cross-field checks pydantic cannot express; each problem names its field path."""
+    skip_spilling: bool = Field(
+        False, description="leave out variants whose stored ISA pre-screen for this arch shows spills"
+    )
+
+    @field_validator("arch")
+    @classmethod
+    def _known_arch(cls, value: str) -> str:
+        return require_arch(value)
+
+    def problems(self, package: KernelPackage) -> list[SpecProblem]:
+        """Cross-field checks pydantic cannot express, against the resolved package; each names its field."""
         found: list[SpecProblem] = []
         for index, name in enumerate(self.formats):
             if name not in FORMATS:
@@ -100,16 +118,39 @@ class SweepSpec(BaseModel):
                     )
         if self.min_dispatches > self.max_dispatches:
             found.append(SpecProblem(("min_dispatches",), "min_dispatches must not exceed max_dispatches"))
-        backend = backend_name_for_arch(self.arch)
-        family = family_for_phase(self.phase)
+        backend = get_arch(self.arch).backend
+        if package.source_key(backend) is None:
+            have = ", ".join(package.manifest.sources)
+            found.append(
+                SpecProblem(
+                    ("kernel",),
+                    f"package {package.name} has no source that the {backend} backend ({self.arch}) can run "
+                    f"(it has: {have})",
+                )
+            )
         for index, variant in enumerate(self.variants or []):
             try:
-                family.parse(variant, backend)
+                package.parse(variant, backend)
             except InvalidVariant as error:
                 found.append(SpecProblem(("variants", index), str(error)))
+        if not self.variants and not package.space(backend):
+            found.append(
+                SpecProblem(("kernel",), f"package {package.name} has no valid variant for {backend}")
+            )
         for index, name in enumerate(self.formats):
-            reason = backend_support(self.arch, self.phase, name)
-            if name in FORMATS and reason:
+            if name not in FORMATS:
+                continue
+            if name not in package.manifest.formats:
+                found.append(
+                    SpecProblem(
+                        ("formats", index),
+                        f"package {package.name} does not read {name} "
+                        f"(it reads {', '.join(package.manifest.formats)})",
+                    )
+                )
+                continue
+            reason = check_format(package.manifest.weights, name)
+            if reason:
                 found.append(SpecProblem(("formats", index), reason))
         if not found and self.task_count() > MAX_TASKS:
             found.append(
@@ -128,11 +169,10 @@ class SweepSpec(BaseModel):
         assert self.profile is not None
         return [ShapeSpec(name=s.name, n=s.n, k=s.k) for s in load_profiles()[self.profile]]
 
-    def resolved_variants(self) -> list[str]:
+    def resolved_variants(self, package: KernelPackage) -> list[str]:
         if self.variants:
             return list(self.variants)
-        family = family_for_phase(self.phase)
-        return [variant.name for variant in family.space(backend_name_for_arch(self.arch))]
+        return [variant.name for variant in package.space(get_arch(self.arch).backend)]
 
     def task_count(self) -> int:
         return len(self.formats) * len(self.resolved_shapes()) * len(self.resolved_m())

@@ -20,7 +20,7 @@ extern "C" __global__ void tb_tiny(float *y) { y[TB_TID] = (float)tb_dot4(0x0101
 
 @pytest.fixture
 def tiny_source(tmp_path: Path) -> Path:
-    hip = Path(__file__).resolve().parents[2] / "kernels" / "sources" / "hip"
+    hip = Path(__file__).resolve().parents[2] / "kernels" / "library" / "include"
     (tmp_path / "tb_portability.h").write_text((hip / "tb_portability.h").read_text())
     src = tmp_path / "tiny.hip"
     src.write_text(TINY)

@@ -12,15 +12,15 @@ from typing import Any
 
 import pytest
 
-from kernels.families import FAMILIES
-from kernels.families.abi import symbol
-from kernels.formats.packed import KINDS
-from workers.compilers import GPU_ARCHES, compiler_for_arch, family_source
+from kernels.arches import get_arch, gpu_arches
+from kernels.packages.build import compile_units
+from kernels.packages.loader import BUILTIN_FOR_PHASE, builtin_packages
+from workers.compilers import compiler_for_arch
 from workers.compilers.cache import CompileCache
 from workers.compilers.codeobject import device_elfs, kernel_symbols
 
-ARCH_BACKEND = {"gfx906": "rocm", "gfx90a": "rocm", "gfx942": "rocm", "gfx950": "rocm", "sm_90": "cuda"}
-KIND_NAMES = tuple(KINDS)
+KIND_FORMAT = {"sym": "Q8_0", "asym": "Q4_K", "sym16": "Q6_K"}  # one format of each kernel kind
+KIND_NAMES = tuple(KIND_FORMAT)
 # (family, arch) -> kind for the fast run: every kind appears for both families
 FAST = {
     ("decode", "gfx906"): "asym", ("decode", "gfx90a"): "sym16", ("decode", "gfx942"): "sym",
@@ -32,7 +32,7 @@ FAST = {
 def _matrix() -> list[Any]:
     cases: list[Any] = []
     for family in ("decode", "prefill"):
-        for arch in GPU_ARCHES:
+        for arch in gpu_arches():
             for kind in KIND_NAMES:
                 fast = FAST.get((family, arch)) == kind
                 marks = [] if fast else [pytest.mark.slow]
@@ -53,10 +53,13 @@ def test_family_compiles_with_every_variant_symbol(
     _require(arch)
     compiler = compiler_for_arch(arch)
     cache = CompileCache(artifact_dir / "gpu")
-    got = cache.get_or_compile(compiler, family_source(family), family, kind, arch, KINDS[kind].defines)
+    package = builtin_packages()[BUILTIN_FOR_PHASE[family]]
+    backend = get_arch(arch).backend
+    (unit,) = compile_units(package, KIND_FORMAT[kind], backend, package.space(backend))
+    got = cache.get_or_compile(compiler, unit.source, package.name, kind, arch, unit.defines)
     assert got.result.ok, got.result.log[-4000:]
     assert got.result.path is not None
-    expected = {symbol(v) for v in FAMILIES[family].space(ARCH_BACKEND[arch])}
+    expected = set(unit.symbols(package).values())
     assert len(expected) == (20 if family == "decode" else 40)
     found = kernel_symbols(got.result.path)
     assert expected <= found, sorted(expected - found)

@@ -6,15 +6,20 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from kernels.families.decode import DecodeFamily
+from kernels.formats.registry import FORMATS
+from kernels.packages.build import compile_units
+from kernels.packages.expressions import as_int
+from kernels.packages.loader import builtin_packages, load_folder
+from kernels.packages.package import DeviceFacts
 from workers.backends.base import Dispatch
-from workers.backends.cuda import CudaBackend, weight_copies
+from workers.backends.cuda import pair_times
 from workers.backends.registry import create_backend
 from workers.harness import cuda_driver as cd
-from workers.harness.cuda_abi import FixtureBinding, default_binding
 from workers.harness.cuda_compile import parse_sass, summarize_census
-from workers.harness.cuda_library import LibraryBinding
 from workers.profilers.cupti import KernelRecord
+from workers.runner import weight_copies
+
+FIXTURE_PACKAGE = Path(__file__).resolve().parents[1] / "fixtures" / "cuda" / "fixture-decode"
 
 SASS = """
 	code for sm_90
@@ -45,8 +50,11 @@ def test_sass_census_counts_opcodes_per_function() -> None:
 
 
 def test_kernel_args_are_packed_with_c_alignment() -> None:
-    blob, offsets = cd.pack_args([("ptr", 0x1000), ("i32", 7), ("ptr", 0x2000), ("i32", -1), ("f32", 0.5)])
-    assert offsets == [0, 8, 16, 24, 28]
+    blob, offsets = cd.pack_args(
+        [("ptr", 0x1000), ("i32", 7), ("ptr", 0x2000), ("i32", -1), ("f32", 0.5), ("i64", 3), ("u32", 9)]
+    )
+    assert offsets == [0, 8, 16, 24, 28, 32, 40]
+    assert struct.unpack_from("<qI", blob, 32) == (3, 9)
     assert struct.unpack_from("<QiQif", blob.ljust(32, b"\0"), 0)[0] == 0x1000
     assert struct.unpack_from("<i", blob, 24)[0] == -1
     assert struct.unpack_from("<f", blob, 28)[0] == 0.5
@@ -69,7 +77,7 @@ def test_cupti_records_pair_with_launches_in_order() -> None:
     launch_log = ["A", "B", "A", "B", "A"]  # warm-up A, B first, then timed A, B, A
     records = [KernelRecord("k", 100 * i, 100 * i + 10 + i, i) for i in range(5)]
     events = {"A": [21_000, 22_000, 23_000], "B": [31_000, 32_000]}
-    clocks = CudaBackend._attach_times(rows, launch_log, records, events)
+    clocks = pair_times(rows, launch_log, records, events)
     assert clocks == {"A": "cupti", "B": "cupti"}
     assert [d.device_ns for d in rows["A"]] == [12, 14]  # records 2 and 4
     assert [d.event_ns for d in rows["A"]] == [22_000, 23_000]
@@ -78,9 +86,7 @@ def test_cupti_records_pair_with_launches_in_order() -> None:
 
 def test_without_matching_cupti_records_device_time_stays_the_event_time() -> None:
     rows = {"A": [Dispatch(0, 21_000, 50_000, 0)]}
-    clocks = CudaBackend._attach_times(
-        rows, ["A", "A"], [KernelRecord("k", 0, 5, 0)], {"A": [20_000, 21_000]}
-    )
+    clocks = pair_times(rows, ["A", "A"], [KernelRecord("k", 0, 5, 0)], {"A": [20_000, 21_000]})
     assert clocks == {"A": "cuda-events"}
     assert rows["A"][0].device_ns == 21_000 and rows["A"][0].event_ns == 21_000
 
@@ -93,17 +99,27 @@ def test_backend_imports_and_detects_nothing_without_a_gpu(tmp_path: Path) -> No
     assert backend.detect() is None
     assert backend.supports("sm_90", "decode", "Q4_0") is None
     assert "sm_90" in (backend.supports("gfx906", "decode", "Q4_0") or "")
-    assert "prefill" in (backend.supports("sm_90", "prefill", "Q4_0") or "")
+    assert backend.supports("sm_90", "prefill", "Q4_0") is None  # any package with a hip/cuda source
 
 
-def test_bindings_agree_with_the_library_abi() -> None:
-    binding = default_binding()
-    assert isinstance(binding, LibraryBinding)
-    variant = DecodeFamily().parse("KB4/TW24", "cuda")
-    assert binding.symbol(variant) == "tb_decode_kb4_tw24"
-    geo = binding.geometry(variant, n=17408, k=5120, m=2, sm_count=132)
+def test_the_library_package_launches_on_sm90_like_its_abi_says() -> None:
+    package = builtin_packages()["tb-decode"]
+    variant = package.parse("KB4/TW24", "cuda")
+    assert package.symbol(variant) == "tb_decode_kb4_tw24"
+    values = package.bindings(variant, 17408, 5120, 2, FORMATS["Q4_K"], DeviceFacts("cuda", "sm_90", 132, 32))
+    geo = package.geometry(values)
     assert geo.block == (256, 1, 1) and geo.grid[1] == 4
-    waves = geo.grid[0] * 8 * geo.extra["rows_per_wave"]
-    assert waves >= 17408  # every row is covered by some wave
-    assert "-DTB_ASYMMETRIC=1" in binding.options("Q4_K")
-    assert "Q6_K" not in FixtureBinding().formats()  # group-16 scales: library kernel only
+    assert geo.grid[0] * 8 * as_int(values["rows_per_wave"]) >= 17408  # every row is covered by some wave
+    (unit,) = compile_units(package, "Q4_K", "cuda", [variant])
+    assert unit.defines["TB_ASYMMETRIC"] == "1"
+
+
+def test_the_test_fixture_kernel_is_a_package_in_template_form() -> None:
+    """tests/fixtures/cuda/fixture-decode names template instantiations: one unit, NVRTC lowers names."""
+    fixture = load_folder(FIXTURE_PACKAGE)
+    variants = fixture.space("cuda")
+    (unit,) = compile_units(fixture, "Q8_0", "cuda", variants)
+    assert set(unit.symbols(fixture).values()) == {
+        f"tb_decode<{v.params['kb']}, {v.params['tw']}, true>" for v in variants
+    }
+    assert "Q6_K" not in fixture.manifest.formats  # group-16 scales: library kernel only

@@ -17,15 +17,18 @@ from pathlib import Path
 
 import pytest
 
-from kernels.families import abi
-from kernels.families.decode import DecodeFamily
+from kernels.formats.registry import FORMATS
+from kernels.packages.expressions import as_int
+from kernels.packages.loader import builtin_packages, load_folder
+from kernels.packages.package import DeviceFacts
 from tests.rocm.conftest import REPO, device_env
 from workers.backends.base import TaskSpec
-from workers.backends.registry import backend_support, create_backend
+from workers.backends.registry import create_backend
 from workers.backends.rocm import RocmBackend
-from workers.compilers import HIP_SOURCES
-from workers.harness.hip_runner import NAN_BITS, launch_for
+from workers.harness.hip_runner import NAN_BITS
 from workers.isa.analyze import analyze_file
+
+DECODE = builtin_packages()["tb-decode"]
 
 VARIANTS = ("KB1/TW4", "KB8/TW8")
 
@@ -45,14 +48,17 @@ def fake_env(fake_device: Path, tmp_path: Path) -> Callable[..., dict[str, str]]
     return env
 
 
-def decode_args(phase: str, raw: bytes) -> dict[str, int]:
-    """The launch buffer read back as the kernel's C signature reads it (natural alignment)."""
+def decode_args(raw: bytes) -> dict[str, int]:
+    """The launch buffer read back as the kernel's C signature reads it: the package's [[args]] for
+    rocm in order, natural alignment (8-byte pointers, 4-byte ints)."""
     values: dict[str, int] = {}
     offset = 0
-    for arg in abi.ARGS[phase]:
-        size = 8 if arg.is_pointer else 4
+    for arg in DECODE.args_for("rocm"):
+        pointer = arg.role in ("weights", "x", "y", "workspace")
+        size = 8 if pointer else 4
         offset += -offset % size
-        values[arg.name] = struct.unpack_from("<Q" if arg.is_pointer else "<i", raw, offset)[0]
+        (value,) = struct.unpack_from("<Q" if pointer else "<i", raw, offset)
+        values[arg.part or arg.name or arg.role] = value
         offset += size
     return values
 
@@ -67,36 +73,37 @@ def spec(**overrides: object) -> TaskSpec:
 
 
 def test_compile_is_cached_and_carries_isa_resources(rocm_cache: Path) -> None:
-    first = RocmBackend(rocm_cache).build("gfx906", "decode", "Q4_0", list(VARIANTS))
+    variants = [DECODE.parse(name, "rocm") for name in VARIANTS]
+    first = RocmBackend(rocm_cache).build(DECODE, "gfx906", "Q4_0", variants)
     assert first.artifact.ok and first.artifact.compiled
     assert "hipcc" in first.artifact.toolchain and "--offload-arch=gfx906" in first.artifact.flags
     for name in VARIANTS:
         build = first.variants[name]
         assert build.error is None and build.path is not None
-        assert build.symbol == abi.symbol(DecodeFamily().parse(name, "rocm"))
+        assert build.symbol == DECODE.symbol(DECODE.parse(name, "rocm"))
         report = {r["name"]: r for r in analyze_file(build.path)}[build.symbol]
         stored = first.artifact.resources[build.symbol]
         for key in ("vgpr", "sgpr", "lds_bytes", "scratch_bytes", "waves_per_simd", "limiter"):
             assert stored[key] == report[key]
         assert stored["arch"] == "gfx906" and isinstance(stored["vgpr"], int) and stored["vgpr"] > 0
-    again = RocmBackend(rocm_cache).build("gfx906", "decode", "Q4_0", list(VARIANTS))
+    again = RocmBackend(rocm_cache).build(DECODE, "gfx906", "Q4_0", variants)
     assert not again.artifact.compiled and again.artifact.cache_key == first.artifact.cache_key
     assert again.artifact.resources == json.loads(json.dumps(first.artifact.resources))
 
 
 def test_compile_error_stays_with_its_variant(tmp_path: Path) -> None:
-    sources = tmp_path / "hip"
-    shutil.copytree(HIP_SOURCES, sources)
-    decode = sources / "decode.hip"
+    folder = tmp_path / "tb-decode"
+    shutil.copytree(DECODE.root, folder)
+    decode = folder / "decode.hip"
     text = decode.read_text()
     anchor = "__device__ TB_FORCEINLINE void tb_decode_body(TB_DECODE_PARAMS) {\n"
     assert anchor in text
     decode.write_text(
         text.replace(anchor, anchor + '    static_assert(KB != 16, "KB16 broken on purpose");\n')
     )
-    built = RocmBackend(tmp_path / "cache", sources_dir=sources).build(
-        "gfx906", "decode", "Q4_0", ["KB16/TW4", "KB8/TW8"]
-    )
+    package = load_folder(folder)
+    variants = [package.parse(name, "rocm") for name in ("KB16/TW4", "KB8/TW8")]
+    built = RocmBackend(tmp_path / "cache").build(package, "gfx906", "Q4_0", variants)
     assert not built.artifact.ok
     broken, fine = built.variants["KB16/TW4"], built.variants["KB8/TW8"]
     assert broken.path is None and broken.error is not None and "KB16 broken on purpose" in broken.error
@@ -105,10 +112,11 @@ def test_compile_error_stays_with_its_variant(tmp_path: Path) -> None:
 
 
 def test_registry_knows_rocm(tmp_path: Path) -> None:
-    assert isinstance(create_backend("rocm", tmp_path), RocmBackend)
-    assert backend_support("gfx906", "decode", "Q4_0") is None
-    assert backend_support("gfx950", "prefill", "Q8_0") is None
-    assert "no Q2_K kernel" in str(backend_support("gfx906", "decode", "Q2_K"))
+    backend = create_backend("rocm", tmp_path)
+    assert isinstance(backend, RocmBackend)
+    assert backend.supports("gfx906", "decode", "Q4_0") is None
+    assert backend.supports("gfx950", "prefill", "Q8_0") is None
+    assert "sm_90" in str(backend.supports("sm_90", "decode", "Q8_0"))
 
 
 def _fake_log(tmp_path: Path) -> list[dict[str, object]]:
@@ -146,16 +154,16 @@ def test_harness_times_interleaved_with_parity(
             assert log[i - 1]["value"] == NAN_BITS and log[i - 1]["count"] == 2 * 256
     assert sum(1 for e in log if e["call"] == "hipMemsetD32" and e["value"] == NAN_BITS) == 2
     for entry in launches:
-        variant = DecodeFamily().parse(
-            "KB8/TW8" if entry["symbol"] == "tb_decode_kb8_tw8" else "KB1/TW4", "rocm"
-        )
-        launch = launch_for("decode", variant, 256, 512, 2, 60)
-        assert entry["grid"] == list(launch.grid) and entry["block"] == [256, 1, 1]
-        args = decode_args("decode", bytes.fromhex(str(entry["raw"])))
-        assert (args["m"], args["n"], args["k"], args["rows_per_wave"]) == (2, 256, 512, launch.rows_per_wave)
+        variant = DECODE.parse("KB8/TW8" if entry["symbol"] == "tb_decode_kb8_tw8" else "KB1/TW4", "rocm")
+        values = DECODE.bindings(variant, 256, 512, 2, FORMATS["Q4_0"], DeviceFacts("rocm", "gfx906", 60, 64))
+        geometry = DECODE.geometry(values)
+        rows_per_wave = as_int(values["rows_per_wave"])
+        assert entry["grid"] == list(geometry.grid) and entry["block"] == [256, 1, 1]
+        args = decode_args(bytes.fromhex(str(entry["raw"])))
+        assert (args["m"], args["n"], args["k"], args["rows_per_wave"]) == (2, 256, 512, rows_per_wave)
         assert (args["workspace"] != 0) == (variant.params["kb"] > 1) and args["mins"] == 0
         raw = bytes.fromhex(str(entry["raw"]))
-        assert len(raw) == 72 and struct.unpack_from("<4i", raw, 56) == (2, 256, 512, launch.rows_per_wave)
+        assert len(raw) == 72 and struct.unpack_from("<4i", raw, 56) == (2, 256, 512, rows_per_wave)
 
 
 def test_nan_fill_catches_a_partial_kernel(rocm_cache: Path, fake_env: Callable[..., dict[str, str]]) -> None:

@@ -8,22 +8,29 @@ from pathlib import Path
 
 import pytest
 
-from kernels.families import abi
-from kernels.families.decode import DecodeFamily
-from kernels.families.prefill import PrefillFamily
+from kernels.formats.registry import FORMATS
+from kernels.packages.loader import builtin_packages
+from kernels.packages.package import DeviceFacts
 from workers.backends.rocm import Profiler, harness_argv, profiled_argv, times_from_capture
-from workers.harness.hip_runner import arg_values, launch_for, llc_bytes, pack_kernel_args, weight_copies
+from workers.harness.hip_runner import llc_bytes, pack_kernel_args
 from workers.profilers.rocprof_detect import parse_capture
+from workers.runner import kernel_args, weight_copies
+
+DECODE = builtin_packages()["tb-decode"]
+PREFILL = builtin_packages()["tb-prefill"]
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "rocprof"
 
 
 def test_decode_argument_buffer_layout() -> None:
-    variant = DecodeFamily().parse("KB8/TW8", "rocm")
-    launch = launch_for("decode", variant, 17408, 5120, 2, 60)
+    variant = DECODE.parse("KB8/TW8", "rocm")
+    values = DECODE.bindings(variant, 17408, 5120, 2, FORMATS["Q4_0"], DeviceFacts("rocm", "gfx906", 60, 64))
     names = ("qs", "scales", "mins", "x", "y", "workspace", "counters")
     pointers = {name: 0x7F00_0000_1000 * (i + 1) if name != "mins" else 0 for i, name in enumerate(names)}
-    raw = pack_kernel_args(abi.DECODE_ARGS, arg_values("decode", launch, pointers))
+    weights = {part: pointers[part] for part in ("qs", "scales", "mins")}
+    spaces = {5: pointers["workspace"], 6: pointers["counters"]}
+    args = kernel_args(DECODE.args_for("rocm"), weights, pointers["x"], pointers["y"], spaces, values)
+    raw = pack_kernel_args(args)
     # 7 pointers at offsets 0..48, then m, n, k, rows_per_wave as int32 at 56..68: 72 bytes
     assert len(raw) == 72
     assert struct.unpack_from("<7Q", raw, 0) == tuple(pointers[name] for name in names)
@@ -32,25 +39,38 @@ def test_decode_argument_buffer_layout() -> None:
 
 
 def test_prefill_argument_buffer_layout_pads_to_eight() -> None:
-    variant = PrefillFamily().parse("N128/MT32/MB1/U4", "rocm")
-    launch = launch_for("prefill", variant, 5120, 17408, 512, 304)
-    raw = pack_kernel_args(
-        abi.PREFILL_ARGS, arg_values("prefill", launch, {"qs": 8, "scales": 16, "x": 24, "y": 32})
+    variant = PREFILL.parse("N128/MT32/MB1/U4", "rocm")
+    values = PREFILL.bindings(
+        variant, 5120, 17408, 512, FORMATS["Q4_0"], DeviceFacts("rocm", "gfx942", 304, 64)
     )
+    args = kernel_args(PREFILL.args_for("rocm"), {"qs": 8, "scales": 16, "mins": 0}, 24, 32, {}, values)
+    raw = pack_kernel_args(args)
     # 5 pointers (40 bytes) + m, n, k (12 bytes) = 52, padded to 56; a NULL mins pointer
     assert len(raw) == 56
     assert struct.unpack("<5Q3i4x", raw) == (8, 16, 0, 24, 32, 512, 5120, 17408)
 
 
-def test_launch_geometry_from_abi() -> None:
-    decode = launch_for("decode", DecodeFamily().parse("KB8/TW8", "rocm"), 17408, 5120, 1, 60)
+def test_every_argument_kind_packs_with_natural_alignment() -> None:
+    raw = pack_kernel_args([("i32", 1), ("ptr", 2), ("f32", 0.5), ("i64", -3), ("u32", 7)])
+    assert struct.unpack("<i4xQf4xqI4x", raw) == (1, 2, 0.5, -3, 7)
+    with pytest.raises(TypeError, match="f16"):
+        pack_kernel_args([("f16", 1)])
+
+
+def test_launch_geometry_from_the_manifest() -> None:
+    device = DeviceFacts("rocm", "gfx906", 60, 64)
+    decode = DECODE.geometry(
+        DECODE.bindings(DECODE.parse("KB8/TW8", "rocm"), 17408, 5120, 1, FORMATS["Q4_0"], device)
+    )
     # 256 threads = 4 waves of 64; grid.x = ceil(17408 / (291 * 4)) = 15; grid.y = KB
     assert (decode.grid, decode.block, decode.shared_bytes) == ((15, 8, 1), (256, 1, 1), 0)
-    assert decode.workspace_bytes == 4 * 8 * 1 * 17408 and decode.counters == 15
-    single = launch_for("decode", DecodeFamily().parse("KB1/TW4", "rocm"), 1024, 5120, 4, 60)
+    single = DECODE.bindings(DECODE.parse("KB1/TW4", "rocm"), 1024, 5120, 4, FORMATS["Q4_0"], device)
     # 4 * 60 = 240 waves; ceil(1024 / 240) = 5 rows a wave; ceil(1024 / 20) = 52 workgroups
-    assert single.grid == (52, 1, 1) and single.workspace_bytes == 0 and single.counters == 0
-    prefill = launch_for("prefill", PrefillFamily().parse("N128/MT32/MB1/U4", "rocm"), 5120, 17408, 600, 304)
+    assert DECODE.geometry(single).grid == (52, 1, 1)
+    mi300 = DeviceFacts("rocm", "gfx942", 304, 64)
+    prefill = PREFILL.geometry(
+        PREFILL.bindings(PREFILL.parse("N128/MT32/MB1/U4", "rocm"), 5120, 17408, 600, FORMATS["Q4_0"], mi300)
+    )
     assert prefill.grid == (40, 19, 1) and prefill.block == (256, 1, 1)
 
 

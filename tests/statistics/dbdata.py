@@ -9,8 +9,8 @@ import numpy as np
 from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
-from kernels.families.decode import DecodeFamily
 from kernels.formats.registry import FORMATS
+from kernels.packages.loader import builtin_packages
 from service.db.models import Device, Dispatch, Measurement, Variant
 from service.statistics.summary import summarize_ns
 
@@ -40,12 +40,13 @@ def add_measurement(
     source_hash: str = "src1",
     median_us: float | None = None,
     parity: bool = True,
+    kernel: str = "tb-decode",
 ) -> Measurement:
-    """One measurement at POINT; ``times_us=None`` stores a summary only (like an import)."""
-    parsed = DecodeFamily().parse(variant, "host")
-    var = session.scalar(select(Variant).where(Variant.family == "decode", Variant.name == variant))
+    """One measurement of a package at POINT; ``times_us=None`` stores a summary only (like an import)."""
+    parsed = builtin_packages()["tb-decode"].parse(variant, "host")
+    var = session.scalar(select(Variant).where(Variant.family == kernel, Variant.name == variant))
     if var is None:
-        var = Variant(family="decode", name=variant, params=dict(parsed.params), declared_order=parsed.order)
+        var = Variant(family=kernel, name=variant, params=dict(parsed.params), declared_order=parsed.order)
         session.add(var)
         session.flush()
     ns = [int(t * 1000) for t in times_us] if times_us is not None else []
@@ -58,6 +59,7 @@ def add_measurement(
         source="sweep",
         source_hash=source_hash,
         toolchain="cc 12",
+        kernel=kernel,
         n_dispatches=len(ns),
         parity_pass=parity,
         median_us=summary.median_us if summary else median_us,

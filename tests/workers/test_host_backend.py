@@ -9,25 +9,20 @@ import numpy as np
 import pytest
 
 from kernels.activations import int8_gemm, quantize_activations
-from kernels.families.decode import DecodeFamily
-from kernels.families.prefill import PrefillFamily
 from kernels.formats.packing import FIRST_WAVE
+from kernels.packages.loader import INCLUDE_DIR, builtin_packages
 from kernels.reference import build_problem
 from workers.backends.base import TaskSpec
-from workers.backends.host import (
-    DEFAULT_PREFILL_SOURCE,
-    DEFAULT_SOURCE,
-    HOST_SOURCES,
-    HostBackend,
-    llc_bytes,
-    weight_copies,
-)
+from workers.backends.host import HostBackend, llc_bytes
 from workers.harness.interleave import interleave
+from workers.runner import weight_copies
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
 
-HOST_VARIANTS = tuple(v.name for v in DecodeFamily().space("host"))
-PREFILL_VARIANTS = tuple(v.name for v in PrefillFamily().space("host"))
+DECODE = builtin_packages()["tb-decode"]
+PREFILL = builtin_packages()["tb-prefill"]
+HOST_VARIANTS = tuple(v.name for v in DECODE.space("host"))
+PREFILL_VARIANTS = tuple(v.name for v in PREFILL.space("host"))
 
 
 @pytest.fixture(scope="module")
@@ -48,12 +43,16 @@ def spec(fmt: str, n: int, k: int, m: int, **kw: object) -> TaskSpec:
     return TaskSpec(phase=phase, format=fmt, shape="test", n=n, k=k, m=m, **args)  # type: ignore[arg-type]
 
 
-def patched_source(tmp_path: Path, old: str, new: str, source: Path = DEFAULT_SOURCE) -> Path:
+def patched_package(tmp_path: Path, old: str, new: str, phase: str = "decode") -> Path:
+    """A private copy of a built-in package with one edit in its host source: the folder a task names."""
+    package = DECODE if phase == "decode" else PREFILL
+    folder = tmp_path / f"pkg-{phase}"
+    shutil.copytree(package.root, folder)
+    source = folder / package.manifest.sources["host"][0]
     text = source.read_text()
     assert old in text
-    path = tmp_path / source.name
-    path.write_text(text.replace(old, new))
-    return path
+    source.write_text(text.replace(old, new))
+    return folder
 
 
 def test_detect_and_supports(backend: HostBackend) -> None:
@@ -65,8 +64,6 @@ def test_detect_and_supports(backend: HostBackend) -> None:
     for fmt in FIRST_WAVE:
         assert backend.supports("host", "decode", fmt) is None
         assert backend.supports("host", "prefill", fmt) is None
-    assert "IQ2_XXS" in (backend.supports("host", "decode", "IQ2_XXS") or "")
-    assert "sideways" in (backend.supports("host", "sideways", "Q8_0") or "")
     assert "gfx906" in (backend.supports("gfx906", "decode", "Q8_0") or "")
     with pytest.raises(ValueError, match="gfx906"):
         backend.run_task(spec("Q8_0", 8, 32, 1, arch="gfx906"))
@@ -76,23 +73,16 @@ def _host_output(
     backend: HostBackend, phase: str, fmt: str, variant: str, n: int, k: int, m: int
 ) -> np.ndarray:
     """Run one host kernel directly and return its output (for comparison with the int8 model)."""
-    import ctypes
-
-    artifact = backend.build(fmt, phase=phase)
-    lib = ctypes.CDLL(artifact.path)
-    family = DecodeFamily() if phase == "decode" else PrefillFamily()
-    from workers.backends.host import symbol_for
-
-    fn = getattr(lib, symbol_for(fmt, family.parse(variant, "host")))
+    package = DECODE if phase == "decode" else PREFILL
+    compiled = backend.build(package, fmt, [package.parse(variant, "host")])
+    kernel = compiled.kernels[variant]
     p = build_problem(fmt, n, k, m, seed=5)
     assert p.packed is not None
     y = np.full((m, n), np.nan, dtype=np.float32)
-    mins = p.packed.mins.ctypes.data if p.packed.mins is not None else None
-    fn(
-        ctypes.c_void_p(p.packed.qs.ctypes.data), ctypes.c_void_p(p.packed.scales.ctypes.data),
-        ctypes.c_void_p(mins), ctypes.c_void_p(p.x.ctypes.data), ctypes.c_void_p(y.ctypes.data),
-        ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k),
-    )  # fmt: skip
+    mins = p.packed.mins.ctypes.data if p.packed.mins is not None else 0
+    kernel.call(
+        p.packed.qs.ctypes.data, p.packed.scales.ctypes.data, mins, p.x.ctypes.data, y.ctypes.data, m, n, k
+    )
     model = int8_gemm(p.packed, quantize_activations(p.x))
     np.testing.assert_allclose(y, model, rtol=2e-5, atol=2e-5 * float(np.abs(model).max()))
     return y
@@ -140,72 +130,78 @@ def test_cache_hit_compiles_nothing(artifacts: Path) -> None:
     assert first.artifact.ok and second.artifact.ok and not second.artifact.compiled
     assert second.artifact.cache_key == first.artifact.cache_key
     assert second.artifact.path == first.artifact.path
-    other_flags = HostBackend(artifacts, flags=("-O2", "-std=c11", "-fPIC", "-shared")).build("Q8_0")
-    assert other_flags.compiled and other_flags.cache_key != first.artifact.cache_key
-    # one library per format kind: Q4_0 shares Q8_0's (symmetric), Q4_1 / Q6_K get their own
-    assert HostBackend(artifacts).build("Q4_0").cache_key == first.artifact.cache_key
-    kinds = {HostBackend(artifacts).build(f).cache_key for f in ("Q4_1", "Q6_K")}
+    space = DECODE.space("host")
+    other_flags = HostBackend(artifacts, flags=("-O2", "-std=c11", "-fPIC", "-shared")).build(
+        DECODE, "Q8_0", space
+    )
+    assert other_flags.artifact.compiled and other_flags.artifact.cache_key != first.artifact.cache_key
+    # one library per format kind (the tb-packed layout's defines): Q4_0 shares Q8_0's, Q4_1 / Q6_K not
+    assert HostBackend(artifacts).build(DECODE, "Q4_0", space).artifact.cache_key == first.artifact.cache_key
+    kinds = {HostBackend(artifacts).build(DECODE, f, space).artifact.cache_key for f in ("Q4_1", "Q6_K")}
     assert len(kinds) == 2 and first.artifact.cache_key not in kinds
-    assert HostBackend(artifacts).build("Q8_0", phase="prefill").cache_key != first.artifact.cache_key
+    prefill = HostBackend(artifacts).build(PREFILL, "Q8_0", PREFILL.space("host"))
+    assert prefill.artifact.cache_key != first.artifact.cache_key
 
 
 def test_header_edit_invalidates_the_cache(tmp_path: Path) -> None:
-    # a private copy of the sources: the key covers tb_host.h, not only decode_gemv.c
-    for name in ("decode_gemv.c", "tb_host.h"):
-        (tmp_path / name).write_text((HOST_SOURCES / name).read_text())
-    backend = HostBackend(tmp_path / "art", source_path=tmp_path / "decode_gemv.c")
-    before = backend.build("Q8_0")
-    (tmp_path / "tb_host.h").write_text((HOST_SOURCES / "tb_host.h").read_text() + "\n/* edit */\n")
-    after = backend.build("Q8_0")
-    assert before.ok and after.ok and after.compiled and after.source_hash != before.source_hash
+    # a package that carries its own copy of tb_host.h: the version (and so the key) covers every file
+    folder = patched_package(tmp_path, "#include", "#include")
+    shutil.copy(INCLUDE_DIR / "tb_host.h", folder / "tb_host.h")
+    from kernels.packages.loader import load_folder
+
+    before = load_folder(folder)
+    (folder / "tb_host.h").write_text((INCLUDE_DIR / "tb_host.h").read_text() + "\n/* edit */\n")
+    after = load_folder(folder)
+    backend = HostBackend(tmp_path / "art")
+    one = [before.parse("KB1/TW4", "host")]
+    a, b = backend.build(before, "Q8_0", one), backend.build(after, "Q8_0", one)
+    assert a.artifact.ok and b.artifact.ok and b.artifact.compiled
+    assert b.artifact.source_hash != a.artifact.source_hash and b.artifact.cache_key != a.artifact.cache_key
 
 
 def test_compile_failure_is_per_variant_not_an_exception(tmp_path: Path) -> None:
-    broken = patched_source(
-        tmp_path, "TB_VARIANT_LIST\n\n#undef", "TB_VARIANT_LIST\nthis is not C;\n\n#undef"
+    broken = patched_package(
+        tmp_path, "TB_DECODE_VARIANTS\n\n#undef", "TB_DECODE_VARIANTS\nthis is not C;\n\n#undef"
     )
-    result = HostBackend(tmp_path / "art", source_path=broken).run_task(spec("Q4_0", 16, 64, 1))
+    result = HostBackend(tmp_path / "art").run_task(spec("Q4_0", 16, 64, 1, kernel_root=str(broken)))
     assert not result.artifact.ok and "error" in result.artifact.log
     assert len(result.results) == len(HOST_VARIANTS)
     for r in result.results:
         assert r.error is not None and r.error.startswith("compile failed")
         assert r.dispatches == [] and r.parity is None
-    missing = HostBackend(tmp_path / "art", source_path=tmp_path / "nope.c").run_task(spec("Q4_0", 16, 64, 1))
-    assert all(r.error and "cannot read source" in r.error for r in missing.results)
 
 
 def test_kernel_that_drops_a_k_block_fails_parity_but_is_timed(tmp_path: Path) -> None:
-    src = patched_source(
+    src = patched_package(
         tmp_path, "const int b = b0 + u;", "const int b = b0 + u;\n                if (b == nb - 1) continue;"
     )
-    result = HostBackend(tmp_path / "art", source_path=src).run_task(spec("Q8_0", 24, 512, 2))
+    backend = HostBackend(tmp_path / "art")
+    result = backend.run_task(spec("Q8_0", 24, 512, 2, kernel_root=str(src)))
     for r in result.results:
         assert r.parity is not None and not r.parity.passed and r.parity.rel_l2 > 2e-2
         assert r.error is None and len(r.dispatches) == 3
     # the same at a realistic K: one block of 17408 / 32 = 544 is still caught by the int8 bounds
-    big = HostBackend(tmp_path / "art", source_path=src).run_task(
-        spec("Q4_K", 8, 17408, 1, variants=("KB4/TW8",), min_dispatches=1)
+    big = backend.run_task(
+        spec("Q4_K", 8, 17408, 1, variants=("KB4/TW8",), min_dispatches=1, kernel_root=str(src))
     )
     assert big.results[0].parity is not None and not big.results[0].parity.passed
 
 
 def test_prefill_kernel_that_drops_a_k_block_fails(tmp_path: Path) -> None:
-    src = patched_source(
-        tmp_path,
-        "for (int b = 0; b < nb; ++b) {",
-        "for (int b = 0; b < nb - 1; ++b) {",
-        DEFAULT_PREFILL_SOURCE,
+    src = patched_package(
+        tmp_path, "for (int b = 0; b < nb; ++b) {", "for (int b = 0; b < nb - 1; ++b) {", "prefill"
     )
-    backend = HostBackend(tmp_path / "art", prefill_source_path=src)
-    result = backend.run_task(spec("IQ4_XS", 40, 512, 20, phase="prefill"))
+    result = HostBackend(tmp_path / "art").run_task(
+        spec("IQ4_XS", 40, 512, 20, phase="prefill", kernel_root=str(src))
+    )
     for r in result.results:
         assert r.parity is not None and not r.parity.passed and r.error is None
 
 
 def test_kernel_that_skips_an_output_row_fails_via_nan_fill(tmp_path: Path) -> None:
     store = "y[(size_t)(m0 + i) * (size_t)n + (size_t)(r0 + t)] = s;"
-    src = patched_source(tmp_path, store, "if (r0 + t != n - 1) " + store)
-    result = HostBackend(tmp_path / "art", source_path=src).run_task(spec("Q4_0", 20, 64, 1))
+    src = patched_package(tmp_path, store, "if (r0 + t != n - 1) " + store)
+    result = HostBackend(tmp_path / "art").run_task(spec("Q4_0", 20, 64, 1, kernel_root=str(src)))
     for r in result.results:
         assert r.parity is not None and not r.parity.passed and np.isnan(r.parity.cosine)
 
@@ -213,7 +209,7 @@ def test_kernel_that_skips_an_output_row_fails_via_nan_fill(tmp_path: Path) -> N
 def test_invalid_variant_is_reported_and_others_run(backend: HostBackend) -> None:
     result = backend.run_task(spec("Q8_0", 16, 64, 1, variants=("KB16/TW24", "KB2/TW4", "bogus")))
     by_name = {r.variant: r for r in result.results}
-    assert "kb must be one of 1,2,4,8" in (by_name["KB16/TW24"].error or "")
+    assert "breaks restriction(s) for host" in (by_name["KB16/TW24"].error or "")
     assert by_name["bogus"].error is not None and by_name["bogus"].dispatches == []
     assert by_name["KB2/TW4"].error is None and len(by_name["KB2/TW4"].dispatches) == 3
 
@@ -245,10 +241,12 @@ def test_warm_cache_uses_one_copy(backend: HostBackend) -> None:
 
 
 def test_weight_copy_policy() -> None:
+    """One policy for every backend (workers/runner.py): > 2x the LLC, at most 256 copies and 8 GiB."""
     assert llc_bytes() >= 0
-    assert weight_copies(1 << 20, 32 << 20, warm_cache=False) == 64  # wants 65: capped
+    assert weight_copies(1 << 20, 32 << 20, warm_cache=False) == 65  # 65 MiB > 2 x 32 MiB
+    assert weight_copies(1 << 16, 32 << 20, warm_cache=False) == 256  # wants 1025: capped
     assert weight_copies(8 << 20, 32 << 20, warm_cache=False) == 9  # 72 MiB > 2 x LLC
-    assert weight_copies(600 << 20, 32 << 20, warm_cache=False) == 1  # 1 GiB memory cap
+    assert weight_copies(5 << 30, 32 << 20, warm_cache=False) == 1  # 8 GiB memory cap
     assert weight_copies(1 << 20, 32 << 20, warm_cache=True) == 1
 
 

@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from kernels.reference import Parity
+
 
 @dataclass(frozen=True)
 class DeviceInfo:
@@ -38,15 +40,9 @@ class TaskSpec:
     seed: int = 0
     warm_cache: bool = False
     strategy: str = "exhaustive"  # or "race": drop variants shown slower, spend dispatches on survivors
-
-
-@dataclass
-class Parity:
-    cosine: float
-    rel_l2: float
-    max_abs: float
-    passed: bool
-    sampled_rows: int | None = None  # set when parity was checked on a seeded row sample
+    kernel: str = ""  # package name (DESIGN §9); "" = the phase's built-in package
+    kernel_version: str = ""  # package content sha256
+    kernel_root: str = ""  # folder holding the package's manifest and sources on this machine
 
 
 @dataclass

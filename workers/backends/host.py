@@ -1,12 +1,11 @@
-"""The host (CPU) backend: C decode (GEMV) and prefill (GEMM) kernels built with ``cc``, timed in C.
+"""The host (CPU) backend: primitives for the runner, for any package with a host C source.
 
-It runs everywhere (CI included), so it is the backend that proves the whole
-pipeline end to end. Kernels read the packed kernel layout (kernels/formats/packed.py)
-and quantise activations to int8 per 32-block like the GPU kernels, so every first-wave
-format runs through one source per family. One shared library per (family, format kind)
-holds every host variant as its own symbol; libraries live in a content-addressed cache
-keyed by source (+ included headers), family, kind, variant list, compiler identity and
-flags (DESIGN §5.6).
+It runs everywhere (CI included), so it is the backend that proves the whole pipeline end to end. A
+package's host source is compiled with ``cc`` into one shared library per compile unit (all variants in one
+unit when the package names template instantiations), next to a generated timing shim: one C function per
+variant that reads CLOCK_MONOTONIC_RAW around the kernel call, so the per-dispatch clock excludes the ctypes
+call overhead.
+Libraries live in a content-addressed cache keyed by package version, defines, compiler identity and flags.
 """
 
 from __future__ import annotations
@@ -14,64 +13,38 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import json
-import math
 import os
 import platform
 import shutil
 import socket
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from kernels.families.abi import symbol as kernel_symbol
-from kernels.families.base import InvalidVariant, KernelFamily, Variant
-from kernels.families.decode import DecodeFamily
-from kernels.families.prefill import PrefillFamily
-from kernels.formats.packed import PackedWeights
-from kernels.formats.packing import PACKABLE, format_kind
-from kernels.reference import INT8_ACTIVATIONS, Problem, build_problem, sample_rows
-from workers.backends.base import (
-    ArtifactInfo,
-    DeviceInfo,
-    Parity,
-    ProgressCallback,
-    TaskResult,
-    TaskSpec,
-    VariantResult,
-)
-from workers.compilers.cache import source_hash as closure_hash
-from workers.harness.interleave import DispatchFn, interleave_task
+from kernels.arches import get_arch
+from kernels.families.base import Variant
+from kernels.packages.build import CompileUnit, compile_units
+from kernels.packages.loader import INCLUDE_DIR, package_for
+from kernels.packages.manifest import ArgSpec
+from kernels.packages.package import DeviceFacts, Geometry, KernelPackage
+from workers.backends.base import ArtifactInfo, DeviceInfo, Dispatch, ProgressCallback, TaskResult, TaskSpec
+from workers.harness.interleave import DispatchFn
+from workers.runner import ArgValue, CompiledVariants, run_task
 
-HOST_SOURCES = Path(__file__).resolve().parents[2] / "kernels" / "sources" / "host"
-DEFAULT_SOURCE = HOST_SOURCES / "decode_gemv.c"
-DEFAULT_PREFILL_SOURCE = HOST_SOURCES / "prefill_gemm.c"
 DEFAULT_FLAGS: tuple[str, ...] = ("-O3", "-std=c11", "-fPIC", "-shared")  # no -march=native: portable results
-HOST_FORMATS: tuple[str, ...] = PACKABLE  # every format with a packing into the kernel layout
-HOST_PHASES: tuple[str, ...] = ("decode", "prefill")
-
-MAX_WEIGHT_COPIES = 64
-MAX_ROTATION_BYTES = 1 << 30
-PARITY_SAMPLE_ABOVE = 1 << 26  # weights; above this the reference covers a row sample only
-PARITY_SAMPLE_ROWS = 512
 COMPILE_TIMEOUT_S = 120
 PROBE_TIMEOUT_S = 10
-
-# void sym(const int8_t *qs, const uint16_t *scales, const uint16_t *mins, const float *x, float *y,
-#          int m, int n, int k)
-_KERNEL_ARGTYPES: list[type[ctypes.c_void_p] | type[ctypes.c_int]] = [
-    ctypes.c_void_p,
-    ctypes.c_void_p,
-    ctypes.c_void_p,
-    ctypes.c_void_p,
-    ctypes.c_void_p,
-    ctypes.c_int,
-    ctypes.c_int,
-    ctypes.c_int,
-]
+_C_TYPES = {"ptr": "void *", "i32": "int32_t", "u32": "uint32_t", "i64": "int64_t", "f32": "float"}
+_CTYPES: dict[str, Any] = {
+    "ptr": ctypes.c_void_p, "i32": ctypes.c_int32, "u32": ctypes.c_uint32, "i64": ctypes.c_int64,
+    "f32": ctypes.c_float,
+}  # fmt: skip
 
 
 def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
@@ -112,52 +85,133 @@ def _parse_size(text: str) -> int:
     return int(text)
 
 
-def weight_copies(copy_bytes: int, llc: int, warm_cache: bool) -> int:
-    """Copies whose total exceeds twice the LLC (so LRU-ish caches cannot hold them), capped."""
-    if warm_cache or copy_bytes <= 0:
-        return 1
-    wanted = math.floor(2 * llc / copy_bytes) + 1
-    by_memory = max(1, MAX_ROTATION_BYTES // copy_bytes)
-    return max(1, min(wanted, MAX_WEIGHT_COPIES, by_memory))
+def arg_kinds(args: list[ArgSpec]) -> list[str]:
+    """The C-level kind of each argument (what the shim declares and ctypes passes)."""
+    kinds = []
+    for arg in args:
+        if arg.role in ("weights", "x", "y", "workspace", "gguf"):
+            kinds.append("ptr")
+        elif arg.role == "scalar":
+            kinds.append({"f32": "f32", "i64": "i64", "u32": "u32"}.get(arg.dtype or "i32", "i32"))
+        else:
+            kinds.append("i32")
+    return kinds
 
 
-def symbol_for(format_name: str, variant: Variant) -> str:
-    """Exported C symbol of a host variant; the same names as the GPU kernels (kernels.families.abi)."""
-    return kernel_symbol(variant)
+def timing_shim(symbols: list[str], kinds: list[str]) -> str:
+    """C source of ``int64_t tb_timed_<symbol>(args...)``: the kernel call between two raw clock reads.
+
+    A separate translation unit, so its prototype of the kernel (void pointers) never meets the package's
+    own declaration; pointer arguments are ABI-identical either way.
+    """
+    params = ", ".join(f"{_C_TYPES[k]} a{i}" for i, k in enumerate(kinds)) or "void"
+    call = ", ".join(f"a{i}" for i in range(len(kinds)))
+    proto = ", ".join(_C_TYPES[k] for k in kinds) or "void"
+    lines = [
+        "#define _POSIX_C_SOURCE 199309L",
+        "#include <stdint.h>",
+        "#include <time.h>",
+        "#ifdef CLOCK_MONOTONIC_RAW",
+        "#define TB_CLOCK CLOCK_MONOTONIC_RAW",
+        "#else",
+        "#define TB_CLOCK CLOCK_MONOTONIC",
+        "#endif",
+        "static int64_t tb_now(void) { struct timespec t; clock_gettime(TB_CLOCK, &t);"
+        " return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec; }",
+    ]
+    for symbol in symbols:
+        lines += [
+            f"extern void {symbol}({proto});",
+            f"int64_t tb_timed_{symbol}({params}) {{",
+            f"    const int64_t t0 = tb_now(); {symbol}({call}); return tb_now() - t0;",
+            "}",
+        ]
+    return "\n".join(lines) + "\n"
 
 
-def _variant_macro(variant: Variant) -> str:
-    p = variant.params
-    if variant.family == "decode":
-        return f"TB_V({p['kb']},{p['tw']})"
-    return f"TB_P({p['n_tile']},{p['m_tile']},{p['min_blocks']},{p['unroll']})"
+class HostDevice:
+    """Runner primitives on the CPU: buffers are numpy arrays, launches are ctypes calls."""
+
+    def __init__(self, facts: DeviceFacts, llc: int) -> None:
+        self.facts = facts
+        self.llc_bytes = llc
+        self._buffers: dict[int, np.ndarray] = {}
+
+    def alloc(self, nbytes: int) -> int:
+        array = np.zeros(max(1, nbytes), dtype=np.uint8)
+        self._buffers[array.ctypes.data] = array
+        return int(array.ctypes.data)
+
+    def upload(self, array: np.ndarray) -> int:
+        ptr = self.alloc(int(array.nbytes))
+        ctypes.memmove(ptr, array.ctypes.data, int(array.nbytes))
+        return ptr
+
+    def copy(self, dst: int, src: int, nbytes: int) -> None:
+        ctypes.memmove(dst, src, nbytes)
+
+    def zero(self, ptr: int, nbytes: int) -> None:
+        ctypes.memset(ptr, 0, nbytes)
+
+    def fill_nan_f32(self, ptr: int, count: int) -> None:
+        np.ctypeslib.as_array((ctypes.c_float * count).from_address(ptr)).fill(np.nan)
+
+    def download(self, ptr: int, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        count = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        raw = np.ctypeslib.as_array((ctypes.c_uint8 * count).from_address(ptr))
+        return raw.view(dtype).reshape(shape).copy()
+
+    def launch(self, kernel: Any, geometry: Geometry, args: list[ArgValue]) -> None:
+        kernel.call(*(value for _, value in args))
+
+    def dispatcher(
+        self, name: str, kernel: Any, geometry: Geometry, args_by_copy: list[list[ArgValue]]
+    ) -> DispatchFn:
+        timed = kernel.timed
+        values = [[value for _, value in args] for args in args_by_copy]
+
+        def dispatch(buffer_index: int) -> int:
+            return int(timed(*values[buffer_index]))
+
+        return dispatch
+
+    @contextmanager
+    def timing(self) -> Iterator[None]:
+        yield
+
+    def attach(self, dispatches: dict[str, list[Dispatch]]) -> dict[str, str]:
+        return {name: "host-clock" for name, rows in dispatches.items() if rows}
+
+    def resources(self, kernel: Any, geometry: Geometry) -> dict[str, object]:
+        return {}  # a CPU function has no register/LDS report
+
+    def free_all(self) -> None:
+        self._buffers.clear()
+
+
+class HostKernel:
+    """A loaded host variant: the kernel itself (parity runs) and its timing shim."""
+
+    def __init__(self, lib: ctypes.CDLL, symbol: str, kinds: list[str]) -> None:
+        argtypes = [_CTYPES[k] for k in kinds]
+        self.call = getattr(lib, symbol)
+        self.call.restype = None
+        self.call.argtypes = argtypes
+        self.timed = getattr(lib, f"tb_timed_{symbol}")
+        self.timed.restype = ctypes.c_int64
+        self.timed.argtypes = argtypes
 
 
 class HostBackend:
-    """Compiles and times host decode and prefill kernels; one instance per worker process."""
+    """Compiles a package's host source with ``cc`` and runs tasks through the runner."""
 
     name: str = "host"
 
-    def __init__(
-        self,
-        artifact_dir: Path,
-        source_path: Path | None = None,
-        cc: str = "cc",
-        flags: tuple[str, ...] = DEFAULT_FLAGS,
-        prefill_source_path: Path | None = None,
-    ) -> None:
+    def __init__(self, artifact_dir: Path, cc: str = "cc", flags: tuple[str, ...] = DEFAULT_FLAGS) -> None:
         self.artifact_dir = Path(artifact_dir)
-        self.source_path = Path(source_path) if source_path is not None else DEFAULT_SOURCE
-        self.prefill_source_path = (
-            Path(prefill_source_path) if prefill_source_path is not None else DEFAULT_PREFILL_SOURCE
-        )
         self.cc = cc
         self.flags = tuple(flags)
-        self.family = DecodeFamily()
-        self.families: dict[str, KernelFamily] = {"decode": self.family, "prefill": PrefillFamily()}
-        self._libs: dict[str, ctypes.CDLL] = {}  # keep loaded libraries alive per artifact path
-
-    # -- identity -----------------------------------------------------------------
+        self._libs: dict[str, ctypes.CDLL] = {}  # keep loaded libraries alive per path
 
     @cached_property
     def toolchain(self) -> str:
@@ -188,30 +242,20 @@ class HostBackend:
         )
 
     def supports(self, arch: str, phase: str, format_name: str) -> str | None:
-        """None when this backend has kernels for the point, else why not."""
-        if arch != "host":
+        if get_arch(arch).backend != "host":
             return f"host backend runs arch 'host' only, not {arch!r}"
-        if phase not in HOST_PHASES:
-            return f"host backend has no {phase!r} kernels (phases: {', '.join(HOST_PHASES)})"
-        if format_name not in HOST_FORMATS:
-            return f"host backend has no {format_name} kernel (supported: {', '.join(HOST_FORMATS)})"
         return None
 
     # -- compilation ----------------------------------------------------------------
 
-    def _source(self, phase: str) -> Path:
-        return self.source_path if phase == "decode" else self.prefill_source_path
-
-    def cache_key(self, source: str, format_name: str, variants: list[Variant], phase: str = "decode") -> str:
-        """sha256 over everything that changes the binary (``source``: hash of source + headers)."""
-        kind = format_kind(format_name)
+    def unit_key(self, package: KernelPackage, unit: CompileUnit) -> str:
         blob = json.dumps(
             {
-                "source": source,
-                "family": phase,
-                "kind": kind.name,
-                "defines": kind.defines,
-                "variants": [v.name for v in variants],
+                "package": package.version,
+                "source": unit.source.name,
+                "defines": unit.defines,
+                "symbols": sorted(unit.symbols(package).values()),
+                "kinds": arg_kinds(package.args_for("host")),
                 "compiler": self.cc,
                 "toolchain": self.toolchain,
                 "flags": list(self.flags),
@@ -220,192 +264,106 @@ class HostBackend:
         )
         return hashlib.sha256(blob.encode()).hexdigest()
 
-    def build(
-        self, format_name: str, variants: list[Variant] | None = None, phase: str = "decode"
-    ) -> ArtifactInfo:
-        """Compile (or reuse) the library holding ``variants`` (default: the family's whole host space).
-
-        One library serves every format of one kind (sym / asym / sym16). Never raises for
-        compiler failures: they come back as ``ok=False`` with the log.
-        """
-        family = self.families[phase]
-        variants = family.space("host") if variants is None else variants
-        source_path = self._source(phase)
-        kind = format_kind(format_name)
-        if not source_path.is_file():
-            return ArtifactInfo(
-                cache_key="",
-                path=str(source_path),
-                source_hash="",
-                toolchain=self.toolchain,
-                flags=self.flags,
-                compiled=False,
-                ok=False,
-                log=f"cannot read source: {source_path} does not exist",
-            )
-        source_hash = closure_hash(source_path, (HOST_SOURCES,))
-        key = self.cache_key(source_hash, format_name, variants, phase)
+    def compile_unit(self, package: KernelPackage, unit: CompileUnit) -> tuple[Path, bool, str]:
+        """(library path, ok, log); never raises for compiler failures."""
+        key = self.unit_key(package, unit)
         out_dir = self.artifact_dir / key[:2]
-        lib_path = out_dir / f"{phase}_{kind.name}_{key[:24]}.so"
-        # one entry per exported symbol; host kernels have no ISA resource report
-        resources: dict[str, dict[str, object]] = {symbol_for(format_name, v): {} for v in variants}
-        info = ArtifactInfo(
-            key, str(lib_path), source_hash, self.toolchain, self.flags, False, True, "", resources
-        )
+        lib_path = out_dir / f"{package.name}_{key[:24]}.so"
         if lib_path.is_file():
-            return info
-        info.compiled = True
+            return lib_path, True, ""
         if not self.toolchain:
-            info.ok, info.log = False, f"C compiler {self.cc!r} not found"
-            return info
+            return lib_path, False, f"C compiler {self.cc!r} not found"
         out_dir.mkdir(parents=True, exist_ok=True)
-        variant_list = " ".join(_variant_macro(v) for v in variants)
-        fd, tmp_name = tempfile.mkstemp(suffix=".so.tmp", dir=out_dir)
-        os.close(fd)
-        argv = [
-            self.cc,
-            *self.flags,
-            *(f"-D{k}={v}" for k, v in sorted(kind.defines.items())),
-            f"-DTB_VARIANT_LIST={variant_list}",
-            f"-I{HOST_SOURCES}",
-            "-o",
-            tmp_name,
-            str(source_path),
-            "-lm",
-        ]
-        try:
-            proc = _run(argv, COMPILE_TIMEOUT_S)
-            info.log = (" ".join(argv) + "\n" + proc.stdout + proc.stderr).strip()
+        with tempfile.TemporaryDirectory(dir=out_dir) as private:
+            shim = Path(private) / "tb_timing_shim.c"
+            kinds = arg_kinds(package.args_for("host"))
+            shim.write_text(timing_shim(sorted(set(unit.symbols(package).values())), kinds))
+            tmp = Path(private) / "out.so"
+            argv = [
+                self.cc, *self.flags, *(f"-D{k}={v}" for k, v in sorted(unit.defines.items())),
+                f"-I{unit.source.parent}", f"-I{INCLUDE_DIR}", "-o", str(tmp), str(unit.source), str(shim),
+                "-lm",
+            ]  # fmt: skip
+            try:
+                proc = _run(argv, COMPILE_TIMEOUT_S)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                return lib_path, False, f"{' '.join(argv)}\n{type(exc).__name__}: {exc}"
+            log = (" ".join(argv) + "\n" + proc.stdout + proc.stderr).strip()
             if proc.returncode != 0:
-                info.ok = False
-                return info
-            os.replace(tmp_name, lib_path)  # atomic: concurrent workers never load a half-written file
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            info.ok, info.log = False, f"{' '.join(argv)}\n{type(exc).__name__}: {exc}"
-        finally:
-            if os.path.exists(tmp_name):
-                os.unlink(tmp_name)
-        return info
+                return lib_path, False, log
+            os.replace(tmp, lib_path)  # atomic: concurrent workers never load a half-written file
+        return lib_path, True, log
 
-    def _load(self, path: str) -> ctypes.CDLL:
-        lib = self._libs.get(path)
+    def build(self, package: KernelPackage, format_name: str, variants: list[Variant]) -> CompiledVariants:
+        """Compile (through the cache) and load every variant; failures become per-variant errors."""
+        units = compile_units(package, format_name, "host", variants)
+        keys = [self.unit_key(package, u) for u in units]
+        artifact = ArtifactInfo(
+            cache_key=hashlib.sha256("".join(keys).encode()).hexdigest() if keys else "",
+            path="",
+            source_hash=package.version,
+            toolchain=self.toolchain,
+            flags=self.flags,
+            compiled=False,
+        )
+        compiled = CompiledVariants(artifact)
+        kinds = arg_kinds(package.args_for("host"))
+        logs = []
+        for unit in units:
+            path, ok, log = self.compile_unit(package, unit)
+            artifact.compiled |= bool(log)
+            artifact.path = artifact.path or str(path)
+            if log:
+                logs.append(log)
+            for variant in unit.variants:
+                symbol = package.symbol(variant)
+                compiled.symbols[variant.name] = symbol
+                artifact.resources.setdefault(symbol, {})
+                if not ok:
+                    compiled.errors[variant.name] = f"compile failed: {log}"
+                    continue
+                try:
+                    compiled.kernels[variant.name] = HostKernel(self._load(path), symbol, kinds)
+                except (OSError, AttributeError) as exc:
+                    compiled.errors[variant.name] = f"load failed: {exc}"
+        artifact.ok = not compiled.errors
+        artifact.log = "\n".join(logs)
+        if not units:
+            artifact.ok, artifact.log = False, f"package {package.name} has no host source"
+            for variant in variants:
+                compiled.errors[variant.name] = artifact.log
+        return compiled
+
+    def _load(self, path: Path) -> ctypes.CDLL:
+        lib = self._libs.get(str(path))
         if lib is None:
-            lib = ctypes.CDLL(path)
-            lib.tb_time_dispatch.restype = ctypes.c_int64
-            lib.tb_time_dispatch.argtypes = [ctypes.c_void_p, *_KERNEL_ARGTYPES]
-            self._libs[path] = lib
+            lib = self._libs[str(path)] = ctypes.CDLL(str(path))
         return lib
 
     # -- the task -----------------------------------------------------------------
 
     def run_task(self, spec: TaskSpec, progress: ProgressCallback | None = None) -> TaskResult:
-        """Compile, check parity of, and time every variant of one task, interleaved.
-
-        Raises ValueError only for a point this backend does not support (call
-        ``supports`` first); compile, load and parse problems become per-variant errors.
-        """
+        """Compile, check parity of, and time every variant of one task, interleaved (the runner)."""
         reason = self.supports(spec.arch, spec.phase, spec.format)
         if reason is not None:
             raise ValueError(reason)
+        package = package_for(spec.phase, spec.kernel_root, spec.kernel)
         device = self.detect() or DeviceInfo("host", "host", cpu_model(), os.cpu_count() or 1, "", "", "")
-        family = self.families[spec.phase]
-        artifact = self.build(spec.format, phase=spec.phase)
-
-        results: dict[str, VariantResult] = {}
-        parsed: list[tuple[str, Variant]] = []
-        for name in spec.variants:
-            try:
-                parsed.append((name, family.parse(name, "host")))
-            except InvalidVariant as exc:
-                results[name] = VariantResult(name, [], None, error=str(exc))
-
-        def finish(copies: int = 1) -> TaskResult:
-            ordered = [results[name] for name in dict.fromkeys(spec.variants)]
-            return TaskResult(device, artifact, ordered, weight_copies=copies)
-
-        if not artifact.ok:
-            for name, variant in parsed:
-                symbol = symbol_for(spec.format, variant)
-                error = f"compile failed: {artifact.log}"
-                results[name] = VariantResult(name, [], None, error=error, symbol=symbol)
-            return finish()
-
-        rows = None
-        if spec.n * spec.k > PARITY_SAMPLE_ABOVE:
-            rows = sample_rows(spec.n, PARITY_SAMPLE_ROWS, spec.seed)
-        problem = build_problem(spec.format, spec.n, spec.k, spec.m, seed=spec.seed, rows=rows)
-        assert problem.packed is not None  # every HOST_FORMATS entry is packable
-        copies = weight_copies(problem.packed.nbytes, llc_bytes(), spec.warm_cache)
-        pools = _rotation_pools(problem.packed, copies)  # identical copies: parity holds whichever is read
-        x = np.ascontiguousarray(problem.x)
-        y = np.empty((spec.m, spec.n), dtype=np.float32)
-        w_ptrs = [tuple(p[i].ctypes.data if p is not None else 0 for p in pools) for i in range(copies)]
-        x_ptr, y_ptr = x.ctypes.data, y.ctypes.data
-
-        lib = self._load(artifact.path)
-        dispatchers: list[tuple[str, DispatchFn]] = []
-        for name, variant in parsed:
-            symbol = symbol_for(spec.format, variant)
-            results[name] = VariantResult(name, [], None, symbol=symbol)
-            try:
-                kernel = getattr(lib, symbol)
-            except AttributeError:
-                results[name].error = f"symbol {symbol} missing from {artifact.path}"
-                continue
-            kernel.restype = None
-            kernel.argtypes = _KERNEL_ARGTYPES
-            results[name].parity = self._parity(kernel, problem, w_ptrs[0], x_ptr, y, y_ptr)
-            fn_ptr = ctypes.cast(kernel, ctypes.c_void_p).value
-            dispatchers.append((name, self._dispatcher(lib, fn_ptr, w_ptrs, x_ptr, y_ptr, spec)))
-
-        passed = [name for name, r in results.items() if r.parity is not None and r.parity.passed]
-        timing = interleave_task(spec, dispatchers, passed, buffers=copies, progress=progress)
-        for name, rows_ in timing.dispatches.items():
-            results[name].dispatches = rows_
-        for name, error in timing.errors.items():
-            results[name].error = error
-        return finish(copies)
-
-    @staticmethod
-    def _parity(
-        kernel: Callable[..., object],
-        problem: Problem,
-        w_ptr: tuple[int, ...],
-        x_ptr: int,
-        y: np.ndarray,
-        y_ptr: int,
-    ) -> Parity:
-        """NaN-fill the output, run once, compare with the FP32 reference (int8-activation bounds)."""
-        y.fill(np.nan)
-        kernel(*w_ptr, x_ptr, y_ptr, problem.m, problem.n, problem.k)
-        return problem.check(y, INT8_ACTIVATIONS)
-
-    @staticmethod
-    def _dispatcher(
-        lib: ctypes.CDLL,
-        fn_ptr: int | None,
-        w_ptrs: list[tuple[int, ...]],
-        x_ptr: int,
-        y_ptr: int,
-        spec: TaskSpec,
-    ) -> DispatchFn:
-        timer = lib.tb_time_dispatch
-        m, n, k = spec.m, spec.n, spec.k
-
-        def dispatch(buffer_index: int) -> int:
-            return int(timer(fn_ptr, *w_ptrs[buffer_index], x_ptr, y_ptr, m, n, k))
-
-        return dispatch
+        variants = [v for v in _parse_quietly(package, spec.variants)]
+        compiled = self.build(package, spec.format, variants)
+        host = get_arch("host")
+        facts = DeviceFacts("host", "host", device.compute_units, host.wave)
+        return run_task(
+            package, spec, HostDevice(facts, llc_bytes() or host.llc_bytes), device, compiled, progress
+        )
 
 
-def _rotation_pools(packed: PackedWeights, copies: int) -> list[np.ndarray | None]:
-    """``copies`` identical copies of each packed array (qs, scales, mins-or-None)."""
-    pools: list[np.ndarray | None] = []
-    for arr in (packed.qs, packed.scales, packed.mins):
-        if arr is None:
-            pools.append(None)
+def _parse_quietly(package: KernelPackage, names: tuple[str, ...]) -> list[Variant]:
+    """The names that parse (the runner reports the others with their reason)."""
+    out = []
+    for name in names:
+        try:
+            out.append(package.parse(name, "host"))
+        except ValueError:
             continue
-        pool = np.empty((copies, *arr.shape), dtype=arr.dtype)
-        pool[:] = arr
-        pools.append(pool)
-    return pools
+    return out

@@ -1,24 +1,22 @@
-"""Which backend serves an arch. A new GPU family is one module plus one line here."""
+"""Which backend serves an arch (the arch table's ``backend`` column) and how to instantiate it.
+
+A new GPU of a known backend is one row in kernels/arches.py; a new backend is one module plus one
+branch here.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from kernels.arches import ARCHES, get_arch
 from workers.backends.base import Backend
 
-ARCH_BACKEND: dict[str, str] = {
-    "host": "host",
-    "gfx906": "rocm",
-    "gfx90a": "rocm",
-    "gfx942": "rocm",
-    "gfx950": "rocm",
-    "sm_90": "cuda",
-}
+ARCH_BACKEND: dict[str, str] = {name: arch.backend for name, arch in ARCHES.items()}
 
 
 def backend_name_for_arch(arch: str) -> str:
     try:
-        return ARCH_BACKEND[arch]
+        return get_arch(arch).backend
     except KeyError:
         raise KeyError(f"no backend serves arch {arch!r}; known: {', '.join(ARCH_BACKEND)}") from None
 
@@ -38,17 +36,3 @@ def create_backend(name: str, artifact_dir: Path) -> Backend:
 
         return RocmBackend(artifact_dir=artifact_dir)
     raise KeyError(f"backend {name!r} is not available in this build")
-
-
-def backend_support(arch: str, phase: str, format_name: str) -> str | None:
-    """Why no backend of this build could run the point, or None when one can (checked at submit time)."""
-    name = backend_name_for_arch(arch)
-    if name == "host":
-        from workers.backends.host import HostBackend
-
-        return HostBackend(artifact_dir=Path(".")).supports(arch, phase, format_name)  # no I/O in __init__
-    if name == "rocm":
-        from workers.backends.rocm import RocmBackend
-
-        return RocmBackend(artifact_dir=Path(".")).supports(arch, phase, format_name)  # no I/O in __init__
-    return None  # remote workers of other backends decide for themselves

@@ -23,12 +23,15 @@ import signal
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernels.families import abi, family_for_phase
-from kernels.formats.packing import PACKABLE, format_kind
+from kernels.arches import arches_for_backend
+from kernels.families.base import InvalidVariant, Variant
+from kernels.packages.build import CompileUnit, compile_units
+from kernels.packages.loader import package_for
+from kernels.packages.package import KernelPackage
 from workers.backends.base import (
     ArtifactInfo,
     DeviceInfo,
@@ -39,7 +42,7 @@ from workers.backends.base import (
     TaskSpec,
     VariantResult,
 )
-from workers.compilers import HIP_SOURCES, compiler_for_arch
+from workers.compilers import compiler_for_arch
 from workers.compilers.base import Compiler
 from workers.compilers.cache import CompileCache
 from workers.compilers.codeobject import kernel_symbols
@@ -47,13 +50,11 @@ from workers.harness.racing import timed_rounds
 from workers.profilers.rocprof_detect import parse_capture
 from workers.profilers.rocprof_mapping import map_dispatches
 
-ARCHES: tuple[str, ...] = ("gfx906", "gfx90a", "gfx942", "gfx950")
-PHASES: tuple[str, ...] = ("decode", "prefill")
+ARCHES: tuple[str, ...] = arches_for_backend("rocm")
 RUNNER_MODULE = "workers.harness.hip_runner"
 PROBE_TIMEOUT_S = 60
 DEFAULT_WATCHDOG_S = 900
 MAX_LOG_CHARS = 64_000
-SUBSET_DEFINE = {"decode": "TB_DECODE_VARIANTS", "prefill": "TB_PREFILL_VARIANTS"}
 
 
 # -- profilers ----------------------------------------------------------------------------------
@@ -125,9 +126,12 @@ class HiprtcCompiler:
     def compile(self, source: Path, arch: str, defines: dict[str, str], out_path: Path) -> Any:
         from hip import hiprtc
 
-        from workers.compilers.base import CompileResult, define_flags
+        from workers.compilers.base import INCLUDE_DIR, CompileResult, define_flags
 
-        options = [o.encode() for o in (*self.flags(arch), f"-I{source.parent}", *define_flags(defines))]
+        options = [
+            o.encode()
+            for o in (*self.flags(arch), f"-I{source.parent}", f"-I{INCLUDE_DIR}", *define_flags(defines))
+        ]
         err, prog = hiprtc.hiprtcCreateProgram(source.read_bytes(), source.name.encode(), 0, [], [])
         if err != hiprtc.hiprtcResult.HIPRTC_SUCCESS:
             return CompileResult(False, f"hiprtcCreateProgram: {err}", None)
@@ -170,16 +174,6 @@ class BuildResult:
     variants: dict[str, VariantBuild] = field(default_factory=dict)
 
 
-def subset_define(phase: str, params: dict[str, int]) -> dict[str, str]:
-    """-DTB_*_VARIANTS=... that builds one variant alone."""
-    if phase == "decode":
-        body = f"TB_DECODE_VARIANT({params['kb']},{params['tw']})"
-    else:
-        p = params
-        body = f"TB_PREFILL_VARIANT({p['n_tile']},{p['m_tile']},{p['min_blocks']},{p['unroll']})"
-    return {SUBSET_DEFINE[phase]: body}
-
-
 def isa_resources(path: Path) -> dict[str, dict[str, Any]]:
     """Per kernel symbol: the `tunebase isa` record, cached beside the code object."""
     sidecar = path.with_name(path.name + ".isa.json")
@@ -208,7 +202,6 @@ class RocmBackend:
     def __init__(
         self,
         artifact_dir: Path,
-        sources_dir: Path = HIP_SOURCES,
         python: str = sys.executable,
         env: dict[str, str] | None = None,
         profiler: Profiler | str | None = "auto",
@@ -217,7 +210,6 @@ class RocmBackend:
     ) -> None:
         self.artifact_dir = Path(artifact_dir)
         self.cache = CompileCache(self.artifact_dir / "rocm")
-        self.sources_dir = Path(sources_dir)
         self.python = python
         self.env = env
         self._profiler = profiler
@@ -269,52 +261,55 @@ class RocmBackend:
     def supports(self, arch: str, phase: str, format_name: str) -> str | None:
         if arch not in ARCHES:
             return f"rocm backend runs {', '.join(ARCHES)}, not {arch!r}"
-        if phase not in PHASES:
-            return f"rocm backend has no {phase!r} kernels"
-        if format_name not in PACKABLE:
-            return f"rocm backend has no {format_name} kernel (packable: {', '.join(PACKABLE)})"
         return None
 
     # compile
 
-    def build(self, arch: str, phase: str, format_name: str, variants: list[str]) -> BuildResult:
-        """Code objects for the task's variants (cached); compile errors land on their variants only."""
-        family = family_for_phase(phase)
-        parsed = {name: family.parse(name, "rocm") for name in variants}
-        kind = format_kind(format_name)
-        source = self.sources_dir / abi.SOURCES[phase]
+    def _compile(self, package: KernelPackage, unit: CompileUnit, arch: str) -> Any:
+        return self.cache.get_or_compile(
+            choose_compiler(arch), unit.source, package.name, package.version[:16], arch, unit.defines
+        )
+
+    def build(
+        self, package: KernelPackage, arch: str, format_name: str, variants: list[Variant]
+    ) -> BuildResult:
+        """Code objects for the task's variants (cached); compile errors land on their variants only.
+
+        When a unit holding several variants fails, each variant is compiled alone, so one broken variant
+        does not take the others down (its compiler message is its error).
+        """
         compiler = choose_compiler(arch)
-        unit = self.cache.get_or_compile(compiler, source, phase, kind.name, arch, dict(kind.defines))
         builds: dict[str, VariantBuild] = {}
-        logs = [unit.result.log]
-        keys = [unit.key]
-        compiled = unit.compiled
-        if unit.result.ok and unit.result.path is not None:
-            symbols = kernel_symbols(unit.result.path)
-            for name, v in parsed.items():
-                symbol = abi.symbol(v)
-                ok = symbol in symbols
-                builds[name] = VariantBuild(
-                    name,
-                    symbol,
-                    str(unit.result.path) if ok else None,
-                    None if ok else f"{symbol} not in unit",
-                )
-        else:  # build each variant alone, so one broken variant does not take the others down
-            keys = []
-            for name, v in parsed.items():
-                symbol = abi.symbol(v)
-                defines = {**kind.defines, **subset_define(phase, dict(v.params))}
-                one = self.cache.get_or_compile(compiler, source, phase, kind.name, arch, defines)
-                keys.append(one.key)
-                compiled = compiled or one.compiled
-                if one.result.ok and one.result.path is not None:
-                    builds[name] = VariantBuild(name, symbol, str(one.result.path))
-                else:
-                    logs.append(one.result.log)
-                    builds[name] = VariantBuild(
-                        name, symbol, None, "compile failed:\n" + one.result.log[-4000:]
-                    )
+        logs: list[str] = []
+        keys: list[str] = []
+        compiled = False
+        for unit in compile_units(package, format_name, "rocm", variants):
+            done = self._compile(package, unit, arch)
+            keys.append(done.key)
+            compiled = compiled or done.compiled
+            logs.append(done.result.log)
+            pieces = [(unit, done)]
+            if not (done.result.ok and done.result.path is not None) and len(unit.variants) > 1:
+                pieces = []
+                for variant in unit.variants:
+                    alone = compile_units(package, format_name, "rocm", [variant])[0]
+                    one = self._compile(package, alone, arch)
+                    keys.append(one.key)
+                    compiled = compiled or one.compiled
+                    pieces.append((alone, one))
+            for piece, result in pieces:
+                ok = result.result.ok and result.result.path is not None
+                symbols = kernel_symbols(result.result.path) if ok else set()
+                for variant in piece.variants:
+                    symbol = package.symbol(variant)
+                    if not ok:
+                        error = "compile failed:\n" + result.result.log[-4000:]
+                    elif symbol not in symbols:
+                        error = f"{symbol} not in the code object (symbols: {', '.join(sorted(symbols)[:8])})"
+                    else:
+                        error = None
+                    path = str(result.result.path) if error is None else None
+                    builds[variant.name] = VariantBuild(variant.name, symbol, path, error)
         resources: dict[str, dict[str, object]] = {}
         for b in builds.values():
             if b.path is None:
@@ -329,9 +324,9 @@ class RocmBackend:
         artifact = ArtifactInfo(
             cache_key=key,
             path=first or "",
-            source_hash=unit.source_hash,
+            source_hash=package.version,
             toolchain=compiler.identity(),
-            flags=(*compiler.flags(arch), *(f"-D{k}={v}" for k, v in sorted(kind.defines.items()))),
+            flags=tuple(compiler.flags(arch)),
             compiled=compiled,
             ok=all(b.error is None for b in builds.values()),
             log="\n".join(x for x in logs if x)[-MAX_LOG_CHARS:],
@@ -352,8 +347,16 @@ class RocmBackend:
             )
         if device.arch != spec.arch:
             raise RuntimeError(f"task is for {spec.arch} but this worker's GPU is {device.arch}")
-        built = self.build(spec.arch, spec.phase, spec.format, list(spec.variants))
-        failed: dict[str, str] = {n: b.error for n, b in built.variants.items() if b.error}
+        package = package_for(spec.phase, spec.kernel_root, spec.kernel)
+        variants: list[Variant] = []
+        failed: dict[str, str] = {}
+        for name in spec.variants:
+            try:
+                variants.append(package.parse(name, "rocm"))
+            except InvalidVariant as error:
+                failed[name] = str(error)
+        built = self.build(package, spec.arch, spec.format, variants)
+        failed.update({n: b.error for n, b in built.variants.items() if b.error})
         runnable = [b for b in built.variants.values() if b.error is None]
         rounds = timed_rounds(spec)
         if progress is not None:
@@ -362,7 +365,7 @@ class RocmBackend:
         failed.update(outcome.errors)
         results: list[VariantResult] = []
         for name in spec.variants:
-            b = built.variants[name]
+            b = built.variants.get(name) or VariantBuild(name, "", None, failed.get(name))
             data = outcome.variants.get(name)
             parity = Parity(**data["parity"]) if data and data.get("parity") else None
             results.append(
@@ -404,11 +407,8 @@ class RocmBackend:
         self, spec: TaskSpec, builds: list[VariantBuild], rounds: int, workdir: Path
     ) -> dict[str, Any]:
         return {
-            "arch": spec.arch, "phase": spec.phase, "format": spec.format, "n": spec.n, "k": spec.k,
-            "m": spec.m, "seed": spec.seed, "warmup": spec.warmup, "rounds": rounds,
-            "strategy": spec.strategy, "min_dispatches": spec.min_dispatches,
-            "max_dispatches": spec.max_dispatches,
-            "warm_cache": spec.warm_cache, "ordinal": self.ordinal, "workdir": str(workdir),
+            "spec": {key: value for key, value in asdict(spec).items() if key != "variants"},
+            "rounds": rounds, "ordinal": self.ordinal, "workdir": str(workdir),
             "variants": [{"name": b.variant, "symbol": b.symbol, "path": b.path} for b in builds],
         }  # fmt: skip
 

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from kernels.packages.loader import INCLUDE_DIR  # noqa: F401  (re-exported: headers every package may include)
+
 COMPILE_TIMEOUT_S = 600  # a whole family (40 prefill variants) in one translation unit
 PROBE_TIMEOUT_S = 30
 COMMON_FLAGS: tuple[str, ...] = ("-O3", "-std=c++17")

@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from workers.compilers.base import Compiler, CompileResult
+from workers.compilers.base import INCLUDE_DIR, Compiler, CompileResult
 
 _INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 
@@ -56,7 +56,7 @@ def cache_key(
 ) -> str:
     blob = json.dumps(
         {
-            "source": source_hash(source),
+            "source": source_hash(source, (INCLUDE_DIR,)),
             "family": family,
             "kind": kind,
             "arch": arch,

@@ -7,12 +7,20 @@ import shutil
 from functools import cached_property
 from pathlib import Path
 
-from workers.compilers.base import COMMON_FLAGS, CompileResult, define_flags, probe_version, run_compile
+from kernels.arches import arches_for_compiler
+from workers.compilers.base import (
+    COMMON_FLAGS,
+    INCLUDE_DIR,
+    CompileResult,
+    define_flags,
+    probe_version,
+    run_compile,
+)
 
 
 class HipccCompiler:
     name = "hipcc"
-    arches: frozenset[str] = frozenset({"gfx906", "gfx90a"})
+    arches: frozenset[str] = arches_for_compiler("hipcc")
 
     def __init__(self, hipcc: str = "hipcc") -> None:
         self.hipcc = hipcc
@@ -43,7 +51,7 @@ class HipccCompiler:
                 False, f"{self.hipcc} not found (apt-get install hipcc rocm-device-libs)", None
             )
         argv = [
-            self.hipcc, *self.flags(arch), f"-I{source.parent}", *define_flags(defines),
+            self.hipcc, *self.flags(arch), f"-I{source.parent}", f"-I{INCLUDE_DIR}", *define_flags(defines),
             str(source), "-o", str(out_path),
         ]  # fmt: skip
         return run_compile(argv, out_path, self.env)

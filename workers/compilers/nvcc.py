@@ -11,7 +11,15 @@ import shutil
 from functools import cached_property
 from pathlib import Path
 
-from workers.compilers.base import COMMON_FLAGS, CompileResult, define_flags, probe_version, run_compile
+from kernels.arches import arches_for_compiler
+from workers.compilers.base import (
+    COMMON_FLAGS,
+    INCLUDE_DIR,
+    CompileResult,
+    define_flags,
+    probe_version,
+    run_compile,
+)
 
 
 def find_nvcc() -> str | None:
@@ -25,7 +33,7 @@ def find_nvcc() -> str | None:
 
 class NvccCompiler:
     name = "nvcc"
-    arches: frozenset[str] = frozenset({"sm_90"})
+    arches: frozenset[str] = arches_for_compiler("nvcc")
 
     def __init__(self, nvcc: str | None = None) -> None:
         self.nvcc = nvcc or find_nvcc()
@@ -49,7 +57,7 @@ class NvccCompiler:
         if not self.available() or self.nvcc is None:
             return CompileResult(False, "nvcc not found (PATH or /usr/local/cuda*/bin)", None)
         argv = [
-            self.nvcc, *self.flags(arch), f"-I{source.parent}", *define_flags(defines),
+            self.nvcc, *self.flags(arch), f"-I{source.parent}", f"-I{INCLUDE_DIR}", *define_flags(defines),
             "-x", "cu", str(source), "-o", str(out_path),
         ]  # fmt: skip
         return run_compile(argv, out_path)

@@ -14,7 +14,15 @@ import tempfile
 from functools import cached_property
 from pathlib import Path
 
-from workers.compilers.base import COMMON_FLAGS, CompileResult, define_flags, probe_version, run_compile
+from kernels.arches import arches_for_compiler
+from workers.compilers.base import (
+    COMMON_FLAGS,
+    INCLUDE_DIR,
+    CompileResult,
+    define_flags,
+    probe_version,
+    run_compile,
+)
 
 _WRAPPER = """#!{python}
 # Tunebase: clang's HIP driver runs `lld -flavor gnu ...`; zig's lld is `python -m ziglang ld.lld`.
@@ -33,7 +41,7 @@ def _default_wrapper_dir() -> Path:
 
 class ZigClangCompiler:
     name = "zig-clang"
-    arches: frozenset[str] = frozenset({"gfx942", "gfx950"})
+    arches: frozenset[str] = arches_for_compiler("zig-clang")
 
     def __init__(self, python: str = sys.executable, wrapper_dir: Path | None = None) -> None:
         self.python = python
@@ -83,6 +91,7 @@ class ZigClangCompiler:
         self.ensure_wrapper()
         argv = [
             self.python, "-m", "ziglang", "clang", *self.flags(arch), f"-I{source.parent}",
+            f"-I{INCLUDE_DIR}",
             *define_flags(defines), "-c", str(source), "-o", str(out_path),
         ]  # fmt: skip
         return run_compile(argv, out_path, self.env)

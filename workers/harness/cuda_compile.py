@@ -17,6 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kernels.packages.loader import INCLUDE_DIR
 from workers.harness import cuda_driver as cd
 
 SASS_TIMEOUT_S = 60
@@ -42,7 +43,7 @@ def nvrtc_version() -> str:
     return f"nvrtc {major}.{minor}"
 
 
-LIBRARY_INCLUDE = Path(__file__).resolve().parents[2] / "kernels" / "sources" / "hip"
+LIBRARY_INCLUDE = INCLUDE_DIR  # kernels/library/include: headers every package may include
 
 
 def read_headers(*include_dirs: Path) -> dict[str, str]:

@@ -152,7 +152,7 @@ def pack_args(values: list[tuple[str, int | float]]) -> tuple[bytes, list[int]]:
 
     ``values`` is a list of (kind, value) with kind 'ptr' (64-bit), 'i32' or 'f32'.
     """
-    fmt = {"ptr": "Q", "i32": "i", "f32": "f"}
+    fmt = {"ptr": "Q", "i32": "i", "u32": "I", "i64": "q", "f32": "f"}
     blob = b""
     offsets: list[int] = []
     for kind, value in values:

@@ -1,58 +1,46 @@
 """Per-task HIP timing harness: ``python -m workers.harness.hip_runner TASK.json`` (or ``--probe``).
 
-Runs in its own process (a crash or hang kills only it) and usually under rocprofv3 / rocprof,
-which the parent (workers/backends/rocm.py) puts in front of it. Written against hip-python's
-documented API (``from hip import hip``): hipModuleLoadData / hipModuleGetFunction, a packed
-kernel-argument buffer passed through ``extra`` (HIP_LAUNCH_PARAM_BUFFER_POINTER/SIZE),
-hipMalloc / hipMemcpyHtoD / hipMemsetD32 (NaN bit pattern for outputs) and hipEvent timing.
+Runs in its own process (a crash or hang kills only it) and usually under rocprofv3 / rocprof, which the
+parent (workers/backends/rocm.py) puts in front of it. The measurement protocol is the one runner's
+(workers/runner.py); this module supplies its HIP primitives, written against hip-python's documented API
+(``from hip import hip``): hipModuleLoadData / hipModuleGetFunction, a packed kernel-argument buffer passed
+through ``extra`` (HIP_LAUNCH_PARAM_BUFFER_POINTER/SIZE), hipMalloc / hipMemcpy* / hipMemsetD32 (NaN bit
+pattern for outputs) and hipEvent timing.
 
-Protocol: the task JSON names the variants (name, symbol, code object path) and the point; the
-harness writes ``progress.jsonl`` (one line before each risky step, so the parent can name the
-variant that crashed or hung) and ``result.json`` (device, launch log in dispatch order, per
-variant event/wall times and parity). GPU time proper comes from the profiler; hipEvent time is
-kept beside it.
+Protocol: the task JSON holds the TaskSpec and the compiled variants (name, symbol, code object path); the
+harness writes ``progress.jsonl`` (one line before each risky step, so the parent can name the variant that
+crashed or hung) and ``result.json`` (device, launch log in dispatch order, per variant event/wall times and
+parity). GPU time proper comes from the profiler; hipEvent time is kept beside it.
 """
 
 from __future__ import annotations
 
 import ctypes
 import json
-import math
 import struct
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from kernels.families import abi, family_for_phase
-from kernels.families.base import Variant
-from kernels.reference import INT8_ACTIVATIONS, Problem, build_problem, sample_rows
-from workers.backends.base import TaskSpec
-from workers.harness.interleave import interleave
-from workers.harness.racing import RacingPolicy, policy_for
+from kernels.arches import get_arch
+from kernels.packages.loader import package_for
+from kernels.packages.package import DeviceFacts, Geometry
+from workers.backends.base import ArtifactInfo, DeviceInfo, Dispatch, TaskSpec
+from workers.harness.interleave import DispatchFn
+from workers.runner import ArgValue, CompiledVariants, run_task
 
 NAN_BITS = 0x7FC00000  # float32 quiet NaN: outputs are filled with it before a parity run
-WAVE_SIZE = 64  # gfx9 wavefronts
-MAX_WEIGHT_COPIES = 256
-MAX_ROTATION_BYTES = 8 << 30
-PARITY_SAMPLE_ABOVE = 1 << 26  # weights; above this parity covers a seeded row sample
-PARITY_SAMPLE_ROWS = 512
-# Last-level cache per arch when the device properties do not say (MI50: 4 MB L2;
-# MI300X / MI355X: 256 MB Infinity Cache, which hipDeviceProp_t does not report).
-KNOWN_LLC_BYTES: dict[str, int] = {
-    "gfx906": 4 << 20,
-    "gfx90a": 8 << 20,
-    "gfx942": 256 << 20,
-    "gfx950": 256 << 20,
-}
 # HIP_LAUNCH_PARAM_* markers of the ``extra`` array (hip_runtime_api.h)
 LAUNCH_PARAM_BUFFER_POINTER = 0x01
 LAUNCH_PARAM_BUFFER_SIZE = 0x02
 LAUNCH_PARAM_END = 0x03
+_PACK = {"ptr": ("<Q", 8), "i32": ("<i", 4), "u32": ("<I", 4), "i64": ("<q", 8), "f32": ("<f", 4)}
 
 
 class HipError(RuntimeError):
@@ -62,69 +50,28 @@ class HipError(RuntimeError):
 # -- pure parts (tested without a GPU) ------------------------------------------------------
 
 
-def pack_kernel_args(args: Sequence[abi.KernelArg], values: dict[str, int]) -> bytes:
+def pack_kernel_args(args: Sequence[ArgValue]) -> bytes:
     """The kernel-argument buffer in the AMDGPU kernarg layout: natural alignment, no hidden args.
 
-    Pointers are 8 bytes aligned to 8, ints 4 bytes aligned to 4; the total is rounded up to 8.
+    Pointers and 64-bit ints are 8 bytes aligned to 8, 32-bit values 4 bytes aligned to 4; the total is
+    rounded up to 8.
     """
     buf = bytearray()
-    for arg in args:
-        value = int(values[arg.name])
-        if arg.is_pointer:
-            fmt, size = "<Q", 8
-        elif arg.ctype.strip() in ("int", "int32_t"):
-            fmt, size = "<i", 4
-        elif arg.ctype.strip() in ("unsigned", "uint32_t", "unsigned int"):
-            fmt, size = "<I", 4
-        else:
-            raise TypeError(f"cannot pack kernel argument {arg.name} of type {arg.ctype!r}")
+    for kind, value in args:
+        try:
+            fmt, size = _PACK[kind]
+        except KeyError:
+            raise TypeError(f"cannot pack a kernel argument of kind {kind!r}") from None
         buf.extend(b"\0" * (-len(buf) % size))
-        buf.extend(struct.pack(fmt, value))
+        buf.extend(struct.pack(fmt, float(value) if kind == "f32" else int(value)))
     buf.extend(b"\0" * (-len(buf) % 8))
     return bytes(buf)
 
 
-def launch_for(phase: str, variant: Variant, n: int, k: int, m: int, compute_units: int) -> abi.Launch:
-    if phase == "decode":
-        return abi.decode_launch(n, k, m, variant, compute_units, WAVE_SIZE)
-    if phase == "prefill":
-        return abi.prefill_launch(n, k, m, variant, compute_units, WAVE_SIZE)
-    raise ValueError(f"no GPU kernels for phase {phase!r}")
-
-
-def arg_values(phase: str, launch: abi.Launch, pointers: dict[str, int]) -> dict[str, int]:
-    """Every ABI argument's value: device pointers by name (0 = NULL), ints from the launch."""
-    values: dict[str, int] = {}
-    for arg in abi.ARGS[phase]:
-        values[arg.name] = pointers.get(arg.name, 0) if arg.is_pointer else int(launch.scalars[arg.name])
-    return values
-
-
 def llc_bytes(arch: str, l2_from_props: int) -> int:
-    """The cache a rotated weight set must exceed: the larger of what the device says and what we know."""
-    return max(int(l2_from_props or 0), KNOWN_LLC_BYTES.get(arch, 0))
-
-
-def weight_copies(copy_bytes: int, cache_bytes: int, warm_cache: bool) -> int:
-    """Enough copies that their total exceeds twice the last-level cache (capped by count and memory)."""
-    if warm_cache or copy_bytes <= 0:
-        return 1
-    wanted = math.floor(2 * cache_bytes / copy_bytes) + 1
-    return max(1, min(wanted, MAX_WEIGHT_COPIES, max(1, MAX_ROTATION_BYTES // copy_bytes)))
-
-
-def weight_arrays(problem: Problem) -> dict[str, np.ndarray]:
-    """Kernel-layout arrays by ABI argument name (fp16 scales/mins travel as their bits)."""
-    packed = problem.packed
-    if packed is None:
-        raise ValueError(f"{problem.format.name}: no kernel-layout packing")
-    out = {
-        "qs": np.ascontiguousarray(packed.qs),
-        "scales": np.ascontiguousarray(packed.scales.view(np.uint16)),
-    }
-    if packed.mins is not None:
-        out["mins"] = np.ascontiguousarray(packed.mins.view(np.uint16))
-    return out
+    """The cache a rotated weight set must exceed: the larger of what the device says and the arch table's
+    (hipDeviceProp_t does not report MI300X / MI355X Infinity Cache)."""
+    return max(int(l2_from_props or 0), get_arch(arch).llc_bytes)
 
 
 # -- the HIP side -----------------------------------------------------------------------------
@@ -216,46 +163,17 @@ def device_props(ordinal: int = 0) -> DeviceProps:
     )
 
 
-class DeviceMemory:
-    """hipMalloc'd buffers, freed together."""
-
-    def __init__(self) -> None:
-        self.pointers: list[Any] = []
-
-    def alloc(self, nbytes: int) -> int:
-        hip = _hip()
-        ptr = check(hip.hipMalloc(max(4, int(nbytes))), f"hipMalloc({nbytes})")
-        self.pointers.append(ptr)
-        return int(ptr)
-
-    def upload(self, array: np.ndarray) -> int:
-        hip = _hip()
-        ptr = self.alloc(array.nbytes)
-        check(hip.hipMemcpyHtoD(ptr, array, array.nbytes), "hipMemcpyHtoD")
-        return ptr
-
-    def free(self) -> None:
-        hip = _hip()
-        for ptr in self.pointers:
-            hip.hipFree(ptr)
-        self.pointers.clear()
-
-
 @dataclass
-class LoadedVariant:
+class HipKernel:
     name: str
     symbol: str
     function: Any
-    launch: abi.Launch
-    workspace: int = 0
-    counters: int = 0
 
 
 @dataclass
 class Harness:
     """State of one task run: launch log, progress file, modules."""
 
-    task: dict[str, Any]
     workdir: Path
     launches: list[dict[str, Any]] = field(default_factory=list)
     modules: dict[str, Any] = field(default_factory=dict)
@@ -273,13 +191,50 @@ class Harness:
             module = self.modules[path] = check(hip.hipModuleLoadData(data), f"hipModuleLoadData({path})")
         return check(hip.hipModuleGetFunction(module, symbol.encode()), f"hipModuleGetFunction({symbol})")
 
-    def launch(self, v: LoadedVariant, pointers: dict[str, int], stage: str, buffer_index: int) -> None:
+
+class HipDevice:
+    """Runner primitives through hip-python; every launch is logged for the profiler mapping."""
+
+    def __init__(self, props: DeviceProps, harness: Harness) -> None:
+        arch = get_arch(props.arch)
+        self.facts = DeviceFacts("rocm", props.arch, props.compute_units, arch.wave)
+        self.llc_bytes = llc_bytes(props.arch, props.l2_bytes)
+        self.harness = harness
+        self.pointers: list[Any] = []
+        self._events: tuple[Any, Any] | None = None
+
+    def alloc(self, nbytes: int) -> int:
+        ptr = check(_hip().hipMalloc(max(4, int(nbytes))), f"hipMalloc({nbytes})")
+        self.pointers.append(ptr)
+        return int(ptr)
+
+    def upload(self, array: np.ndarray) -> int:
+        ptr = self.alloc(int(array.nbytes))
+        check(_hip().hipMemcpyHtoD(ptr, np.ascontiguousarray(array), int(array.nbytes)), "hipMemcpyHtoD")
+        return ptr
+
+    def copy(self, dst: int, src: int, nbytes: int) -> None:
+        check(_hip().hipMemcpyDtoD(dst, src, nbytes), "hipMemcpyDtoD")
+
+    def zero(self, ptr: int, nbytes: int) -> None:
+        check(_hip().hipMemset(ptr, 0, nbytes), "hipMemset")
+
+    def fill_nan_f32(self, ptr: int, count: int) -> None:
+        check(_hip().hipMemsetD32(ptr, NAN_BITS, count), "hipMemsetD32(y, NaN)")
+
+    def download(self, ptr: int, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        out = np.empty(shape, dtype=dtype)
+        check(_hip().hipMemcpyDtoH(out, ptr, out.nbytes), "hipMemcpyDtoH")
+        return out
+
+    def _launch(
+        self, kernel: HipKernel, geometry: Geometry, args: list[ArgValue], stage: str, buffer: int
+    ) -> None:
         """One hipModuleLaunchKernel with the packed argument buffer; logged for profiler mapping."""
         hip = _hip()
-        phase = self.task["phase"]
-        args = pack_kernel_args(abi.ARGS[phase], arg_values(phase, v.launch, pointers))
-        arg_buffer = ctypes.create_string_buffer(args, len(args))
-        arg_size = ctypes.c_size_t(len(args))
+        packed = pack_kernel_args(args)
+        arg_buffer = ctypes.create_string_buffer(packed, len(packed))
+        arg_size = ctypes.c_size_t(len(packed))
         extra = (ctypes.c_void_p * 5)(
             LAUNCH_PARAM_BUFFER_POINTER,
             ctypes.addressof(arg_buffer),
@@ -287,128 +242,106 @@ class Harness:
             ctypes.addressof(arg_size),
             LAUNCH_PARAM_END,
         )
-        grid, block = v.launch.grid, v.launch.block
         check(
-            hip.hipModuleLaunchKernel(v.function, *grid, *block, v.launch.shared_bytes, None, None, extra),
-            f"hipModuleLaunchKernel({v.symbol})",
+            hip.hipModuleLaunchKernel(
+                kernel.function, *geometry.grid, *geometry.block, geometry.shared_bytes, None, None, extra
+            ),
+            f"hipModuleLaunchKernel({kernel.symbol})",
         )
-        self.launches.append({"variant": v.name, "symbol": v.symbol, "stage": stage, "buffer": buffer_index})
+        self.harness.launches.append(
+            {"variant": kernel.name, "symbol": kernel.symbol, "stage": stage, "buffer": buffer}
+        )
 
+    def launch(self, kernel: Any, geometry: Geometry, args: list[ArgValue]) -> None:
+        self.harness.progress(stage="parity", variant=getattr(kernel, "name", None))
+        self._launch(kernel, geometry, args, "parity" if isinstance(kernel, HipKernel) else "prepare", 0)
+        check(_hip().hipDeviceSynchronize(), "hipDeviceSynchronize")
 
-def _event_ms(start: Any, stop: Any) -> float:
-    hip = _hip()
-    check(hip.hipEventSynchronize(stop), "hipEventSynchronize")
-    return float(check(hip.hipEventElapsedTime(start, stop), "hipEventElapsedTime"))
+    def dispatcher(
+        self, name: str, kernel: Any, geometry: Geometry, args_by_copy: list[list[ArgValue]]
+    ) -> DispatchFn:
+        hip = _hip()
+
+        def dispatch(buffer_index: int) -> int:
+            assert self._events is not None, "dispatch outside timing()"
+            start, stop = self._events
+            check(hip.hipEventRecord(start, None), "hipEventRecord")
+            self._launch(kernel, geometry, args_by_copy[buffer_index], "timed", buffer_index)
+            check(hip.hipEventRecord(stop, None), "hipEventRecord")
+            check(hip.hipEventSynchronize(stop), "hipEventSynchronize")
+            return round(float(check(hip.hipEventElapsedTime(start, stop), "hipEventElapsedTime")) * 1e6)
+
+        return dispatch
+
+    @contextmanager
+    def timing(self) -> Iterator[None]:
+        hip = _hip()
+        self.harness.progress(stage="interleave")
+        self._events = (
+            check(hip.hipEventCreate(), "hipEventCreate"),
+            check(hip.hipEventCreate(), "hipEventCreate"),
+        )
+        try:
+            yield
+        finally:
+            for event in self._events:
+                hip.hipEventDestroy(event)
+            self._events = None
+            self.harness.progress(stage="done")
+
+    def attach(self, dispatches: dict[str, list[Dispatch]]) -> dict[str, str]:
+        return {name: "hip-events" for name, rows in dispatches.items() if rows}  # the parent maps rocprof
+
+    def resources(self, kernel: Any, geometry: Geometry) -> dict[str, object]:
+        return {}  # the parent reads them from the code object (workers/isa)
+
+    def free_all(self) -> None:
+        hip = _hip()
+        for ptr in self.pointers:
+            hip.hipFree(ptr)
+        self.pointers.clear()
 
 
 def run(task: dict[str, Any], workdir: Path) -> dict[str, Any]:
-    """Load, parity-check, warm up and time every variant interleaved; returns the result document."""
-    hip = _hip()
-    harness = Harness(task, workdir)
+    """Load every variant, then the runner's protocol; returns the result document."""
+    harness = Harness(workdir)
     props = device_props(int(task.get("ordinal", 0)))
-    phase, fmt = task["phase"], task["format"]
-    n, k, m, seed = int(task["n"]), int(task["k"]), int(task["m"]), int(task.get("seed", 0))
-    family = family_for_phase(phase)
+    spec = TaskSpec(**{**task["spec"], "variants": tuple(v["name"] for v in task["variants"])})
+    package = package_for(spec.phase, spec.kernel_root, spec.kernel)
+    compiled = CompiledVariants(ArtifactInfo("", "", package.version, "", (), False))
+    for entry in task["variants"]:
+        name, symbol = entry["name"], entry["symbol"]
+        compiled.symbols[name] = symbol
+        harness.progress(stage="load", variant=name)
+        try:
+            compiled.kernels[name] = HipKernel(name, symbol, harness.function(entry["path"], symbol))
+        except Exception as exc:  # one bad variant must not sink the task
+            compiled.errors[name] = f"load failed: {type(exc).__name__}: {exc}"
+    info = DeviceInfo("rocm", props.arch, props.name, props.compute_units, props.uuid)
+    device = HipDevice(props, harness)
     harness.progress(stage="problem")
-    rows = sample_rows(n, PARITY_SAMPLE_ROWS, seed) if n * k > PARITY_SAMPLE_ABOVE else None
-    problem = build_problem(fmt, n, k, m, seed=seed, rows=rows)
-    arrays = weight_arrays(problem)
-    copy_bytes = sum(int(a.nbytes) for a in arrays.values())
-    cache = llc_bytes(props.arch, props.l2_bytes)
-    copies = weight_copies(copy_bytes, cache, bool(task.get("warm_cache")))
-    memory = DeviceMemory()
-    errors: dict[str, str] = {}
-    parity: dict[str, dict[str, Any]] = {}
-    try:
-        weights = [{name: memory.upload(a) for name, a in arrays.items()} for _ in range(copies)]
-        x_ptr = memory.upload(np.ascontiguousarray(problem.x, dtype=np.float32))
-        y_ptr = memory.alloc(4 * m * n)
-        loaded: list[LoadedVariant] = []
-        for entry in task["variants"]:
-            name, symbol = entry["name"], entry["symbol"]
-            harness.progress(stage="load", variant=name)
-            try:
-                variant = family.parse(name, "rocm")
-                launch = launch_for(phase, variant, n, k, m, props.compute_units)
-                function = harness.function(entry["path"], symbol)
-            except Exception as exc:  # one bad variant must not sink the task
-                errors[name] = f"load failed: {type(exc).__name__}: {exc}"
-                continue
-            lv = LoadedVariant(name, symbol, function, launch)
-            if launch.workspace_bytes:
-                lv.workspace = memory.alloc(launch.workspace_bytes)
-            if launch.counters:
-                lv.counters = memory.alloc(4 * launch.counters)
-                check(hip.hipMemsetD32(lv.counters, 0, launch.counters), "hipMemsetD32(counters)")
-            loaded.append(lv)
-
-        def pointers(lv: LoadedVariant, buffer_index: int) -> dict[str, int]:
-            return {**weights[buffer_index], "x": x_ptr, "y": y_ptr, "workspace": lv.workspace,
-                    "counters": lv.counters}  # fmt: skip
-
-        good: list[LoadedVariant] = []
-        for lv in loaded:
-            harness.progress(stage="parity", variant=lv.name)
-            try:
-                check(hip.hipMemsetD32(y_ptr, NAN_BITS, m * n), "hipMemsetD32(y, NaN)")
-                harness.launch(lv, pointers(lv, 0), "parity", 0)
-                check(hip.hipDeviceSynchronize(), "hipDeviceSynchronize")
-                out = np.empty((m, n), dtype=np.float32)
-                check(hip.hipMemcpyDtoH(out, y_ptr, out.nbytes), "hipMemcpyDtoH")
-            except Exception as exc:
-                errors[lv.name] = f"parity run failed: {type(exc).__name__}: {exc}"
-                continue
-            result = problem.check(out, INT8_ACTIVATIONS)
-            parity[lv.name] = dict(result.__dict__)
-            good.append(lv)
-
-        start = check(hip.hipEventCreate(), "hipEventCreate")
-        stop = check(hip.hipEventCreate(), "hipEventCreate")
-
-        def dispatcher(lv: LoadedVariant) -> Any:
-            def fn(buffer_index: int) -> int:
-                check(hip.hipEventRecord(start, None), "hipEventRecord")
-                harness.launch(lv, pointers(lv, buffer_index), "timed", buffer_index)
-                check(hip.hipEventRecord(stop, None), "hipEventRecord")
-                return round(_event_ms(start, stop) * 1e6)
-
-            return fn
-
-        harness.progress(stage="interleave", variants=[lv.name for lv in good])
-        timed = interleave(
-            [(lv.name, dispatcher(lv)) for lv in good],
-            rounds=int(task["rounds"]),
-            warmup=int(task.get("warmup", 0)),
-            buffers=copies,
-            policy=_race_policy(task, [lv.name for lv in good if parity.get(lv.name, {}).get("passed")]),
-        )
-        errors.update(timed.errors)
-        harness.progress(stage="done")
-        for event in (start, stop):
-            hip.hipEventDestroy(event)
-    finally:
-        memory.free()
+    result = run_task(package, spec, device, info, compiled)
+    timed_counts = {r.variant: len(r.dispatches) for r in result.results}
     # warm-up launches precede the timed ones of a variant: mark them so the log says what it was
     per_variant: dict[str, list[dict[str, Any]]] = {}
     for entry in harness.launches:
         per_variant.setdefault(entry["variant"], []).append(entry)
     for name, entries in per_variant.items():
-        timed_count = len(timed.dispatches.get(name, []))
         candidates = [e for e in entries if e["stage"] == "timed"]
-        for e in candidates[: len(candidates) - timed_count]:
+        for e in candidates[: len(candidates) - timed_counts.get(name, 0)]:
             e["stage"] = "warmup"
     return {
         "device": props.as_dict(),
-        "weight_copies": copies,
-        "cache_bytes": cache,
+        "weight_copies": result.weight_copies,
+        "cache_bytes": device.llc_bytes,
         "launches": harness.launches,
         "variants": {
-            name: {
-                "dispatches": [d.__dict__ for d in timed.dispatches.get(name, [])],
-                "parity": parity.get(name),
-                "error": errors.get(name),
+            r.variant: {
+                "dispatches": [d.__dict__ for d in r.dispatches],
+                "parity": dict(r.parity.__dict__) if r.parity else None,
+                "error": r.error,
             }
-            for name in [v["name"] for v in task["variants"]]
+            for r in result.results
         },
     }
 
@@ -436,18 +369,5 @@ def main(argv: Sequence[str]) -> int:
     return 0
 
 
-def _race_policy(task: dict[str, Any], eligible: list[str]) -> RacingPolicy | None:
-    """The same racing policy the parent would build, from the task document (None when exhaustive)."""
-    spec = TaskSpec(
-        arch=str(task["arch"]), phase=str(task["phase"]), format=str(task["format"]), shape="",
-        n=int(task["n"]), k=int(task["k"]), m=int(task["m"]), variants=(),
-        min_dispatches=int(task.get("min_dispatches", task["rounds"])),
-        max_dispatches=int(task.get("max_dispatches", task["rounds"])),
-        seed=int(task.get("seed", 0)), strategy=str(task.get("strategy", "exhaustive")),
-    )  # fmt: skip
-    return policy_for(spec, eligible=eligible)
-
-
 if __name__ == "__main__":
     raise SystemExit(main(sys.argv[1:]))
-

@@ -14,13 +14,13 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from sqlalchemy.orm import Session
 
-from kernels.families import family_for_phase
+from kernels.arches import get_arch
 from kernels.families.base import InvalidVariant
 from kernels.formats.registry import FORMATS
 from service.api.deps import Caller, get_session, require_scope
+from service.kernel_store import PackageNotFound, resolve
 from service.statistics.bootstrap import estimate_median, ratio_interval, stable_seed
 from service.winners import PointMeasurement, dispatch_times_us, newest_per_variant, point_measurements
-from workers.backends.registry import backend_name_for_arch
 
 router = APIRouter(prefix="/v1/compare", tags=["winners"])
 
@@ -53,19 +53,20 @@ def compare(
     k: int = Query(..., ge=1),
     a: str = Query(..., min_length=1, max_length=80),
     b: str = Query(..., min_length=1, max_length=80),
+    kernel: str | None = Query(None, max_length=130, description="package name; default: the built-in"),
     _caller: Caller = Depends(require_scope("read")),
     session: Session = Depends(get_session),
 ) -> dict[str, Any]:
     if format not in FORMATS:
         raise _invalid("format", f"unknown format {format!r}")
     try:
-        backend = backend_name_for_arch(arch)
+        backend = get_arch(arch).backend
     except KeyError as error:
         raise _invalid("arch", str(error.args[0])) from None
     try:
-        family = family_for_phase(phase)
-    except KeyError as error:
-        raise _invalid("phase", str(error.args[0])) from None
+        family = resolve(session, kernel, phase)
+    except PackageNotFound as error:
+        raise _invalid("kernel", str(error)) from None
     for field, name in (("a", a), ("b", b)):
         try:
             family.parse(name, backend)
@@ -73,7 +74,7 @@ def compare(
             raise _invalid(field, str(error)) from None
     if a == b:
         raise _invalid("b", "a and b must name different variants")
-    chosen = newest_per_variant(point_measurements(session, arch, phase, format, m, n, k))
+    chosen = newest_per_variant(point_measurements(session, arch, phase, format, m, n, k, family.name))
     for name in (a, b):
         if name not in chosen:
             raise HTTPException(404, f"no measurement of {name} at {arch}/{phase}/{format} m={m} n={n} k={k}")

@@ -6,10 +6,11 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from kernels.arches import ARCH_NAMES, require_arch
 from kernels.formats.registry import FORMATS
 from service.api.deps import Caller, PageParams, get_session, page_params, paginate, require_scope
 from service.api.errors import ERROR_RESPONSES
@@ -38,7 +39,9 @@ class ObservedReport(BaseModel):
         },
     )
 
-    arch: Literal["gfx906", "gfx90a", "gfx942", "gfx950", "sm_90", "host"]
+    arch: str = Field(
+        json_schema_extra={"enum": list(ARCH_NAMES)}, description="one row of kernels/arches.py"
+    )
     format: str = Field(min_length=1, max_length=16)
     m: int = Field(ge=1, le=1 << 20)
     n: int = Field(gt=0, le=1 << 28)
@@ -47,6 +50,11 @@ class ObservedReport(BaseModel):
         None, description="default: decode for M <= 4, else prefill"
     )
     source: str = Field("", max_length=120, description="who reported it (engine, host)")
+
+    @field_validator("arch")
+    @classmethod
+    def _known_arch(cls, value: str) -> str:
+        return require_arch(value)
 
 
 def observed_item(row: ObservedShape) -> dict[str, Any]:

@@ -5,18 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Depends
+from sqlalchemy.orm import Session
 
-from kernels.families import FAMILIES
-from kernels.families import decode as decode_family
-from kernels.families import prefill as prefill_family
+from kernels.arches import BACKENDS
 from kernels.formats.packing import EXACT, FIRST_WAVE, PACKABLE, format_kind
 from kernels.formats.registry import FORMATS, codebook_name
-from service.api.deps import Caller, PageParams, page_params, require_scope
+from kernels.packages.loader import builtin_packages
+from kernels.packages.package import KernelPackage
+from service.api.deps import Caller, PageParams, get_session, page_params, require_scope
 from service.api.errors import ERROR_RESPONSES
+from service.kernel_store import get_package, list_uploaded_names
 
 router = APIRouter(prefix="/v1", tags=["registry"], responses=ERROR_RESPONSES)
-
-BACKENDS: tuple[str, ...] = ("rocm", "cuda", "host")
 
 
 def format_items() -> list[dict[str, Any]]:
@@ -42,32 +42,21 @@ def format_items() -> list[dict[str, Any]]:
     return items
 
 
-def _axes(family: str, backend: str) -> dict[str, list[int]]:
-    if family == "decode":
-        kbs, tws = decode_family._axes(backend)
-        return {"kb": list(kbs), "tw": list(tws)}
-    return {name: list(values) for name, values in prefill_family._axes(backend).items()}
-
-
-def _constraints(family: str, backend: str) -> list[str]:
-    if family == "decode":
-        return [c.reason for c in decode_family.constraints(backend)]
-    return [c.reason for c in prefill_family.constraints(backend)]
-
-
-def family_items() -> list[dict[str, Any]]:
+def family_items(packages: list[KernelPackage]) -> list[dict[str, Any]]:
+    """Every package with its parameters (and their meaning) and each backend's valid variants."""
     items = []
-    for name, family in FAMILIES.items():
+    for package in packages:
         spaces = {}
         for backend in BACKENDS:
-            space = family.space(backend)
+            if package.source_key(backend) is None:
+                continue
+            space = package.space(backend)
             spaces[backend] = {
-                "axes": _axes(name, backend),
-                "constraints": _constraints(name, backend),
                 "variants": [{"name": v.name, "params": dict(v.params), "order": v.order} for v in space],
+                "invalid": package.invalid_points(backend),
                 "count": len(space),
             }
-        items.append({"name": name, "phase": family.phase, "backends": spaces})
+        items.append({**package.describe(), "backends": spaces})
     return items
 
 
@@ -86,7 +75,11 @@ def list_formats(
 
 
 @router.get("/families")
-def list_families(_caller: Caller = Depends(require_scope("read"))) -> dict[str, Any]:
-    """Kernel families with each backend's axes, declared constraints and valid variants."""
-    items = family_items()
+def list_families(
+    _caller: Caller = Depends(require_scope("read")), session: Session = Depends(get_session)
+) -> dict[str, Any]:
+    """Kernel packages (built-in and the newest version of each upload) with parameters and spaces."""
+    packages = list(builtin_packages().values())
+    packages += [get_package(session, name) for name in list_uploaded_names(session)]
+    items = family_items(packages)
     return {"total": len(items), "items": items}

@@ -14,7 +14,13 @@ from service.api.deps import Caller, get_session, get_settings_dep, require_scop
 from service.config import Settings
 from service.db.models import Sweep
 from service.sweeps.availability import Presence
-from service.sweeps.service import IdempotencyConflict, cancel_sweep, submit_sweep, sweep_status_body
+from service.sweeps.service import (
+    IdempotencyConflict,
+    InvalidSpec,
+    cancel_sweep,
+    submit_sweep,
+    sweep_status_body,
+)
 from service.sweeps.spec import SweepSpec
 
 router = APIRouter(prefix="/v1/sweeps", tags=["sweeps"])
@@ -29,13 +35,12 @@ def create_sweep(
     settings: Settings = Depends(get_settings_dep),
     presence: Presence = Depends(worker_presence),
 ) -> Any:
-    problems = spec.problems()
-    if problems:
-        raise RequestValidationError(
-            [{"loc": ("body", *p.location), "msg": p.message, "type": "value_error"} for p in problems]
-        )
     try:
         sweep, created = submit_sweep(session, spec, idempotency_key, caller.name)
+    except InvalidSpec as error:
+        raise RequestValidationError(
+            [{"loc": ("body", *p.location), "msg": p.message, "type": "value_error"} for p in error.problems]
+        ) from None
     except IdempotencyConflict as error:
         raise HTTPException(409, str(error)) from None
     session.commit()

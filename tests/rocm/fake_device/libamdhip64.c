@@ -49,9 +49,13 @@ typedef struct { void *ptr; size_t size; } Alloc;
 static Alloc *allocs;
 static size_t n_allocs, cap_allocs;
 
+/* Bytes from ptr to the end of the allocation holding it (0: not device memory). */
 static size_t alloc_size(const void *ptr) {
-    for (size_t i = 0; i < n_allocs; ++i)
-        if (allocs[i].ptr == ptr) return allocs[i].size;
+    const char *p = ptr;
+    for (size_t i = 0; i < n_allocs; ++i) {
+        const char *base = allocs[i].ptr;
+        if (p >= base && p < base + allocs[i].size) return allocs[i].size - (size_t)(p - base);
+    }
     return 0;
 }
 
@@ -110,6 +114,18 @@ hipError_t hipMemcpyHtoD(void *dst, const void *src, size_t size) {
 hipError_t hipMemcpyDtoH(void *dst, const void *src, size_t size) {
     if (alloc_size(src) < size) return hipErrorInvalidValue;
     memcpy(dst, src, size);
+    return hipSuccess;
+}
+
+hipError_t hipMemcpyDtoD(void *dst, const void *src, size_t size) {
+    if (alloc_size(dst) < size || alloc_size(src) < size) return hipErrorInvalidValue;
+    memmove(dst, src, size);
+    return hipSuccess;
+}
+
+hipError_t hipMemset(void *dst, int value, size_t size) {
+    if (alloc_size(dst) < size) return hipErrorInvalidValue;
+    memset(dst, value, size);
     return hipSuccess;
 }
 
@@ -200,14 +216,16 @@ static float half_to_float(uint16_t h) {
 #define PTR(raw, off) (*(void *const *)((raw) + (off)))
 #define INT(raw, off) (*(const int32_t *)((raw) + (off)))
 
-static void gemv(const char *raw, int decode, int partial) {
+static int gemv(const char *raw, int decode, int partial) {
     /* decode: qs scales mins x y workspace counters m n k rows_per_wave; prefill: qs scales mins x y m n k */
     const int8_t *qs = PTR(raw, 0);
     const uint16_t *scales = PTR(raw, 8), *mins = PTR(raw, 16);
     const float *x = PTR(raw, 24);
     float *y = PTR(raw, 32);
     int base = decode ? 56 : 40, m = INT(raw, base), n = INT(raw, base + 4), k = INT(raw, base + 8);
+    if (m <= 0 || n <= 0 || k <= 0 || alloc_size(scales) < 2 * (size_t)n) return hipErrorInvalidValue;
     size_t groups = alloc_size(scales) / 2 / (size_t)n, group = (size_t)k / groups;
+    if (group == 0 || alloc_size(qs) < (size_t)n * k || alloc_size(y) < 4 * (size_t)m * n) return hipErrorInvalidValue;
     int rows = partial ? n / 2 : n;
     for (int i = 0; i < m; ++i)
         for (int r = 0; r < rows; ++r) {
@@ -220,6 +238,7 @@ static void gemv(const char *raw, int decode, int partial) {
             }
             y[(size_t)i * n + r] = (float)acc;
         }
+    return hipSuccess;
 }
 
 hipError_t hipModuleLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
@@ -240,8 +259,7 @@ hipError_t hipModuleLaunchKernel(void *function, unsigned gx, unsigned gy, unsig
     free(line);
     if (same_symbol("FAKE_HIP_CRASH", f->symbol)) _exit(139);
     if (same_symbol("FAKE_HIP_HANG", f->symbol)) sleep(3600);
-    gemv(raw, strncmp(f->symbol, "tb_decode", 9) == 0, same_symbol("FAKE_HIP_PARTIAL", f->symbol));
-    return hipSuccess;
+    return gemv(raw, strncmp(f->symbol, "tb_decode", 9) == 0, same_symbol("FAKE_HIP_PARTIAL", f->symbol));
 }
 
 /* -- events: host monotonic clock -- */

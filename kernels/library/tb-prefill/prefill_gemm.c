@@ -2,8 +2,8 @@
  * Tunebase host prefill GEMM:  y[M][N] = x[M][K] . W[N][K]^T  (same packed layout and int8
  * activation rule as decode_gemv.c; see tb_host.h).
  * Compile once per format kind:
- *   cc -O3 -std=c11 -fPIC -shared -DTB_ASYMMETRIC=0|1 -DTB_GROUP=32|16 [-DTB_VARIANT_LIST='TB_P(64,16,1,0)'] ... -lm
- * Every TB_P(n_tile, m_tile, min_blocks, unroll) becomes one exported symbol
+ *   cc -O3 -std=c11 -fPIC -shared -DTB_ASYMMETRIC=0|1 -DTB_GROUP=32|16 [-DTB_PREFILL_VARIANTS='TB_PREFILL_VARIANT(64,16,1,0)'] ... -lm
+ * Every TB_PREFILL_VARIANT(n_tile, m_tile, min_blocks, unroll) becomes one exported symbol
  *   void tb_prefill_n<n>_mt<m>_mb<mb>_u<u>(const int8_t *qs, const uint16_t *scales,
  *        const uint16_t *mins, const float *x, float *y, int m, int n, int k)
  * n_tile x m_tile = the output tile kept in an accumulator array (cache blocking: one weight
@@ -12,10 +12,10 @@
  */
 #include "tb_host.h"
 
-#ifndef TB_VARIANT_LIST
-#define TB_VARIANT_LIST                                                                           \
-    TB_P(64, 16, 1, 0) TB_P(64, 16, 1, 2) TB_P(64, 32, 1, 0) TB_P(64, 32, 1, 2) TB_P(128, 16, 1, 0) \
-    TB_P(128, 16, 1, 2) TB_P(128, 32, 1, 0) TB_P(128, 32, 1, 2)
+#ifndef TB_PREFILL_VARIANTS
+#define TB_PREFILL_VARIANTS                                                                           \
+    TB_PREFILL_VARIANT(64, 16, 1, 0) TB_PREFILL_VARIANT(64, 16, 1, 2) TB_PREFILL_VARIANT(64, 32, 1, 0) TB_PREFILL_VARIANT(64, 32, 1, 2) TB_PREFILL_VARIANT(128, 16, 1, 0) \
+    TB_PREFILL_VARIANT(128, 16, 1, 2) TB_PREFILL_VARIANT(128, 32, 1, 0) TB_PREFILL_VARIANT(128, 32, 1, 2)
 #endif
 
 #define TB_PRAGMA(x) _Pragma(#x)
@@ -44,7 +44,7 @@
     for (int i = 0; i < mc; ++i)                                                                  \
         for (int t = 0; t < nc; ++t) y[(size_t)(m0 + i) * (size_t)n + (size_t)(n0 + t)] = acc[i][t];
 
-#define TB_P(NT, MT, MB, U)                                                                       \
+#define TB_PREFILL_VARIANT(NT, MT, MB, U)                                                                       \
     void tb_prefill_n##NT##_mt##MT##_mb##MB##_u##U(const int8_t *qs, const uint16_t *scales,      \
                                                    const uint16_t *mins, const float *x, float *y, \
                                                    int m, int n, int k) {                         \
@@ -65,6 +65,6 @@
         tb_qact_free(&xa);                                                                        \
     }
 
-TB_VARIANT_LIST
+TB_PREFILL_VARIANTS
 
-#undef TB_P
+#undef TB_PREFILL_VARIANT

@@ -6,7 +6,7 @@
  * Build switches: -DTB_ASYMMETRIC=0|1 (min term), -DTB_GROUP=32|16 (weights per scale).
  * Exported symbols (one per variant):  tb_decode_kb{KB}_tw{TW}
  *
- * Kernel arguments (ABI; mirrored in kernels/families/abi.py DECODE_ARGS, keep in sync):
+ * Kernel arguments (ABI; declared in tunebase-kernel.toml [[args]], keep in sync):
  *   0  const int8_t   *qs          [N][K]             packed weight values
  *   1  const uint16_t *scales      [N][K/TB_GROUP]    fp16 bits
  *   2  const uint16_t *mins        [N][K/TB_GROUP]    fp16 bits; may be NULL when TB_ASYMMETRIC=0
@@ -17,7 +17,7 @@
  *   7  int            m            1..4
  *   8  int            n
  *   9  int            k            multiple of 32 (of 256 for K-quant / IQ4_XS sources)
- *  10  int            rows_per_wave  from the launch geometry (kernels/families/abi.py decode_launch)
+ *  10  int            rows_per_wave  from the launch geometry (tunebase-kernel.toml [derived])
  * Launch: block = (256,1,1), grid = (ceil(N / (rows_per_wave * 256/wave)), KB, 1), no dynamic LDS.
  *
  * Variant meaning:

@@ -5,8 +5,8 @@
  * [N][K/TB_GROUP], fp16 mins (asymmetric kinds). x is quantised per 32-block to int8 (exactly
  * as the GPU kernels do), so the inner product is integer and parity uses the same tolerance.
  * Compile once per format kind:
- *   cc -O3 -std=c11 -fPIC -shared -DTB_ASYMMETRIC=0|1 -DTB_GROUP=32|16 [-DTB_VARIANT_LIST='TB_V(1,4)'] ... -lm
- * Every TB_V(kb, tw) in TB_VARIANT_LIST becomes one exported symbol
+ *   cc -O3 -std=c11 -fPIC -shared -DTB_ASYMMETRIC=0|1 -DTB_GROUP=32|16 [-DTB_DECODE_VARIANTS='TB_DECODE_VARIANT(1,4)'] ... -lm
+ * Every TB_DECODE_VARIANT(kb, tw) in TB_DECODE_VARIANTS becomes one exported symbol
  *   void tb_decode_kb<kb>_tw<tw>(const int8_t *qs, const uint16_t *scales, const uint16_t *mins,
  *                                const float *x, float *y, int m, int n, int k)
  * kb = independent K-block partial sums per row (split-K / ILP depth),
@@ -16,8 +16,8 @@
 
 #define TB_MAXM 4 /* activation rows processed together; larger M is done in groups */
 
-#ifndef TB_VARIANT_LIST
-#define TB_VARIANT_LIST TB_V(1, 4) TB_V(1, 8) TB_V(2, 4) TB_V(2, 8) TB_V(4, 4) TB_V(4, 8) TB_V(8, 4) TB_V(8, 8)
+#ifndef TB_DECODE_VARIANTS
+#define TB_DECODE_VARIANTS TB_DECODE_VARIANT(1, 4) TB_DECODE_VARIANT(1, 8) TB_DECODE_VARIANT(2, 4) TB_DECODE_VARIANT(2, 8) TB_DECODE_VARIANT(4, 4) TB_DECODE_VARIANT(4, 8) TB_DECODE_VARIANT(8, 4) TB_DECODE_VARIANT(8, 8)
 #endif
 
 /*
@@ -59,7 +59,7 @@ static inline void tb_tile(const int8_t *qs, const uint16_t *scales, const uint1
 #define TB_SYM(kb, tw) tb_decode_kb##kb##_tw##tw
 
 /* Each variant: full tiles with constant tc = TW (constant-folded after inlining), then a tail. */
-#define TB_V(KB, TW)                                                                              \
+#define TB_DECODE_VARIANT(KB, TW)                                                                              \
     void TB_SYM(KB, TW)(const int8_t *qs, const uint16_t *scales, const uint16_t *mins,           \
                         const float *x, float *y, int m, int n, int k) {                          \
         float acc[TB_MAXM * (TW) * (KB)];                                                         \
@@ -78,6 +78,6 @@ static inline void tb_tile(const int8_t *qs, const uint16_t *scales, const uint1
         tb_qact_free(&xa);                                                                        \
     }
 
-TB_VARIANT_LIST
+TB_DECODE_VARIANTS
 
-#undef TB_V
+#undef TB_DECODE_VARIANT

@@ -1,0 +1,270 @@
+"""`tunebase-kernel.toml`: the manifest of a kernel package (DESIGN §9), validated before anything runs.
+
+Every error names the manifest key it is about (``params.ROWS``, ``args.2.size``, ``launch.grid.0``) and
+the reason, because the reader is a kernel engineer looking at their own TOML file. Expressions are
+checked against the names they may use, so a restriction naming an unknown parameter fails at upload.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
+
+from kernels.packages.expressions import ExpressionError, parse
+
+MANIFEST_NAME = "tunebase-kernel.toml"
+NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,63}$"
+PARAM_PATTERN = r"^[A-Za-z][A-Za-z0-9_]{0,31}$"
+SOURCE_BACKENDS = ("host", "hip", "cuda")  # hip = one HIP-dialect source for rocm (hipcc/clang) and cuda
+MAX_PARAM_VALUES = 64
+MAX_POINTS = 4096
+
+# names every expression may read besides the package's parameters and derived values
+PROBLEM_NAMES = frozenset({"n", "k", "m"})
+DEVICE_NAMES = frozenset({"cus", "wave", "backend", "arch"})
+FORMAT_NAMES = frozenset({"block_weights", "block_bytes", "row_bytes"})
+
+ArgRole = Literal["weights", "x", "y", "workspace", "m", "n", "k", "scalar", "gguf"]
+ExpressionText = Annotated[str, StringConstraints(min_length=1, max_length=500)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class VariantSection(_Strict):
+    name: str = Field(min_length=1, max_length=200, description="canonical name template, e.g. R{ROWS}/U{U}")
+    symbol: str = Field("kernel", min_length=1, max_length=200, description="entry symbol (template)")
+    instantiate: str | None = Field(
+        None,
+        max_length=500,
+        description="template-instantiation form: a macro call per variant, e.g. MY_VARIANT({ROWS}, {U}); "
+        "all variants of one format and arch then compile in one translation unit",
+    )
+    list_define: str | None = Field(
+        None, pattern=PARAM_PATTERN, description="the define that receives the joined instantiations"
+    )
+
+
+class LaunchSection(_Strict):
+    block: list[ExpressionText] = Field(default_factory=lambda: ["64", "1", "1"], min_length=3, max_length=3)
+    grid: list[ExpressionText] = Field(default_factory=lambda: ["1", "1", "1"], min_length=3, max_length=3)
+    shared_bytes: ExpressionText = "0"
+
+
+class ArgSpec(_Strict):
+    role: ArgRole
+    name: str | None = Field(None, pattern=PARAM_PATTERN)
+    part: str | None = Field(None, pattern=PARAM_PATTERN, description="array of a multi-array layout")
+    dtype: Literal["f32", "f16", "i32", "u32", "i64", "u8"] | None = None
+    size: ExpressionText | None = Field(None, description="workspace bytes")
+    zero: bool = Field(False, description="workspace zeroed once before the first launch")
+    value: ExpressionText | None = Field(None, description="scalar value")
+    backends: list[Literal["host", "rocm", "cuda"]] = Field(
+        default_factory=list, description="only these backends pass it (default: all)"
+    )
+
+
+class TableSection(_Strict):
+    struct: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+    fields: list[str] = Field(min_length=1, max_length=16)
+
+
+class ParitySection(_Strict):
+    cosine_min: float = Field(0.999, ge=0.9, le=1.0)
+    rel_l2_max: float = Field(2e-2, gt=0.0, le=0.5)
+
+
+class RestrictionsSection(_Strict):
+    rules: list[ExpressionText] = Field(default_factory=list, max_length=64)
+
+
+class PrepareSection(_Strict):
+    symbol: str = Field(min_length=1, max_length=200)
+    size: ExpressionText = Field(description="bytes of the prepared layout per weight buffer")
+    block: list[ExpressionText] = Field(default_factory=lambda: ["256", "1", "1"], min_length=3, max_length=3)
+    grid: list[ExpressionText] = Field(default_factory=lambda: ["ceil_div(n, 256)", "1", "1"])
+
+
+class Manifest(_Strict):
+    name: str = Field(pattern=NAME_PATTERN)
+    phase: Literal["decode", "prefill"]
+    description: str = Field("", max_length=2000)
+    formats: list[str] = Field(min_length=1, max_length=64)
+    weights: str = Field("gguf", pattern=r"^[a-z0-9][a-z0-9-]*$")
+    activations: Literal["f32"] = "f32"
+    sources: dict[str, list[str]]
+    params: dict[str, list[int]] = Field(min_length=1, max_length=16)
+    params_doc: dict[str, str] = Field(default_factory=dict, description="meaning of each parameter")
+    restrictions: RestrictionsSection = Field(default_factory=RestrictionsSection)
+    derived: dict[str, ExpressionText] = Field(
+        default_factory=dict, description="named values for launch/args, evaluated in order"
+    )
+    variant: VariantSection
+    launch: LaunchSection = Field(default_factory=LaunchSection)
+    args: list[ArgSpec] = Field(min_length=1, max_length=32)
+    table: TableSection | None = None
+    parity: ParitySection = Field(default_factory=ParitySection)
+    prepare: PrepareSection | None = None
+
+    @field_validator("sources")
+    @classmethod
+    def _sources(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        for backend, files in value.items():
+            if backend not in SOURCE_BACKENDS:
+                raise ValueError(f"unknown source backend {backend!r}; known: {', '.join(SOURCE_BACKENDS)}")
+            if not files:
+                raise ValueError(f"{backend}: list at least one file")
+        if not value:
+            raise ValueError("name at least one backend's sources")
+        return value
+
+    @field_validator("params")
+    @classmethod
+    def _params(cls, value: dict[str, list[int]]) -> dict[str, list[int]]:
+        for name, values in value.items():
+            if not re.match(PARAM_PATTERN, name):
+                raise ValueError(f"{name!r}: parameter names are C identifiers")
+            if not values or len(values) > MAX_PARAM_VALUES:
+                raise ValueError(f"{name}: between 1 and {MAX_PARAM_VALUES} values")
+            if len(set(values)) != len(values):
+                raise ValueError(f"{name}: values repeat")
+        return value
+
+
+class ManifestError(ValueError):
+    """A manifest that cannot be used; ``problems`` are (manifest key, reason) pairs."""
+
+    def __init__(self, problems: list[tuple[str, str]]):
+        self.problems = problems
+        super().__init__("; ".join(f"{key}: {reason}" for key, reason in problems))
+
+
+def load_manifest(text: str) -> Manifest:
+    """Parse TOML text and validate it completely; ManifestError lists every problem by key."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ManifestError([(MANIFEST_NAME, f"not valid TOML: {error}")]) from None
+    try:
+        manifest = Manifest.model_validate(raw)
+    except ValidationError as error:
+        problems = []
+        for item in error.errors():
+            key = ".".join(str(part) for part in item["loc"]) or MANIFEST_NAME
+            reason = item["msg"]
+            if item["type"] == "extra_forbidden":
+                reason = "unknown key"
+            problems.append((key, reason))
+        raise ManifestError(problems) from None
+    problems = semantic_problems(manifest)
+    if problems:
+        raise ManifestError(problems)
+    return manifest
+
+
+def _template_fields(template: str) -> set[str]:
+    return set(re.findall(r"\{([A-Za-z_][A-Za-z0-9_]*)\}", template))
+
+
+def semantic_problems(manifest: Manifest) -> list[tuple[str, str]]:
+    """Checks across keys: names used by expressions and templates exist, roles are complete."""
+    from kernels.formats.registry import FORMATS
+    from kernels.packages.layouts import LAYOUTS
+
+    found: list[tuple[str, str]] = []
+    params = set(manifest.params)
+    for index, fmt in enumerate(manifest.formats):
+        if fmt not in FORMATS:
+            found.append((f"formats.{index}", f"unknown format {fmt!r}; known: {', '.join(FORMATS)}"))
+    if manifest.weights != "prepare" and manifest.weights not in LAYOUTS:
+        known = ", ".join(["prepare", *LAYOUTS])
+        found.append(("weights", f"unknown layout {manifest.weights!r}; known: {known}"))
+    if manifest.weights == "prepare" and manifest.prepare is None:
+        found.append(("prepare", "weights = 'prepare' needs a [prepare] section"))
+    if manifest.prepare is not None and manifest.weights != "prepare":
+        found.append(("prepare", "a [prepare] section needs weights = 'prepare'"))
+
+    space_names = params | DEVICE_NAMES
+    point_names = space_names | PROBLEM_NAMES | FORMAT_NAMES
+
+    def check(key: str, source: str, allowed: set[str] | frozenset[str]) -> None:
+        try:
+            expression = parse(source)
+        except ExpressionError as error:
+            found.append((key, str(error)))
+            return
+        unknown = expression.names - allowed
+        if unknown:
+            found.append((key, f"unknown name(s) {', '.join(sorted(unknown))} in {source!r}"))
+
+    for index, rule in enumerate(manifest.restrictions.rules):
+        check(f"restrictions.rules.{index}", rule, point_names)
+    derived_names: set[str] = set()
+    for name, source in manifest.derived.items():
+        if not re.match(PARAM_PATTERN, name):
+            found.append((f"derived.{name}", "derived names are identifiers"))
+        if name in point_names:
+            found.append((f"derived.{name}", "shadows a parameter or a built-in name"))
+        check(f"derived.{name}", source, point_names | derived_names)
+        derived_names.add(name)
+    launch_names = point_names | derived_names
+    for axis in ("block", "grid"):
+        for index, source in enumerate(getattr(manifest.launch, axis)):
+            check(f"launch.{axis}.{index}", source, launch_names)
+    check("launch.shared_bytes", manifest.launch.shared_bytes, launch_names)
+
+    for key, template in (
+        ("variant.name", manifest.variant.name),
+        ("variant.symbol", manifest.variant.symbol),
+    ):
+        unknown = _template_fields(template) - params
+        if unknown:
+            found.append((key, f"unknown parameter(s) {', '.join(sorted(unknown))}"))
+    if not _template_fields(manifest.variant.name) >= params:
+        missing = params - _template_fields(manifest.variant.name)
+        found.append(("variant.name", f"must name every parameter; missing {', '.join(sorted(missing))}"))
+    if manifest.variant.instantiate is not None:
+        if manifest.variant.list_define is None:
+            found.append(("variant.list_define", "needed with variant.instantiate"))
+        if not _template_fields(manifest.variant.symbol):
+            found.append(("variant.symbol", "with variant.instantiate each variant needs its own symbol"))
+        unknown = _template_fields(manifest.variant.instantiate) - params
+        if unknown:
+            found.append(("variant.instantiate", f"unknown parameter(s) {', '.join(sorted(unknown))}"))
+
+    roles = [arg.role for arg in manifest.args]
+    for role in ("x", "y"):
+        if roles.count(role) != 1:
+            found.append(("args", f"exactly one argument with role {role!r} (found {roles.count(role)})"))
+    if "weights" not in roles:
+        found.append(("args", "an argument with role 'weights' is required"))
+    for index, arg in enumerate(manifest.args):
+        if arg.role == "workspace" and arg.size is None:
+            found.append((f"args.{index}.size", "a workspace needs a size expression (bytes)"))
+        if arg.role == "scalar" and arg.value is None:
+            found.append((f"args.{index}.value", "a scalar needs a value expression"))
+        if arg.size is not None:
+            check(f"args.{index}.size", arg.size, launch_names)
+        if arg.value is not None:
+            check(f"args.{index}.value", arg.value, launch_names)
+        if arg.role == "gguf" and manifest.weights != "prepare":
+            found.append((f"args.{index}.role", "role 'gguf' is for the [prepare] kernel only"))
+    if manifest.table is not None:
+        for index, field_name in enumerate(manifest.table.fields):
+            if field_name not in params:
+                found.append((f"table.fields.{index}", f"{field_name!r} is not a parameter"))
+    for name in manifest.params_doc:
+        if name not in params:
+            found.append((f"params_doc.{name}", "documents a parameter that does not exist"))
+    if manifest.prepare is not None:
+        check("prepare.size", manifest.prepare.size, PROBLEM_NAMES | FORMAT_NAMES | DEVICE_NAMES)
+    points = 1
+    for values in manifest.params.values():
+        points *= len(values)
+    if points > MAX_POINTS:
+        found.append(("params", f"the space has {points} points (limit {MAX_POINTS})"))
+    return found

@@ -1,0 +1,283 @@
+"""A loaded kernel package: its variant space, names, symbols, launch geometry and sources.
+
+A package implements the kernel-family protocol (``name``, ``phase``, ``space``, ``parse``), so every
+caller that enumerates or validates variants treats the built-in families and an uploaded package alike.
+Restrictions that read only parameters (and ``backend``) shape the space; those that read the problem
+(``n``, ``k``, ``m``) or the device (``cus``, ``wave``, ``arch``) are checked per task by ``point_problems``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from kernels.families.base import InvalidVariant, Variant
+from kernels.formats.registry import QuantFormat
+from kernels.packages.expressions import ExpressionError, Value, parse
+from kernels.packages.manifest import (
+    DEVICE_NAMES,
+    FORMAT_NAMES,
+    PROBLEM_NAMES,
+    ArgSpec,
+    Manifest,
+)
+
+BACKEND_SOURCE_KEYS: dict[str, tuple[str, ...]] = {
+    "host": ("host",),
+    "rocm": ("hip",),
+    "cuda": ("cuda", "hip"),  # a CUDA-only source wins over the shared HIP-dialect one
+}
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    """What launch expressions may read about the device (the arch table supplies defaults)."""
+
+    backend: str
+    arch: str
+    cus: int
+    wave: int
+
+    def bindings(self) -> dict[str, Value]:
+        return {"backend": self.backend, "arch": self.arch, "cus": self.cus, "wave": self.wave}
+
+
+@dataclass(frozen=True)
+class Geometry:
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int
+    values: dict[str, Value] = field(default_factory=dict, compare=False)  # every bound name
+
+    @property
+    def threads(self) -> int:
+        return self.block[0] * self.block[1] * self.block[2]
+
+
+def content_version(files: Mapping[str, bytes]) -> str:
+    """sha256 over sorted (relative path, bytes): the same folder always gets the same version."""
+    digest = hashlib.sha256()
+    for name in sorted(files):
+        data = files[name]
+        digest.update(name.encode() + b"\0" + str(len(data)).encode() + b"\0" + data)
+    return digest.hexdigest()
+
+
+def _template_regex(template: str, params: list[str]) -> re.Pattern[str]:
+    parts = re.split(r"(\{[A-Za-z_][A-Za-z0-9_]*\})", template)
+    pattern = "".join(
+        f"(?P<{part[1:-1]}>-?\\d+)" if part[1:-1] in params else re.escape(part) for part in parts
+    )
+    return re.compile(f"^{pattern}$")
+
+
+class KernelPackage:
+    """A validated manifest plus the folder that holds its sources."""
+
+    def __init__(self, manifest: Manifest, root: Path, files: Mapping[str, bytes], builtin: bool = False):
+        self.manifest = manifest
+        self.root = Path(root)
+        self.files = dict(files)
+        self.builtin = builtin
+        self.version = content_version(self.files)
+
+    # -- identity ---------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self.manifest.name
+
+    @property
+    def phase(self) -> str:
+        return self.manifest.phase
+
+    @property
+    def ref(self) -> str:
+        """``name@version-prefix``: what a sweep may write to pin this exact package."""
+        return f"{self.name}@{self.version[:12]}"
+
+    @property
+    def param_names(self) -> list[str]:
+        return list(self.manifest.params)
+
+    # -- the variant space -------------------------------------------------------
+
+    @cached_property
+    def _space_rules(self) -> list[tuple[str, Any]]:
+        allowed = set(self.manifest.params) | {"backend"}
+        return [
+            (rule, parse(rule)) for rule in self.manifest.restrictions.rules if parse(rule).names <= allowed
+        ]
+
+    @cached_property
+    def _point_rules(self) -> list[tuple[str, Any]]:
+        space = {rule for rule, _ in self._space_rules}
+        return [(rule, parse(rule)) for rule in self.manifest.restrictions.rules if rule not in space]
+
+    def variant_name(self, params: Mapping[str, int]) -> str:
+        return self.manifest.variant.name.format(**params)
+
+    def failed_rules(self, params: Mapping[str, int], backend: str) -> list[str]:
+        """The space-level restrictions a point breaks (for ``backend``)."""
+        if backend not in BACKEND_SOURCE_KEYS:
+            raise InvalidVariant(
+                f"no space for backend {backend!r} (known: {', '.join(BACKEND_SOURCE_KEYS)})"
+            )
+        bindings: dict[str, Value] = {**params, "backend": backend}
+        failed = []
+        for rule, expression in self._space_rules:
+            try:
+                ok = bool(expression.evaluate(bindings))
+            except ExpressionError as error:
+                failed.append(f"{rule} ({error})")
+                continue
+            if not ok:
+                failed.append(rule)
+        return failed
+
+    def all_points(self) -> list[dict[str, int]]:
+        names = self.param_names
+        return [
+            dict(zip(names, values, strict=True))
+            for values in itertools.product(*self.manifest.params.values())
+        ]
+
+    def space(self, backend: str) -> list[Variant]:
+        """Every valid point for a backend, in declared order (earlier values of earlier params first)."""
+        variants: list[Variant] = []
+        for params in self.all_points():
+            if not self.failed_rules(params, backend):
+                variants.append(Variant(self.name, self.variant_name(params), params, order=len(variants)))
+        return variants
+
+    def invalid_points(self, backend: str) -> list[dict[str, Any]]:
+        """Points a restriction removes, each with the first rule it breaks (the upload answer lists them)."""
+        out = []
+        for params in self.all_points():
+            failed = self.failed_rules(params, backend)
+            if failed:
+                out.append({"point": self.variant_name(params), "rule": failed[0]})
+        return out
+
+    def parse(self, name: str, backend: str) -> Variant:
+        """A variant by canonical name; InvalidVariant names the template or the broken rule."""
+        match = _template_regex(self.manifest.variant.name, self.param_names).match(name)
+        if match is None:
+            example = self.variant_name({p: values[0] for p, values in self.manifest.params.items()})
+            raise InvalidVariant(
+                f"{name!r} is not a {self.name} variant name; expected {self.manifest.variant.name}, "
+                f"e.g. {example}"
+            )
+        params = {p: int(match.group(p)) for p in self.param_names}
+        canonical = self.variant_name(params)
+        if canonical != name:
+            raise InvalidVariant(f"{name!r} is not canonical; write {canonical}")
+        for p, value in params.items():
+            if value not in self.manifest.params[p]:
+                allowed = ",".join(map(str, self.manifest.params[p]))
+                raise InvalidVariant(f"{name}: {p} must be one of {allowed}")
+        failed = self.failed_rules(params, backend)
+        if failed:
+            raise InvalidVariant(f"{name}: breaks restriction(s) for {backend}: " + "; ".join(failed))
+        for variant in self.space(backend):
+            if variant.name == name:
+                return variant
+        raise InvalidVariant(f"{name}: not in the {backend} space")  # unreachable: rules decide membership
+
+    # -- per point ---------------------------------------------------------------
+
+    def bindings(
+        self, variant: Variant, n: int, k: int, m: int, fmt: QuantFormat, device: DeviceFacts
+    ) -> dict[str, Value]:
+        """Every name a launch, size or point-rule expression may read, derived values included."""
+        values: dict[str, Value] = {
+            **variant.params,
+            "n": n,
+            "k": k,
+            "m": m,
+            "block_weights": fmt.block_weights,
+            "block_bytes": fmt.block_bytes,
+            "row_bytes": k // fmt.block_weights * fmt.block_bytes,
+            **device.bindings(),
+        }
+        for name, source in self.manifest.derived.items():
+            values[name] = parse(source).evaluate(values)
+        return values
+
+    def point_problems(self, bindings: Mapping[str, Value]) -> list[str]:
+        """Restrictions over n, k, m or the device that this point breaks."""
+        failed = []
+        for rule, expression in self._point_rules:
+            try:
+                ok = bool(expression.evaluate(bindings))
+            except ExpressionError as error:
+                failed.append(f"{rule} ({error})")
+                continue
+            if not ok:
+                failed.append(rule)
+        return failed
+
+    def geometry(self, bindings: Mapping[str, Value]) -> Geometry:
+        launch = self.manifest.launch
+        grid = tuple(parse(s).evaluate_int(bindings) for s in launch.grid)
+        block = tuple(parse(s).evaluate_int(bindings) for s in launch.block)
+        shared = parse(launch.shared_bytes).evaluate_int(bindings)
+        if min(grid) < 1 or min(block) < 1 or shared < 0:
+            raise ExpressionError(
+                f"launch geometry grid={grid} block={block} shared={shared} is not positive"
+            )
+        return Geometry(grid, block, shared, dict(bindings))  # type: ignore[arg-type]
+
+    def args_for(self, backend: str) -> list[ArgSpec]:
+        """The kernel arguments in order (host sources may take a shorter list: ``backends`` filter)."""
+        return [arg for arg in self.manifest.args if not arg.backends or backend in arg.backends]
+
+    # -- sources and symbols -----------------------------------------------------
+
+    def source_key(self, backend: str) -> str | None:
+        for key in BACKEND_SOURCE_KEYS.get(backend, ()):
+            if key in self.manifest.sources:
+                return key
+        return None
+
+    def sources(self, backend: str) -> list[Path]:
+        key = self.source_key(backend)
+        return [] if key is None else [self.root / name for name in self.manifest.sources[key]]
+
+    def symbol(self, variant: Variant) -> str:
+        return self.manifest.variant.symbol.format(**variant.params)
+
+    def instantiation(self, variant: Variant) -> str | None:
+        template = self.manifest.variant.instantiate
+        return None if template is None else template.format(**variant.params)
+
+    def describe(self) -> dict[str, Any]:
+        """What /v1/families and `tunebase families` show: parameters with their meaning."""
+        m = self.manifest
+        return {
+            "name": self.name,
+            "version": self.version,
+            "ref": self.ref,
+            "phase": self.phase,
+            "builtin": self.builtin,
+            "description": m.description,
+            "formats": list(m.formats),
+            "weights": m.weights,
+            "backends": sorted(b for b in BACKEND_SOURCE_KEYS if self.source_key(b)),
+            "variant_name": m.variant.name,
+            "params": [
+                {"name": p, "values": list(values), "meaning": m.params_doc.get(p, "")}
+                for p, values in m.params.items()
+            ],
+            "restrictions": list(m.restrictions.rules),
+            "table": None if m.table is None else {"struct": m.table.struct, "fields": list(m.table.fields)},
+        }
+
+
+POINT_NAMES = PROBLEM_NAMES | DEVICE_NAMES | FORMAT_NAMES
