@@ -777,51 +777,41 @@ def formats(as_json: bool = JsonOption) -> None:
     out.print(_rows_table(f"{len(items)} formats (docs/concepts.md: codebooks and aliases)", items, columns))
 
 
-# What each variant parameter means (kernels/sources/hip/*.hip hold the full story).
-PARAMETER_MEANINGS: dict[str, dict[str, str]] = {
-    "decode": {
-        "kb": "KB: split-K depth; each row's K blocks are cut into KB slices, one per grid.y "
-        "(host: KB independent partial sums per row)",
-        "tw": "TW: target waves per CU; the launch spreads rows over about TW x CUs waves and the kernel is "
-        "compiled for that occupancy (host: rows per tile sharing one pass over x)",
-    },
-    "prefill": {
-        "n": "N: weight rows per 256-thread workgroup tile",
-        "m": "MT: activation rows (tokens) per tile",
-        "mb": "MB: second argument of __launch_bounds__ (waves per EU on AMD, blocks per SM on NVIDIA)",
-        "u": "U: unroll of the K-block loop inside one LDS stage (0 = the compiler's choice)",
-    },
-}
-
-
 @app.command()
 def families(
-    backend: str = typer.Option("rocm", help="rocm, cuda or host: the space differs per backend"),
+    backend: str = typer.Option("rocm", help="rocm, cuda or host: the valid space differs per backend"),
     variants: bool = typer.Option(False, "--variants", help="also list every valid variant name"),
     as_json: bool = JsonOption,
 ) -> None:
-    """Kernel families: the variant name pattern, each parameter's meaning and values, and constraints."""
+    """Built-in kernel packages: variant name pattern, each parameter's meaning and values, the rules.
+
+    Uploaded packages: `tunebase kernel list` / `tunebase kernel show NAME`.
+    """
+    from kernels.packages.loader import builtin_packages
     from service.api.routes.registry import BACKENDS, family_items
 
     if backend not in BACKENDS:
         raise usage_error(f"--backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
-    items = family_items()
+    items = family_items(list(builtin_packages().values()))
     if as_json:
         out.print_json(data=items)
         return
     for family in items:
-        space = family["backends"][backend]
+        space = family["backends"].get(backend)
+        if space is None:
+            out.print(f"{family['name']} (phase {family['phase']}): no {backend} source", markup=False)
+            continue
         names = [v["name"] for v in space["variants"]]
         out.print(
-            f"[bold]{family['name']}[/bold] (phase {family['phase']}, backend {backend}): "
-            f"{space['count']} variants, e.g. {names[0] if names else '-'}"
+            f"[bold]{family['name']}[/bold] (phase {family['phase']}, backend {backend}): variants "
+            f"{family['variant_name']}, {space['count']} valid, e.g. {names[0] if names else '-'}"
         )
-        meanings = PARAMETER_MEANINGS.get(family["phase"], {})
-        for axis, values in space["axes"].items():
-            meaning = meanings.get(axis, axis)
-            out.print(f"  {meaning}; values {values}", markup=False, highlight=False)
-        for constraint in space["constraints"]:
-            out.print(f"  constraint: {constraint}", markup=False, highlight=False)
+        for param in family["params"]:
+            meaning = param.get("meaning") or "(no description in the manifest)"
+            line = f"  {param['name']}: {meaning}; values {param['values']}"
+            out.print(line, markup=False, highlight=False)
+        for rule in family["restrictions"]:
+            out.print(f"  rule: {rule}", markup=False, highlight=False)
         if variants:
             out.print("  " + " ".join(names), markup=False, highlight=False)
 

@@ -26,14 +26,15 @@ VOID_COLOR = "#f3f3f3"
 
 @lru_cache(maxsize=1)
 def _declared_order() -> dict[str, int]:
-    """Each known variant name -> its index in its family's space (every backend, declared order)."""
-    from kernels.families import FAMILIES
+    """Each built-in variant name -> its index in its package's space (every backend, declared order)."""
+    from kernels.packages.loader import builtin_packages
 
     order: dict[str, int] = {}
-    for family in FAMILIES.values():
+    for package in builtin_packages().values():
         names: list[str] = []
         for backend in ("rocm", "cuda", "host"):
-            names += [v.name for v in family.space(backend) if v.name not in names]
+            if package.source_key(backend) is not None:
+                names += [v.name for v in package.space(backend) if v.name not in names]
         for index, name in enumerate(names):
             order.setdefault(name, index)
     return order

@@ -242,7 +242,7 @@ def capture_summary(session: Session, capture_id: int) -> dict[str, Any] | None:
     kernels = summarize(((k, int(d)) for k, d in dispatches), stats)
     for kernel in kernels:  # name the Tunebase variant a kernel is, where its symbol says so
         match = match_variant(kernel["kernel"])
-        kernel["family"] = match["family"] if match else None
+        kernel["package"] = match["package"] if match else None
         kernel["variant"] = match["variant"] if match else None
         kernel["format"] = match["format"] if match else None
     return {

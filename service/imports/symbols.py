@@ -5,22 +5,20 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from kernels.families import FAMILIES
-from kernels.families.abi import symbol
 from kernels.formats.registry import FORMATS
+from kernels.packages.loader import builtin_packages
 
 
 @lru_cache(maxsize=1)
 def variant_symbols() -> dict[str, tuple[str, str]]:
-    """Exported symbol -> (family, variant) over every GPU backend's space."""
+    """Exported symbol -> (package, variant) over the built-in packages' GPU spaces."""
     found: dict[str, tuple[str, str]] = {}
-    for name, family in FAMILIES.items():
+    for name, package in builtin_packages().items():
         for backend in ("rocm", "cuda"):
-            for variant in family.space(backend):
-                try:
-                    found.setdefault(symbol(variant), (name, variant.name))
-                except ValueError:  # a family without GPU kernels
-                    continue
+            if package.source_key(backend) is None:
+                continue
+            for variant in package.space(backend):
+                found.setdefault(package.symbol(variant), (name, variant.name))
     return found
 
 
@@ -37,19 +35,19 @@ _FORMAT_INFIX = re.compile(r"^tb_(?P<family>decode|prefill)_(?P<format>[a-z0-9_]
 
 
 def match_variant(kernel: str) -> dict[str, str | None] | None:
-    """{"family", "variant", "format"} when the kernel is one of Tunebase's variant symbols, else None.
+    """{"package", "variant", "format"} when the kernel is one of Tunebase's variant symbols, else None.
 
     The format is known only when the symbol carries it (per-format builds); otherwise it is None.
     """
     bare = kernel_symbol(kernel)
     hit = variant_symbols().get(bare)
     if hit is not None:
-        return {"family": hit[0], "variant": hit[1], "format": None}
+        return {"package": hit[0], "variant": hit[1], "format": None}
     infix = _FORMAT_INFIX.match(bare)
     if infix is None:
         return None
-    hit = variant_symbols().get(f"tb_{infix['family']}_{infix['rest']}")
+    hit = variant_symbols().get(f"tb_{infix['family']}_{infix['rest']}")  # the package's own symbol
     known = {name.lower(): name for name in FORMATS}
     if hit is None or infix["format"] not in known:
         return None
-    return {"family": hit[0], "variant": hit[1], "format": known[infix["format"]]}
+    return {"package": hit[0], "variant": hit[1], "format": known[infix["format"]]}

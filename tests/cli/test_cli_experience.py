@@ -112,10 +112,10 @@ def test_formats_and_families_need_no_server(tmp_path: Path) -> None:
     formats = CliRunner().invoke(app, ["formats", "--json"], env=env)
     items = {f["name"]: f for f in json.loads(formats.output)}
     assert items["Q4_K"]["codebook"] == items["Q4_1"]["codebook"] == 5
-    families = CliRunner().invoke(app, ["families", "--backend", "rocm"], env=env)
-    assert families.exit_code == 0
-    assert "KB: split-K depth" in families.output and "TW: target waves per CU" in families.output
-    assert "MB: second argument of __launch_bounds__" in families.output
+    families = CliRunner().invoke(app, ["families", "--backend", "rocm", "--variants"], env=env)
+    assert families.exit_code == 0, families.output
+    assert "kb: split-K depth" in families.output and "tw: target waves per CU" in families.output
+    assert "KB{kb}/TW{tw}" in families.output and "KB16/TW24" in families.output
     bad = CliRunner().invoke(app, ["families", "--backend", "tpu"], env=env)
     assert bad.exit_code == 2 and "--backend must be one of" in bad.output
 

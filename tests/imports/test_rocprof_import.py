@@ -221,7 +221,8 @@ def test_captures_are_listed_matched_to_variants_and_shown(client: tuple[TestCli
     assert listing["items"][0]["dispatches"] == 0 and listing["items"][0]["files"][0]["rows"] == 3
 
     detail = {k["kernel"]: k for k in http.get(f"/v1/imports/rocprof/{traced['id']}").json()["kernels"]}
-    assert (detail[A]["family"], detail[A]["variant"], detail[A]["format"]) == ("decode", "KB8/TW8", "Q4_0")
+    matched = (detail[A]["package"], detail[A]["variant"], detail[A]["format"])
+    assert matched == ("tb-decode", "KB8/TW8", "Q4_0")
     assert detail[B]["variant"] == "KB1/TW4" and detail[FILL]["variant"] is None
     assert all(k["source"] == "dispatches" and k["median_ns"] is not None for k in detail.values())
     only = {k["kernel"]: k for k in http.get(f"/v1/imports/rocprof/{stats_only['id']}").json()["kernels"]}

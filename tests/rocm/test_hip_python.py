@@ -58,7 +58,7 @@ def test_the_real_runtime_says_there_is_no_device(real_runtime: None) -> None:
     with pytest.raises(hip_runner.HipError, match="no ROCm device 0: hipGetDeviceCount: hipErrorNoDevice"):
         hip_runner.device_props(0)
     with pytest.raises(hip_runner.HipError, match=r"hipMalloc\(64\): hipErrorInvalidDevice"):
-        hip_runner.DeviceMemory().alloc(64)
+        hip_runner.check(hip.hipMalloc(64), "hipMalloc(64)")
     probe = subprocess.run(
         [sys.executable, "-m", "workers.harness.hip_runner", "--probe"],
         capture_output=True, text=True, timeout=60, cwd=REPO, check=False,

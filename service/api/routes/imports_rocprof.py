@@ -58,7 +58,7 @@ class KernelSummary(BaseModel):
     total_ns: int
     average_ns: float | None = Field(None, description="mean duration: all a statistics file gives")
     source: str = Field("dispatches", description="'dispatches' or 'statistics file'")
-    family: str | None = Field(None, description="Tunebase family, when the name is a variant's symbol")
+    package: str | None = Field(None, description="kernel package whose variant symbol this is, if any")
     variant: str | None = Field(None, examples=["KB8/TW8"], description="the variant this kernel is, if any")
     format: str | None = Field(None, examples=["Q4_0"], description="the format, when the symbol names it")
 
