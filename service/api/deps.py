@@ -11,10 +11,11 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
+from service.api.presence import broker_presence
 from service.auth import granted, lookup_token
 from service.config import Settings
 from service.db.session import transaction
-from service.sweeps.availability import Presence, broker_presence, embedded_presence
+from service.sweeps.availability import Presence, embedded_presence
 
 bearer = HTTPBearer(auto_error=False)
 # A browser signs in once at /login; the token then rides in this HttpOnly, SameSite=Strict cookie.

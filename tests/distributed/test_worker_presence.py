@@ -7,9 +7,10 @@ import time
 from fastapi.testclient import TestClient
 
 from service.api.app import create_app
+from service.api.presence import broker_presence
 from service.auth import create_token
 from service.db.session import session_scope
-from service.sweeps.availability import broker_presence, waiting_warnings
+from service.sweeps.availability import waiting_warnings
 from tests.distributed.conftest import Cluster, smoke_spec
 
 
