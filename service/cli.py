@@ -453,18 +453,20 @@ def winners(
     m: int | None = typer.Option(None, min=1, help="only this M (rows of activations)"),
     n: int | None = typer.Option(None, min=1, help="only this N (weight rows)"),
     k: int | None = typer.Option(None, min=1, help="only this K (reduction length)"),
+    kernel: str | None = typer.Option(None, help="only this kernel package's winners"),
     as_json: bool = JsonOption,
     url: str = UrlOption,
     token: str | None = TokenOption,
 ) -> None:
     """List winners with runner-up and margin."""
-    items = _api_call(_client(url, token).winners, arch=arch, phase=phase, format=format, m=m, n=n, k=k)
+    filters = {"arch": arch, "phase": phase, "format": format, "m": m, "n": n, "k": k, "kernel": kernel}
+    items = _api_call(_client(url, token).winners, **filters)
     if as_json:
         out.print_json(data=items)
         return
-    table = _new_table(("arch", "format", *WINNER_COLUMNS))
+    table = _new_table(("arch", "kernel", "format", *WINNER_COLUMNS))
     for w in items:
-        table.add_row(w["arch"], w["format"], *_winner_cells(w))
+        table.add_row(w["arch"], w.get("kernel", ""), w["format"], *_winner_cells(w))
     out.print(table)
 
 
@@ -684,9 +686,10 @@ def observed_list(
 
 
 def _dialect_help() -> str:
-    from service.tables.dialects import DIALECTS
+    from service.tables.dialects import DIALECT_NAMES
 
-    return "table dialect (default llaminar-rocm-<phase>); known: " + ", ".join(sorted(DIALECTS))
+    known = ", ".join(DIALECT_NAMES)
+    return f"table dialect (default llaminar-rocm-<phase>, struct-table with --kernel); known: {known}"
 
 
 @table_app.command("generate")
@@ -694,15 +697,16 @@ def table_generate(
     arch: str = typer.Option(..., help="arch of the winners, e.g. gfx906 or host"),
     phase: str = typer.Option("decode", help="decode or prefill"),
     dialect: str | None = typer.Option(None, help=_dialect_help()),
+    kernel: str | None = typer.Option(None, help="kernel package (name or name@sha); default: built-in"),
     output: Path | None = typer.Option(None, help="write the .inc here"),
     url: str = UrlOption,
     token: str | None = TokenOption,
 ) -> None:
-    """Generate (and validate) a table version from the stored winners."""
+    """Generate (and validate) a table version from one kernel package's stored winners."""
     if phase not in ("decode", "prefill"):
         raise usage_error(f"--phase must be decode or prefill, not {phase!r}")
     client = _client(url, token)
-    item = _api_call(client.generate_table, arch, phase, dialect or f"llaminar-rocm-{phase}")
+    item = _api_call(client.generate_table, arch, phase, dialect, kernel)
     out.print_json(data=item)
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)

@@ -65,10 +65,13 @@ class TunebaseClient:
         items: list[dict[str, Any]] = self._call("GET", "/v1/winners", params=params)["items"]
         return items
 
-    def generate_table(self, arch: str, phase: str, dialect: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._call(
-            "POST", "/v1/tables", json={"arch": arch, "phase": phase, "dialect": dialect}
-        )
+    def generate_table(
+        self, arch: str, phase: str, dialect: str | None = None, kernel: str | None = None
+    ) -> dict[str, Any]:
+        """POST /v1/tables; the server picks the dialect when none is given (it follows the phase)."""
+        body = {"arch": arch, "phase": phase, **({"dialect": dialect} if dialect else {})}
+        body.update({"kernel": kernel} if kernel else {})
+        result: dict[str, Any] = self._call("POST", "/v1/tables", json=body)
         return result
 
     def table_inc(self, table_id: int) -> str:

@@ -84,16 +84,20 @@ def dispatch_times_us(session: Session, measurement_ids: list[int]) -> dict[int,
 
 
 def incumbent_variant(
-    session: Session, arch: str, phase: str, codebook: int, m: int, n: int, k: int
+    session: Session, arch: str, phase: str, codebook: int, m: int, n: int, k: int, kernel: str | None = None
 ) -> str | None:
-    """The variant the newest table of this (arch, phase), any dialect, chose for the key, if it has one.
+    """The variant the newest table of this (arch, phase, package), any dialect, chose for the key, if any.
 
     Same rows as service.tables.versions.latest_version, queried here directly so that
     winner selection does not import the table generator.
     """
     version = session.scalar(
         select(TableVersion)
-        .where(TableVersion.arch == arch, TableVersion.phase == phase)
+        .where(
+            TableVersion.arch == arch,
+            TableVersion.phase == phase,
+            TableVersion.kernel == (kernel or BUILTIN_FOR_PHASE[phase]),
+        )
         .order_by(TableVersion.id.desc())
         .limit(1)
     )
@@ -142,7 +146,7 @@ def decide_point(
     decision = choose_winner(
         candidates_for(session, chosen),
         min_effect=get_settings().min_effect if min_effect is None else min_effect,
-        incumbent=incumbent_variant(session, arch, phase, codebook, m, n, k),
+        incumbent=incumbent_variant(session, arch, phase, codebook, m, n, k, kernel),
         seed=stable_seed(arch, phase, format_name, m, n, k),
     )
     return decision, chosen

@@ -48,7 +48,8 @@ def compile_units(
     base = format_build_defines(package, format_name)
     list_define = package.manifest.variant.list_define
     if package.manifest.variant.instantiate is not None and list_define is not None:
-        instantiations = " ".join(str(package.instantiation(v)) for v in variants)
+        # no whitespace: nvcc re-splits -D values on spaces when it hands them to the host preprocessor
+        instantiations = "".join("".join(str(package.instantiation(v)).split()) for v in variants)
         return [CompileUnit(source, {**base, list_define: instantiations}, tuple(variants))]
     if "<" in package.manifest.variant.symbol:  # template form: NVRTC / hiprtc lower each name expression
         return [CompileUnit(source, base, tuple(variants))]

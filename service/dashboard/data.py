@@ -32,15 +32,16 @@ class HeatmapGroup:
     phase: str
     format: str
     winners: int
+    kernel: str = ""  # package name: winners of different packages never share a heatmap
 
 
 def heatmap_groups(session: Session) -> list[HeatmapGroup]:
     rows = session.execute(
-        select(Winner.arch, Winner.phase, Winner.format, func.count())
-        .group_by(Winner.arch, Winner.phase, Winner.format)
-        .order_by(Winner.arch, Winner.phase, Winner.format)
+        select(Winner.arch, Winner.phase, Winner.format, func.count(), Winner.kernel)
+        .group_by(Winner.arch, Winner.phase, Winner.kernel, Winner.format)
+        .order_by(Winner.arch, Winner.phase, Winner.kernel, Winner.format)
     ).all()
-    return [HeatmapGroup(a, p, f, int(c)) for a, p, f, c in rows]
+    return [HeatmapGroup(a, p, f, int(c), kn) for a, p, f, c, kn in rows]
 
 
 @dataclass
@@ -53,21 +54,21 @@ class Heatmap:
     shapes: list[tuple[str, int, int]]
     ms: list[int]
     cells: dict[tuple[int, int, int], Winner] = field(default_factory=dict)
+    kernel: str | None = None
 
     @property
     def variants(self) -> list[str]:
         return sorted({w.variant for w in self.cells.values()})
 
 
-def heatmap(session: Session, arch: str, phase: str, format_name: str) -> Heatmap:
-    winners = session.scalars(
-        select(Winner).where(Winner.arch == arch, Winner.phase == phase, Winner.format == format_name)
-    ).all()
+def heatmap(session: Session, arch: str, phase: str, format_name: str, kernel: str | None = None) -> Heatmap:
+    query = select(Winner).where(Winner.arch == arch, Winner.phase == phase, Winner.format == format_name)
+    winners = session.scalars(query if kernel is None else query.where(Winner.kernel == kernel)).all()
     shapes: dict[tuple[int, int], str] = {}
     for w in winners:
         shapes.setdefault((w.n, w.k), w.shape)
     ordered = sorted(((name, n, k) for (n, k), name in shapes.items()), key=lambda s: (s[1] * s[2], s[1]))
-    result = Heatmap(arch, phase, format_name, ordered, sorted({w.m for w in winners}))
+    result = Heatmap(arch, phase, format_name, ordered, sorted({w.m for w in winners}), kernel=kernel)
     result.cells = {(w.n, w.k, w.m): w for w in winners}
     return result
 
@@ -95,17 +96,25 @@ class PointDistributions:
     shape: str
     winner: Winner | None
     series: list[Series]
+    kernel: str | None = None
 
 
 def point_distributions(
-    session: Session, arch: str, phase: str, format_name: str, m: int, n: int, k: int
+    session: Session,
+    arch: str,
+    phase: str,
+    format_name: str,
+    m: int,
+    n: int,
+    k: int,
+    kernel: str | None = None,
 ) -> PointDistributions:
     """Newest measurement per variant at the point, with its per-dispatch device times in µs."""
     rows = session.execute(
         select(Measurement, Variant.name)
         .join(Variant, Measurement.variant_id == Variant.id)
         .where(
-            *at_point(arch, phase, format_name, m, n, k),
+            *at_point(arch, phase, format_name, m, n, k, kernel),
         )
         .order_by(Measurement.id)
     ).all()
@@ -121,6 +130,7 @@ def point_distributions(
             times[measurement_id].append(device_ns / 1000.0)
     winner = session.scalar(
         select(Winner).where(
+            *(() if kernel is None else (Winner.kernel == kernel,)),
             Winner.arch == arch,
             Winner.phase == phase,
             Winner.format == format_name,
@@ -142,7 +152,7 @@ def point_distributions(
     ]
     series.sort(key=lambda s: (not s.parity_pass, s.median_us if s.median_us is not None else float("inf")))
     shape = next(iter(newest.values())).shape if newest else (winner.shape if winner else f"{n}x{k}")
-    return PointDistributions(arch, phase, format_name, m, n, k, shape, winner, series)
+    return PointDistributions(arch, phase, format_name, m, n, k, shape, winner, series, kernel)
 
 
 @dataclass

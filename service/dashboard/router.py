@@ -81,8 +81,11 @@ def dashboard_reader(
         raise
 
 
-def _point_href(arch: str, phase: str, format_name: str, m: int, n: int, k: int) -> str:
-    query = urlencode({"arch": arch, "phase": phase, "format": format_name, "m": m, "n": n, "k": k})
+def _point_href(
+    arch: str, phase: str, format_name: str, m: int, n: int, k: int, kernel: str | None = None
+) -> str:
+    params = {"arch": arch, "phase": phase, "format": format_name, "m": m, "n": n, "k": k}
+    query = urlencode({**params, **({"kernel": kernel} if kernel else {})})
     return f"/dashboard/point?{query}"
 
 
@@ -124,13 +127,14 @@ def heatmap_view(heatmap: data.Heatmap) -> dict[str, Any]:
                     "m": m,
                     "shape": name,
                     "title": _cell_title(name, n, k, m, winner),
-                    "href": _point_href(heatmap.arch, heatmap.phase, heatmap.format, m, n, k),
+                    "href": _point_href(heatmap.arch, heatmap.phase, heatmap.format, m, n, k, heatmap.kernel),
                 }
             )
     return {
         "arch": heatmap.arch,
         "phase": heatmap.phase,
         "format": heatmap.format,
+        "kernel": heatmap.kernel,
         "width": label_w + max(len(heatmap.ms), 1) * cell_w + 10,
         "height": HEAD_H + max(len(heatmap.shapes), 1) * CELL_H + 6,
         "label_x": label_w - 8,
@@ -207,14 +211,15 @@ def index(
     arch: str | None = Query(None, max_length=32),
     phase: str | None = Query(None, pattern="^(decode|prefill)$"),
     format: str | None = Query(None, max_length=16),
+    kernel: str | None = Query(None, max_length=64),
     _reader: Caller = Depends(dashboard_reader),
     session: Session = Depends(get_session),
     presence: Presence = Depends(worker_presence),
 ) -> HTMLResponse:
     groups = data.heatmap_groups(session)
     selected = [g for g in groups if (arch is None or g.arch == arch) and (phase is None or g.phase == phase)]
-    selected = [g for g in selected if format is None or g.format == format]
-    maps = [data.heatmap(session, g.arch, g.phase, g.format) for g in selected[:12]]
+    selected = [g for g in selected if (format is None or g.format == format) and kernel in (None, g.kernel)]
+    maps = [data.heatmap(session, g.arch, g.phase, g.format, g.kernel) for g in selected[:12]]
     return templates.TemplateResponse(
         request,
         "index.html",
@@ -240,7 +245,7 @@ def sweep_page(
     detail = data.sweep_detail(session, sweep_id, presence)
     if detail is None:
         raise HTTPException(404, f"sweep {sweep_id} not found")
-    links = {t.id: _point_href(t.arch, t.phase, t.format, t.m, t.n, t.k) for t in detail.tasks}
+    links = {t.id: _point_href(t.arch, t.phase, t.format, t.m, t.n, t.k, t.kernel) for t in detail.tasks}
     tasks = [{"t": t, "href": links[t.id] if t.state == "done" else None} for t in detail.tasks]
     context = {"d": detail, "s": detail.status, "tasks": tasks}
     return templates.TemplateResponse(request, "sweep.html", context)
@@ -255,10 +260,11 @@ def point(
     m: int = Query(..., ge=1, le=MAX_ID),
     n: int = Query(..., ge=1, le=MAX_ID),
     k: int = Query(..., ge=1, le=MAX_ID),
+    kernel: str | None = Query(None, max_length=64),
     _reader: Caller = Depends(dashboard_reader),
     session: Session = Depends(get_session),
 ) -> HTMLResponse:
-    distributions = data.point_distributions(session, arch, phase, format, m, n, k)
+    distributions = data.point_distributions(session, arch, phase, format, m, n, k, kernel)
     if not distributions.series:
         raise HTTPException(404, f"nothing measured at {arch} {phase} {format} M={m} {n}x{k}")
     legend = _legend((s.variant for s in distributions.series), failed=True)
@@ -278,7 +284,7 @@ def measurement(
     if detail is None:
         raise HTTPException(404, f"measurement {measurement_id} not found")
     m = detail.measurement
-    back = _point_href(m.arch, m.phase, m.format, m.m, m.n, m.k)
+    back = _point_href(m.arch, m.phase, m.format, m.m, m.n, m.k, m.kernel)
     return templates.TemplateResponse(request, "measurement.html", {"d": detail, "m": m, "back": back})
 
 

@@ -236,12 +236,14 @@ class Winner(Base):
 
 class TableVersion(Base):
     __tablename__ = "tables"
-    __table_args__ = (Index("ix_tables_target", "arch", "phase", "dialect"),)
+    __table_args__ = (Index("ix_tables_target", "arch", "phase", "kernel", "dialect"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     arch: Mapped[str] = mapped_column(String(32))
     phase: Mapped[str] = mapped_column(String(16))
     dialect: Mapped[str] = mapped_column(String(40))
+    kernel: Mapped[str] = mapped_column(String(64), default="")  # package name the winners are of (DESIGN §9)
+    kernel_version: Mapped[str] = mapped_column(String(64), default="")  # package whose [table] shaped it
     sha256: Mapped[str] = mapped_column(String(64))
     content: Mapped[str] = mapped_column(Text)
     metrics: Mapped[dict[str, Any]] = mapped_column(JSON)

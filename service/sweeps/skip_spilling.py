@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from kernels.arches import get_arch
 from kernels.packages.package import KernelPackage
-from service.kernel_analyses import spilling_variants
+from service.kernel_analysis_store import spilling_variants
 from service.sweeps.spec import SpecProblem, SweepSpec
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from kernels.packages.package import KernelPackage
 from service.tables.dialects import get_dialect
 from service.tables.dialects.base import RuleMap, TableDialect
 from service.tables.fallback import aspect_class, fit_fallback_cv
@@ -123,9 +124,12 @@ def generate_table(
     phase: str | None = None,
     overlay_threshold: float = DEFAULT_OVERLAY_THRESHOLD,
     known_codebooks: frozenset[int] = KNOWN_CODEBOOKS,
+    package: KernelPackage | None = None,
 ) -> GeneratedTable:
-    """Fit the fallback, keep overlays above the threshold, render, measure, validate."""
-    table_dialect = get_dialect(dialect, phase)
+    """Fit the fallback, keep overlays above the threshold, render, measure, validate.
+
+    ``package`` binds package-bound dialects (struct-table) and json to that package's variant names."""
+    table_dialect = get_dialect(dialect, phase, package)
     if phase is not None and table_dialect.phase != phase:
         raise ValueError(f"dialect {dialect!r} is for phase {table_dialect.phase!r}, not {phase}")
     failures = check_choices(choices, known_codebooks, table_dialect)
@@ -164,6 +168,7 @@ def generate_table(
         allowed_configs=frozenset(table_dialect.parse_variant(v) for v in variants),
         dialect=dialect,
         phase=table_dialect.phase,
+        package=package,
     )
     report = validate_table(text, expectations)
     report.raise_for_failures()

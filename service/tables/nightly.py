@@ -1,6 +1,7 @@
-"""Nightly regeneration (DESIGN §1, issue 7): every (arch, phase, dialect) whose winners
+"""Nightly regeneration (DESIGN §1, issue 7): every (arch, phase, kernel, dialect) whose winners
 changed since its latest version gets a new table; a version is stored only when
-the generated content differs from the latest one.
+the generated content differs from the latest one. The built-in packages get every dialect of
+their phase; an uploaded package gets json and, with a `[table]` section, struct-table.
 
 Called by the Celery beat task `tunebase.tables.nightly` (workers/tasks.py). Each
 target runs in its own savepoint, so one table failing validation neither stops
@@ -14,8 +15,10 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from kernels.packages.loader import builtin_packages
 from service.db.models import Winner
-from service.tables.dialects import DIALECTS, dialect_phases
+from service.kernel_store import PackageNotFound, resolve
+from service.tables.dialects import DIALECT_NAMES, DIALECTS, dialect_phases, dialect_problem
 from service.tables.validate import TableValidationError
 from service.tables.versions import generate_and_store, latest_version, winners_fingerprint
 
@@ -30,32 +33,48 @@ class NightlyResult:
     status: str
     table_id: int | None = None
     detail: str = ""
+    kernel: str = ""
 
 
-def targets(session: Session) -> list[tuple[str, str, str]]:
-    """Every (arch, phase, dialect) that has winners and a dialect that emits its phase."""
-    pairs = session.execute(select(Winner.arch, Winner.phase).distinct()).all()
+def _dialects_for(session: Session, phase: str, kernel: str) -> list[str]:
+    if kernel in builtin_packages():
+        return [name for name in DIALECTS if phase in dialect_phases(name)]
+    try:
+        package = resolve(session, kernel, phase)
+    except PackageNotFound:
+        return []  # winners of a package no longer stored: nothing to generate from
+    return [name for name in DIALECT_NAMES if dialect_problem(name, package) is None]
+
+
+def targets(session: Session) -> list[tuple[str, str, str, str]]:
+    """Every (arch, phase, dialect, kernel) that has winners and a dialect that emits that package."""
+    rows = session.execute(select(Winner.arch, Winner.phase, Winner.kernel).distinct()).all()
     return sorted(
-        (arch, phase, name) for arch, phase in pairs for name in DIALECTS if phase in dialect_phases(name)
+        (arch, phase, name, kernel)
+        for arch, phase, kernel in rows
+        for name in _dialects_for(session, phase, kernel)
     )
 
 
-def regenerate_one(session: Session, arch: str, phase: str, dialect: str) -> NightlyResult:
-    latest = latest_version(session, arch, phase, dialect)
-    fingerprint = winners_fingerprint(session, arch, phase)
+def regenerate_one(
+    session: Session, arch: str, phase: str, dialect: str, kernel: str | None = None
+) -> NightlyResult:
+    latest = latest_version(session, arch, phase, dialect, kernel)
+    fingerprint = winners_fingerprint(session, arch, phase, kernel)
+    name = kernel or ""
     if latest is not None and (latest.metrics or {}).get("fingerprint") == fingerprint:
-        return NightlyResult(arch, phase, dialect, "unchanged_winners", latest.id)
+        return NightlyResult(arch, phase, dialect, "unchanged_winners", latest.id, kernel=name)
     try:
         with session.begin_nested():
-            version = generate_and_store(session, arch, phase, dialect)
+            version = generate_and_store(session, arch, phase, dialect, kernel)
     except (TableValidationError, ValueError, LookupError) as error:
-        return NightlyResult(arch, phase, dialect, "failed", None, str(error)[:2000])
+        return NightlyResult(arch, phase, dialect, "failed", None, str(error)[:2000], kernel=name)
     if latest is not None and version.id == latest.id:
         # same text from changed winners (e.g. a timing moved, no answer did): remember the
         # fingerprint so the next run does not regenerate for nothing
         latest.metrics = {**(latest.metrics or {}), "fingerprint": fingerprint}
-        return NightlyResult(arch, phase, dialect, "unchanged_content", latest.id)
-    return NightlyResult(arch, phase, dialect, "stored", version.id)
+        return NightlyResult(arch, phase, dialect, "unchanged_content", latest.id, kernel=name)
+    return NightlyResult(arch, phase, dialect, "stored", version.id, kernel=name)
 
 
 def regenerate_all(session: Session) -> list[NightlyResult]:

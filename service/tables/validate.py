@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kernels.packages.package import KernelPackage
 from service.tables.dialects import get_dialect
 from service.tables.dialects.base import TableDialect
 from service.tables.model import AtPoint, TableChoice
@@ -57,6 +58,7 @@ class TableExpectations:
     allowed_configs: frozenset[tuple[int, ...]]
     dialect: str = "llaminar-rocm-decode"
     phase: str | None = None  # binds phase-agnostic dialects (json)
+    package: KernelPackage | None = None  # binds package-bound dialects (struct-table) and json
 
 
 @dataclass(frozen=True)
@@ -192,7 +194,7 @@ def validate_table(
     timeout_s: float = COMPILE_TIMEOUT_S,
 ) -> ValidationReport:
     """Compile, key-check and replay `text`; never raises for table defects."""
-    dialect = get_dialect(expectations.dialect, expectations.phase)
+    dialect = get_dialect(expectations.dialect, expectations.phase, expectations.package)
     failures: list[str] = []
     checks: list[str] = []
     warnings: list[str] = []

@@ -1,4 +1,8 @@
-"""From stored winners to a stored, validated table version (one per content change)."""
+"""From stored winners to a stored, validated table version (one per content change).
+
+A table is of ONE kernel package (DESIGN §9: winners of different packages never mix): ``kernel`` is a
+package reference (``name`` or ``name@sha-prefix``), None meaning the phase's built-in package.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +14,14 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from kernels.packages.loader import BUILTIN_FOR_PHASE
+from kernels.packages.package import KernelPackage
 from service.config import get_settings
 from service.db.models import Measurement, TableVersion, Variant, Winner
+from service.kernel_store import resolve
+from service.tables.codecs import get_codec
 from service.tables.collapse import AliasPoint, collapse_aliases
-from service.tables.dialects import dialect_phases, get_dialect
+from service.tables.dialects import dialect_phases, dialect_problem
 from service.tables.generate import generate_table
 from service.tables.model import GeneratedTable, PointDecision
 
@@ -22,10 +30,28 @@ class NoWinners(LookupError):
     """Nothing measured for this (arch, phase): there is no table to generate."""
 
 
+def _kernel_name(phase: str, kernel: str | None) -> str:
+    """A package name (a ``name@version`` reference keeps its name: winners are kept per name)."""
+    return kernel.partition("@")[0] if kernel else BUILTIN_FOR_PHASE.get(phase, "")
+
+
+def table_package(session: Session, phase: str, dialect: str, kernel: str | None = None) -> KernelPackage:
+    """The package a table request names, checked against the dialect.
+
+    PackageNotFound (a LookupError) when no package answers; ValueError when the dialect cannot emit it."""
+    if phase not in dialect_phases(dialect):
+        raise ValueError(f"dialect {dialect!r} does not emit {phase} tables")
+    package = resolve(session, kernel, phase)
+    problem = dialect_problem(dialect, package)
+    if problem:
+        raise ValueError(problem)
+    return package
+
+
 def variant_times(
-    session: Session, arch: str, phase: str
+    session: Session, arch: str, phase: str, kernel: str | None = None
 ) -> dict[tuple[str, int, int, int], dict[str, float]]:
-    """Newest parity-passing median of every variant at every point: regret needs all of them."""
+    """Newest parity-passing median of every variant of one package at every point (regret needs all)."""
     rows = session.execute(
         select(
             Measurement.format,
@@ -39,6 +65,7 @@ def variant_times(
         .where(
             Measurement.arch == arch,
             Measurement.phase == phase,
+            Measurement.kernel == _kernel_name(phase, kernel),
             Measurement.parity_pass.is_(True),
             Measurement.median_us.is_not(None),
         )
@@ -51,15 +78,19 @@ def variant_times(
     return times
 
 
-def alias_points(session: Session, arch: str, phase: str) -> list[AliasPoint]:
+def alias_points(session: Session, arch: str, phase: str, kernel: str | None = None) -> list[AliasPoint]:
     """Winners joined with every variant's time, as plain data for the pure steps.
 
     Prefill points whose M is not a policy bucket are left out: the engine rounds
     M up to a bucket, so an entry keyed by another M could never be looked up.
     """
-    codec = get_dialect("json", phase).codec
-    times = variant_times(session, arch, phase)
-    winners = session.scalars(select(Winner).where(Winner.arch == arch, Winner.phase == phase))
+    codec = get_codec(phase)
+    times = variant_times(session, arch, phase, kernel)
+    winners = session.scalars(
+        select(Winner).where(
+            Winner.arch == arch, Winner.phase == phase, Winner.kernel == _kernel_name(phase, kernel)
+        )
+    )
     return [
         AliasPoint(
             w.format, w.codebook, w.m, w.n, w.k, w.shape, w.variant, w.median_us,
@@ -70,23 +101,29 @@ def alias_points(session: Session, arch: str, phase: str) -> list[AliasPoint]:
     ]  # fmt: skip
 
 
-def winners_fingerprint(session: Session, arch: str, phase: str) -> str:
+def winners_fingerprint(session: Session, arch: str, phase: str, kernel: str | None = None) -> str:
     """A digest of the current winners and times: unchanged digest, nothing to regenerate."""
     digest = hashlib.sha256()
-    for a in sorted(alias_points(session, arch, phase), key=lambda a: (a.point, a.format)):
+    for a in sorted(alias_points(session, arch, phase, kernel), key=lambda a: (a.point, a.format)):
         digest.update(repr((a.format, a.point, a.winner, sorted(a.times_us.items()))).encode())
     return digest.hexdigest()
 
 
-def build_table(session: Session, arch: str, phase: str, dialect: str) -> GeneratedTable:
-    """Generate (not store) the table for the current winners; raises NoWinners or validation errors."""
-    if phase not in dialect_phases(dialect):
-        raise ValueError(f"dialect {dialect!r} does not emit {phase} tables")
-    points = alias_points(session, arch, phase)
+def build_table(
+    session: Session, arch: str, phase: str, dialect: str, package: KernelPackage | None = None
+) -> GeneratedTable:
+    """Generate (not store) the table of one package's current winners (default: the phase's built-in);
+    raises NoWinners or validation errors."""
+    package = package or table_package(session, phase, dialect)
+    points = alias_points(session, arch, phase, package.name)
     if not points:
-        raise NoWinners(f"no winners for arch={arch} phase={phase}")
+        raise NoWinners(f"no winners for arch={arch} phase={phase} kernel={package.name}")
     collapsed = collapse_aliases(points)
-    rows = session.scalars(select(Winner.sweep_ids).where(Winner.arch == arch, Winner.phase == phase))
+    rows = session.scalars(
+        select(Winner.sweep_ids).where(
+            Winner.arch == arch, Winner.phase == phase, Winner.kernel == package.name
+        )
+    )
     sweep_ids = sorted({str(s) for ids in rows for s in (ids or [])})
     return generate_table(
         [c.choice for c in collapsed],
@@ -96,23 +133,30 @@ def build_table(session: Session, arch: str, phase: str, dialect: str) -> Genera
         dialect,
         phase=phase,
         overlay_threshold=get_settings().overlay_regret_threshold,
+        package=package,
     )
 
 
-def generate_and_store(session: Session, arch: str, phase: str, dialect: str) -> TableVersion:
-    """Generate from the current winners; store a new version only when the content changed."""
-    generated = build_table(session, arch, phase, dialect)
+def generate_and_store(
+    session: Session, arch: str, phase: str, dialect: str, kernel: str | None = None
+) -> TableVersion:
+    """Generate from one package's current winners; store a new version only when the content changed."""
+    package = table_package(session, phase, dialect, kernel)
+    generated = build_table(session, arch, phase, dialect, package)
     sha = hashlib.sha256(generated.text.encode()).hexdigest()
-    latest = latest_version(session, arch, phase, dialect)
+    latest = latest_version(session, arch, phase, dialect, package.name)
     if latest is not None and latest.sha256 == sha:
         return latest
+    fingerprint = winners_fingerprint(session, arch, phase, package.name)
     version = TableVersion(
         arch=arch,
         phase=phase,
         dialect=dialect,
+        kernel=package.name,
+        kernel_version=package.version,
         sha256=sha,
         content=generated.text,
-        metrics={**asdict(generated.metrics), "fingerprint": winners_fingerprint(session, arch, phase)},
+        metrics={**asdict(generated.metrics), "fingerprint": fingerprint},
         entries=[decision_json(d) for d in generated.decisions],
         sweep_ids=[int(s) for s in generated.sweep_ids if s.isdigit()],
         parent_id=latest.id if latest else None,
@@ -139,10 +183,17 @@ def decision_json(d: PointDecision) -> dict[str, Any]:
     }
 
 
-def latest_version(session: Session, arch: str, phase: str, dialect: str) -> TableVersion | None:
+def latest_version(
+    session: Session, arch: str, phase: str, dialect: str, kernel: str | None = None
+) -> TableVersion | None:
     return session.scalar(
         select(TableVersion)
-        .where(TableVersion.arch == arch, TableVersion.phase == phase, TableVersion.dialect == dialect)
+        .where(
+            TableVersion.arch == arch,
+            TableVersion.phase == phase,
+            TableVersion.dialect == dialect,
+            TableVersion.kernel == _kernel_name(phase, kernel),
+        )
         .order_by(TableVersion.id.desc())
         .limit(1)
     )
@@ -155,6 +206,8 @@ def table_item(version: TableVersion) -> dict[str, Any]:
         "arch": version.arch,
         "phase": version.phase,
         "dialect": version.dialect,
+        "kernel": version.kernel,
+        "kernel_version": version.kernel_version,
         "sha256": version.sha256,
         "created_at": version.created_at.isoformat() if version.created_at else None,
         "parent_id": version.parent_id,

@@ -22,6 +22,7 @@ CORE = (
     "service.winners",
     "service.sweeps",
     "service.kernel_store",
+    "service.kernel_analysis_store",
     "service.observed",
     "service.tables",
 )

@@ -254,4 +254,5 @@ def smoke_spec(**overrides: Any) -> dict[str, Any]:
         "warmup": 2,
     }
     spec.update(overrides)
+    spec.setdefault("max_dispatches", max(200, int(spec["min_dispatches"])))  # exhaustive: min is what runs
     return spec

@@ -51,18 +51,22 @@ def test_formats(settings: Settings, read_token: str) -> None:
 
 
 def test_families(settings: Settings, read_token: str) -> None:
+    """The built-in packages with their parameters (and meaning) and every backend's space."""
     body = client(settings, read_token).get("/v1/families").json()
     fams = {f["name"]: f for f in body["items"]}
-    assert set(fams) == {"decode", "prefill"} and body["total"] == 2
-    decode = fams["decode"]["backends"]
-    assert decode["rocm"]["axes"] == {"kb": [1, 2, 4, 8, 16], "tw": [4, 8, 12, 24]}
-    assert decode["rocm"]["count"] == 20 and decode["host"]["count"] == 8
-    assert decode["host"]["variants"][0] == {"name": "KB1/TW4", "params": {"kb": 1, "tw": 4}, "order": 0}
-    prefill = fams["prefill"]["backends"]
+    assert set(fams) == {"tb-decode", "tb-prefill"} and body["total"] == 2
+    decode = fams["tb-decode"]
+    assert decode["phase"] == "decode" and decode["builtin"] and decode["weights"] == "tb-packed"
+    params = {p["name"]: p for p in decode["params"]}
+    assert params["kb"]["values"] == [1, 2, 4, 8, 16] and params["tw"]["values"] == [4, 8, 12, 24]
+    assert "split-K" in params["kb"]["meaning"] and "waves per CU" in params["tw"]["meaning"]
+    spaces = decode["backends"]
+    assert spaces["rocm"]["count"] == 20 and spaces["host"]["count"] == 8
+    assert spaces["host"]["variants"][0] == {"name": "KB1/TW4", "params": {"kb": 1, "tw": 4}, "order": 0}
+    prefill = fams["tb-prefill"]["backends"]
     assert prefill["cuda"]["count"] == 40 and prefill["host"]["count"] == 8
-    assert any("N128/MT64 is invalid" in c for c in prefill["rocm"]["constraints"])
-    assert not any("N128/MT64" in c for c in prefill["host"]["constraints"])
-    assert fams["prefill"]["phase"] == "prefill"
+    assert any("n_tile == 128 and m_tile == 64" in p["rule"] for p in prefill["rocm"]["invalid"])
+    assert fams["tb-prefill"]["phase"] == "prefill"
 
 
 def test_read_scope_required(settings: Settings) -> None:

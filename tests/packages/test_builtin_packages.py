@@ -132,6 +132,7 @@ def test_one_unit_per_format_with_one_symbol_per_variant() -> None:
     assert units[0].defines["TB_ASYMMETRIC"] == "1" and "TB_FMT_Q4_K" not in units[0].defines
     assert compile_units(DECODE, "Q4_1", "rocm", DECODE.space("rocm"))[0].defines == units[0].defines
     assert units[0].defines["TB_DECODE_VARIANTS"].count("TB_DECODE_VARIANT(") == 20
+    assert " " not in units[0].defines["TB_DECODE_VARIANTS"]
     assert set(units[0].symbols(DECODE).values()) == {
         f"tb_decode_kb{v.params['kb']}_tw{v.params['tw']}" for v in DECODE.space("rocm")
     }

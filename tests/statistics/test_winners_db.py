@@ -76,6 +76,7 @@ def test_tie_goes_to_the_incumbent_of_the_latest_table(migrated_url: str) -> Non
                 arch="host",
                 phase="decode",
                 dialect="llaminar-rocm-decode",
+                kernel="tb-decode",
                 sha256="0" * 64,
                 content="",
                 metrics={},

@@ -242,16 +242,26 @@ class CudaBackend:
         artifact = ArtifactInfo("", "", package.version, "", BASE_OPTIONS, False)
         compiled = CompiledVariants(artifact)
         keys, logs = [], []
+        prepare = package.manifest.prepare
         for index, unit in enumerate(units):
             defines = [f"-D{key}={value}" for key, value in sorted(unit.defines.items())]
             symbols = unit.symbols(package)
+            names = set(symbols.values())
+            if prepare is not None and index == 0:
+                names.add(prepare.symbol)
             result = compile_cubin(
                 unit.source,
                 self.artifact_dir,
                 f"{package.name}_{format_name.lower()}_{index}",
                 [*BASE_OPTIONS, *defines],
-                sorted(set(symbols.values())),
+                sorted(names),
             )
+            if prepare is not None and index == 0 and result.ok:
+                lowered = result.symbols.get(prepare.symbol, prepare.symbol)
+                try:
+                    compiled.prepare = CudaKernel(self._function(result.path, lowered), result.path, lowered)
+                except cd.CudaError as exc:
+                    logs.append(f"prepare kernel {prepare.symbol}: {exc}")
             keys.append(result.cache_key)
             artifact.toolchain = result.toolchain
             artifact.compiled |= result.compiled

@@ -189,17 +189,21 @@ class HostDevice:
         self._buffers.clear()
 
 
+PREPARE_KINDS = ["ptr", "ptr", "i32", "i32"]  # (const uint8_t *gguf, void *out, int n, int k)
+
+
 class HostKernel:
-    """A loaded host variant: the kernel itself (parity runs) and its timing shim."""
+    """A loaded host variant: the kernel itself (parity runs) and its timing shim (None for prepare)."""
 
     def __init__(self, lib: ctypes.CDLL, symbol: str, kinds: list[str]) -> None:
         argtypes = [_CTYPES[k] for k in kinds]
         self.call = getattr(lib, symbol)
         self.call.restype = None
         self.call.argtypes = argtypes
-        self.timed = getattr(lib, f"tb_timed_{symbol}")
-        self.timed.restype = ctypes.c_int64
-        self.timed.argtypes = argtypes
+        self.timed = getattr(lib, f"tb_timed_{symbol}", None)
+        if self.timed is not None:
+            self.timed.restype = ctypes.c_int64
+            self.timed.argtypes = argtypes
 
 
 class HostBackend:
@@ -326,6 +330,12 @@ class HostBackend:
                     compiled.kernels[variant.name] = HostKernel(self._load(path), symbol, kinds)
                 except (OSError, AttributeError) as exc:
                     compiled.errors[variant.name] = f"load failed: {exc}"
+        prepare = package.manifest.prepare
+        if prepare is not None and artifact.path and Path(artifact.path).is_file():
+            try:
+                compiled.prepare = HostKernel(self._load(Path(artifact.path)), prepare.symbol, PREPARE_KINDS)
+            except AttributeError as exc:
+                logs.append(f"prepare kernel {prepare.symbol}: {exc}")
         artifact.ok = not compiled.errors
         artifact.log = "\n".join(logs)
         if not units:

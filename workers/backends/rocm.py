@@ -410,7 +410,15 @@ class RocmBackend:
             "spec": {key: value for key, value in asdict(spec).items() if key != "variants"},
             "rounds": rounds, "ordinal": self.ordinal, "workdir": str(workdir),
             "variants": [{"name": b.variant, "symbol": b.symbol, "path": b.path} for b in builds],
+            "prepare": self.prepare_entry(spec, builds),
         }  # fmt: skip
+
+    @staticmethod
+    def prepare_entry(spec: TaskSpec, builds: list[VariantBuild]) -> dict[str, str] | None:
+        """The package's [prepare] kernel: a symbol in the same code objects as the variants."""
+        prepare = package_for(spec.phase, spec.kernel_root, spec.kernel).manifest.prepare
+        path = next((b.path for b in builds if b.path), None)
+        return None if prepare is None or path is None else {"symbol": prepare.symbol, "path": path}
 
     def run_harness(
         self, spec: TaskSpec, builds: list[VariantBuild], rounds: int, workdir: Path

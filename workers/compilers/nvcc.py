@@ -56,8 +56,10 @@ class NvccCompiler:
             return CompileResult(False, f"nvcc driver builds {sorted(self.arches)}, not {arch}", None)
         if not self.available() or self.nvcc is None:
             return CompileResult(False, "nvcc not found (PATH or /usr/local/cuda*/bin)", None)
+        # nvcc splits -D values at commas: escape them
+        escaped = {key: value.replace(",", "\\,") for key, value in defines.items()}
         argv = [
-            self.nvcc, *self.flags(arch), f"-I{source.parent}", f"-I{INCLUDE_DIR}", *define_flags(defines),
+            self.nvcc, *self.flags(arch), f"-I{source.parent}", f"-I{INCLUDE_DIR}", *define_flags(escaped),
             "-x", "cu", str(source), "-o", str(out_path),
         ]  # fmt: skip
         return run_compile(argv, out_path)

@@ -317,6 +317,12 @@ def run(task: dict[str, Any], workdir: Path) -> dict[str, Any]:
             compiled.kernels[name] = HipKernel(name, symbol, harness.function(entry["path"], symbol))
         except Exception as exc:  # one bad variant must not sink the task
             compiled.errors[name] = f"load failed: {type(exc).__name__}: {exc}"
+    prepare = task.get("prepare")
+    if prepare:
+        harness.progress(stage="load", variant="prepare")
+        compiled.prepare = HipKernel(
+            "prepare", prepare["symbol"], harness.function(prepare["path"], prepare["symbol"])
+        )
     info = DeviceInfo("rocm", props.arch, props.name, props.compute_units, props.uuid)
     device = HipDevice(props, harness)
     harness.progress(stage="problem")

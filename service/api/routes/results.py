@@ -25,6 +25,8 @@ RESULTS_EXAMPLE = {
             "task_id": 9,
             "arch": "gfx906",
             "phase": "decode",
+            "kernel": "tb-decode",
+            "kernel_version": "9c2e…",
             "format": "Q4_0",
             "codebook": 0,
             "shape": "Qwen36_FFN_GateUp",
@@ -77,6 +79,8 @@ def measurement_item(m: Measurement) -> dict[str, Any]:
         "task_id": m.task_id,
         "arch": m.arch,
         "phase": m.phase,
+        "kernel": m.kernel,
+        "kernel_version": m.kernel_version,
         "format": m.format,
         "codebook": m.codebook,
         "shape": m.shape,
@@ -115,6 +119,7 @@ def measurement_item(m: Measurement) -> dict[str, Any]:
 def list_results(
     arch: str | None = Query(None, max_length=32, examples=["gfx906"]),
     phase: str | None = Query(None, pattern="^(decode|prefill)$"),
+    kernel: str | None = Query(None, max_length=64, examples=["rowsplit-gemv"], description="package name"),
     format: str | None = Query(None, max_length=16, examples=["Q4_0"]),
     shape: str | None = Query(None, max_length=120, examples=["Qwen36_FFN_GateUp"]),
     m: int | None = Query(None, ge=1, le=MAX_ID),
@@ -132,6 +137,7 @@ def list_results(
     for column, value in (
         (Measurement.arch, arch),
         (Measurement.phase, phase),
+        (Measurement.kernel, kernel),
         (Measurement.format, format),
         (Measurement.shape, shape),
         (Measurement.m, m),

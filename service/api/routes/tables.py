@@ -13,10 +13,11 @@ from sqlalchemy.orm import Session
 
 from service.api.deps import Caller, get_session, require_scope
 from service.db.models import TableVersion
-from service.tables.dialects import DIALECTS, dialect_phases
+from service.kernel_store import PackageNotFound
+from service.tables.dialects import DIALECT_NAMES, dialect_phases
 from service.tables.diff import diff_versions
 from service.tables.validate import TableValidationError
-from service.tables.versions import NoWinners, generate_and_store, latest_version, table_item
+from service.tables.versions import NoWinners, generate_and_store, latest_version, table_item, table_package
 
 router = APIRouter(prefix="/v1/tables", tags=["tables"])
 
@@ -27,7 +28,18 @@ class TableRequest(BaseModel):
     arch: str = Field(min_length=1, max_length=32, examples=["gfx906"])
     phase: str = Field("decode", pattern="^(decode|prefill)$")
     dialect: str | None = Field(
-        None, examples=["llaminar-rocm-decode"], description="default: llaminar-rocm-<phase>"
+        None,
+        examples=["llaminar-rocm-decode", "struct-table"],
+        description="default: llaminar-rocm-<phase>; struct-table when `kernel` names a package",
+    )
+    kernel: str | None = Field(
+        None,
+        min_length=1,
+        max_length=140,
+        pattern=r"^[a-z0-9][a-z0-9-]*(@[0-9a-f]{1,64})?$",
+        description="kernel package (name or name@sha256-prefix) whose winners the table holds; "
+        "default: the phase's built-in package",
+        examples=["rowsplit-gemv"],
     )
 
 
@@ -41,13 +53,18 @@ def generate_table(
     _caller: Caller = Depends(require_scope("submit")),
     session: Session = Depends(get_session),
 ) -> dict[str, Any]:
-    dialect = request.dialect or f"llaminar-rocm-{request.phase}"
-    if dialect not in DIALECTS:
-        _field_error("dialect", f"unknown dialect; known: {sorted(DIALECTS)}")
+    default = f"llaminar-rocm-{request.phase}" if request.kernel is None else "struct-table"
+    dialect = request.dialect or default
+    if dialect not in DIALECT_NAMES:
+        _field_error("dialect", f"unknown dialect; known: {list(DIALECT_NAMES)}")
     if request.phase not in dialect_phases(dialect):
         _field_error("phase", f"dialect {dialect} does not emit {request.phase} tables")
     try:
-        version = generate_and_store(session, request.arch, request.phase, dialect)
+        table_package(session, request.phase, dialect, request.kernel)
+    except (PackageNotFound, ValueError) as error:
+        _field_error("kernel", str(error))
+    try:
+        version = generate_and_store(session, request.arch, request.phase, dialect, request.kernel)
     except NoWinners as error:
         raise HTTPException(404, str(error)) from None
     except (TableValidationError, ValueError) as error:
@@ -61,6 +78,7 @@ def list_tables(
     arch: str | None = None,
     phase: str | None = None,
     dialect: str | None = None,
+    kernel: str | None = Query(None, max_length=64, description="kernel package name"),
     limit: int = Query(50, ge=1, le=500),
     offset: int = Query(0, ge=0),
     _caller: Caller = Depends(require_scope("read")),
@@ -71,6 +89,7 @@ def list_tables(
         (TableVersion.arch, arch),
         (TableVersion.phase, phase),
         (TableVersion.dialect, dialect),
+        (TableVersion.kernel, kernel),
     ):
         if value is not None:
             query = query.where(column == value)
@@ -82,14 +101,15 @@ def list_tables(
 @router.get("/latest", response_class=PlainTextResponse)
 def latest_inc(
     arch: str,
-    phase: str = "decode",
+    phase: str = Query("decode", pattern="^(decode|prefill)$"),
     dialect: str = "llaminar-rocm-decode",
+    kernel: str | None = Query(None, max_length=64, description="kernel package name; default: built-in"),
     _caller: Caller = Depends(require_scope("read")),
     session: Session = Depends(get_session),
 ) -> PlainTextResponse:
-    version = latest_version(session, arch, phase, dialect)
+    version = latest_version(session, arch, phase, dialect, kernel)
     if version is None:
-        raise HTTPException(404, f"no table for arch={arch} phase={phase} dialect={dialect}")
+        raise HTTPException(404, f"no table for arch={arch} phase={phase} dialect={dialect} kernel={kernel}")
     return PlainTextResponse(version.content, headers={"X-Table-Id": str(version.id), "ETag": version.sha256})
 
 

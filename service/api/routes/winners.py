@@ -18,6 +18,8 @@ def winner_item(w: Winner) -> dict[str, Any]:
     return {
         "arch": w.arch,
         "phase": w.phase,
+        "kernel": w.kernel,
+        "kernel_version": w.kernel_version,
         "format": w.format,
         "codebook": w.codebook,
         "m": w.m,
@@ -41,6 +43,7 @@ def winner_item(w: Winner) -> dict[str, Any]:
 def list_winners(
     arch: str | None = None,
     phase: str | None = Query(None, pattern="^(decode|prefill)$"),
+    kernel: str | None = Query(None, max_length=64, description="kernel package name"),
     format: str | None = None,
     m: int | None = Query(None, ge=1),
     n: int | None = Query(None, ge=1),
@@ -54,6 +57,7 @@ def list_winners(
     for column, value in (
         (Winner.arch, arch),
         (Winner.phase, phase),
+        (Winner.kernel, kernel),
         (Winner.format, format),
         (Winner.m, m),
         (Winner.n, n),
@@ -63,7 +67,7 @@ def list_winners(
             query = query.where(column == value)
     total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
     rows = session.scalars(
-        query.order_by(Winner.arch, Winner.phase, Winner.format, Winner.n, Winner.k, Winner.m)
+        query.order_by(Winner.arch, Winner.phase, Winner.kernel, Winner.format, Winner.n, Winner.k, Winner.m)
         .limit(limit)
         .offset(offset)
     ).all()

@@ -1,11 +1,17 @@
-"""Registry of table dialects by name (a plain dict: add a dialect by adding an entry)."""
+"""Registry of table dialects by name (a plain dict: add a dialect by adding an entry).
+
+Three kinds: the Llaminar dialects emit the phase's built-in package only (their names and fields are
+Llaminar's); `json` serves any phase and any package; `struct-table` is bound to one package's `[table]`.
+"""
 
 from __future__ import annotations
 
+from kernels.packages.package import KernelPackage
 from service.tables.dialects.base import TableDialect
 from service.tables.dialects.json_table import JsonDialect
 from service.tables.dialects.llaminar_rocm_decode import LlaminarRocmDecodeDialect
 from service.tables.dialects.llaminar_rocm_prefill import LlaminarRocmPrefillDialect
+from service.tables.dialects.struct_table import StructTableDialect, TableShapeError
 
 DIALECTS: dict[str, TableDialect] = {
     LlaminarRocmDecodeDialect.name: LlaminarRocmDecodeDialect(),
@@ -14,21 +20,56 @@ DIALECTS: dict[str, TableDialect] = {
 }
 # Dialects that serve any phase: bound to the phase at lookup.
 PHASE_AGNOSTIC: dict[str, type[JsonDialect]] = {JsonDialect.name: JsonDialect}
+# Dialects bound to one kernel package at lookup (any phase).
+PACKAGE_BOUND: dict[str, type[StructTableDialect]] = {StructTableDialect.name: StructTableDialect}
+DIALECT_NAMES: tuple[str, ...] = tuple(sorted({*DIALECTS, *PACKAGE_BOUND}))
 
 
-def get_dialect(name: str, phase: str | None = None) -> TableDialect:
-    """Look a dialect up, with the known names in the error; `phase` binds phase-agnostic ones."""
+def get_dialect(name: str, phase: str | None = None, package: KernelPackage | None = None) -> TableDialect:
+    """Look a dialect up, with the known names in the error; `phase` binds phase-agnostic ones and
+    `package` (None: the phase's built-in) the package-bound ones and json."""
+    if name in PACKAGE_BOUND:
+        if package is None:
+            raise KeyError(f"dialect {name!r} needs a kernel package")
+        return PACKAGE_BOUND[name](package)
     if name in PHASE_AGNOSTIC:
-        return PHASE_AGNOSTIC[name](phase or "decode")
+        return PHASE_AGNOSTIC[name](phase or (package.phase if package else "decode"), package)
     try:
         return DIALECTS[name]
     except KeyError:
-        raise KeyError(f"unknown table dialect {name!r}; known: {sorted(DIALECTS)}") from None
+        raise KeyError(f"unknown table dialect {name!r}; known: {list(DIALECT_NAMES)}") from None
 
 
 def dialect_phases(name: str) -> set[str]:
     """Phases a dialect can emit."""
-    return {"decode", "prefill"} if name in PHASE_AGNOSTIC else {get_dialect(name).phase}
+    if name in PHASE_AGNOSTIC or name in PACKAGE_BOUND:
+        return {"decode", "prefill"}
+    return {get_dialect(name).phase}
 
 
-__all__ = ["DIALECTS", "TableDialect", "dialect_phases", "get_dialect"]
+def dialect_problem(name: str, package: KernelPackage) -> str | None:
+    """Why `name` cannot emit `package`'s table (None when it can)."""
+    if name in PHASE_AGNOSTIC:
+        return None
+    if name in PACKAGE_BOUND:
+        try:
+            PACKAGE_BOUND[name](package)
+        except TableShapeError as error:
+            return str(error)
+        return None
+    if not package.builtin:
+        return (
+            f"dialect {name} emits the built-in package's Llaminar table; "
+            f"use struct-table or json for {package.name}"
+        )
+    return None
+
+
+__all__ = [
+    "DIALECTS",
+    "DIALECT_NAMES",
+    "TableDialect",
+    "dialect_phases",
+    "dialect_problem",
+    "get_dialect",
+]

@@ -1,7 +1,8 @@
-"""C++ text shared by the Llaminar dialects: comments, header block, lookup helpers, fallback.
+"""C++ text shared by the C++ dialects: comments, header block, lookup helpers, fallback.
 
-Both Llaminar includes use the same shapes (`ROCmNativeVNNI{Decode,Prefill}...`),
-so the pieces are rendered from one place with the phase's prefix.
+Every C++ include uses the same shapes (`{stem}DispatchConfig`, `{stem}TuningEntry`, `{stem}AspectRule`;
+the Llaminar ones with stem `ROCmNativeVNNI{Decode,Prefill}`, struct-table with the package's name),
+so the pieces are rendered from one place with the dialect's name stem.
 """
 
 from __future__ import annotations
@@ -71,9 +72,8 @@ def header_comment(info: HeaderInfo, by_cb: dict[int, list[TableChoice]]) -> lis
     return ["// " + comment(line) for line in lines] + [""]
 
 
-def lookup_helpers(prefix: str) -> str:
-    """Binary search over a sorted exact table and the work-size rule pick."""
-    p = f"ROCmNativeVNNI{prefix}"
+def lookup_helpers(p: str) -> str:
+    """Binary search over a sorted exact table and the work-size rule pick (names stem ``p``)."""
     return f"""\
 template <size_t Count>
 inline bool find{p}DispatchEntry(
@@ -111,10 +111,9 @@ inline {p}DispatchConfig pick{p}AspectRule(
 
 
 def render_fallback(
-    prefix: str, m_name: str, fallback_rules: RuleMap, config: Callable[[str], str]
+    p: str, m_name: str, fallback_rules: RuleMap, config: Callable[[str], str]
 ) -> list[str]:
-    """`select...AspectFallback(codebook_id, m, n, k, out)`: switch on codebook and M, rules by work."""
-    p = f"ROCmNativeVNNI{prefix}"
+    """`select{p}AspectFallback(codebook_id, m, n, k, out)`: switch on codebook and M, rules by work."""
     nested: dict[int, dict[int, dict[str, list[FallbackRule]]]] = defaultdict(lambda: defaultdict(dict))
     for (cb, m, aspect), rules in fallback_rules.items():
         if rules:
@@ -181,6 +180,6 @@ def function_body(text: str, signature: str) -> str:
     return text[start : end if end >= 0 else len(text)]
 
 
-def fallback_codebooks(text: str, prefix: str) -> set[int]:
-    body = function_body(text, f"inline bool selectROCmNativeVNNI{prefix}AspectFallback(")
+def fallback_codebooks(text: str, p: str) -> set[int]:
+    body = function_body(text, f"inline bool select{p}AspectFallback(")
     return {int(cb) for cb in re.findall(r"\n    case (\d+):", body)}

@@ -1,6 +1,7 @@
 """Dialect `json`: the same table as data, for engines that load tables at run time.
 
-Phase-agnostic: the phase's codec supplies config fields, the M policy and keys.
+Phase-agnostic: the phase's codec supplies config fields, the M policy and keys. Bound to an uploaded
+package, the config fields are the package's `[table] fields` (every parameter without one).
 Validation cannot compile JSON, so the replay reads the emitted document with
 an independent evaluator (it does not reuse the generator's lookup model).
 """
@@ -13,8 +14,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from kernels.packages.package import KernelPackage
 from service.tables.codecs import PREFILL_M_BUCKETS, PhaseCodec, get_codec
 from service.tables.dialects.base import ReplayAnswers, RuleMap
+from service.tables.dialects.struct_table import PackageCodec
 from service.tables.model import HeaderInfo, PointKey, TableChoice
 
 ASPECTS = ("very_wide", "wide", "balanced", "tall")
@@ -26,9 +29,11 @@ class JsonDialect:
     name: str = "json"
     compiled: bool = False
 
-    def __init__(self, phase: str = "decode") -> None:
+    def __init__(self, phase: str = "decode", package: KernelPackage | None = None) -> None:
         self.phase = phase
-        self.codec: PhaseCodec = get_codec(phase)
+        # the built-in packages keep the phase codec: their documents stay what they were
+        self.package = None if package is None or package.builtin else package
+        self.codec: PhaseCodec = get_codec(phase) if self.package is None else PackageCodec(self.package)
 
     def parse_variant(self, variant: str) -> tuple[int, ...]:
         return self.codec.parse_variant(variant)
@@ -90,6 +95,8 @@ class JsonDialect:
             "aspect_classes": "very_wide N>=16K, wide N>=2K, balanced 4N>=3K, tall",
             "codebooks": codebooks,
         }
+        if self.package is not None:
+            document["kernel"] = {"name": self.package.name, "version": self.package.version}
         return json.dumps(document, indent=1, sort_keys=True) + "\n"
 
     def replay_program(self, header_name: str, queries: Sequence[PointKey]) -> str:

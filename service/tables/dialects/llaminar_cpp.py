@@ -43,10 +43,16 @@ class LlaminarCppDialect:
     exact_cb: str  # regex at the start of a block, capturing the codebook id
     key_suffix: str  # "ull" / "ULL" after each hex key
     exact_tail: tuple[str, ...] = ()  # lines after a codebook's lookup, before its closing brace
+    namespace: str = "llaminar2::rocm::generated"
 
     @property
     def names(self) -> str:
         return f"ROCmNativeVNNI{self.prefix}"
+
+    @property
+    def entry_name(self) -> str:
+        """The generated lookup function (its body holds the exact tables)."""
+        return f"select{self.names}Generated"
 
     def parse_variant(self, variant: str) -> tuple[int, ...]:
         return self.codec.parse_variant(variant)
@@ -62,10 +68,10 @@ class LlaminarCppDialect:
         out.extend(header_comment(header_info, by_cb))
         out.append(self.structs)
         out.extend(self._preamble())
-        out.append(lookup_helpers(self.prefix))
-        out.extend(render_fallback(self.prefix, self.fallback_m, fallback_rules, self._config))
+        out.append(lookup_helpers(self.names))
+        out.extend(render_fallback(self.names, self.fallback_m, fallback_rules, self._config))
         out.extend(self._render_generated(by_cb))
-        out.append("}  // namespace llaminar2::rocm::generated")
+        out.append(f"}}  // namespace {self.namespace}")
         return "\n".join(out) + "\n"
 
     def _preamble(self) -> list[str]:
@@ -116,7 +122,7 @@ class LlaminarCppDialect:
 
 #include <cstdio>
 
-namespace gen = llaminar2::rocm::generated;
+namespace gen = {self.namespace};
 
 struct Query {{
     int cb;
@@ -148,7 +154,7 @@ int main() {{
         raise NotImplementedError("C++ dialects replay through a compiled program")
 
     def emitted_keys(self, text: str) -> dict[int, list[int]]:
-        body = function_body(text, f"inline bool select{self.names}Generated(")
+        body = function_body(text, f"inline bool {self.entry_name}(")
         keys: dict[int, list[int]] = {}
         for block in re.split(self.exact_split, body)[1:]:
             cb = int(re.match(self.exact_cb, block).group(1))  # type: ignore[union-attr]
@@ -158,7 +164,7 @@ int main() {{
         return keys
 
     def emitted_codebooks(self, text: str) -> set[int]:
-        return set(self.emitted_keys(text)) | fallback_codebooks(text, self.prefix)
+        return set(self.emitted_keys(text)) | fallback_codebooks(text, self.names)
 
 
 def parse_replay_lines(stdout: str, n_fields: int) -> ReplayAnswers:
