@@ -42,11 +42,27 @@ import_app = typer.Typer(help="Import results measured elsewhere.", no_args_is_h
 app.add_typer(import_app, name="import")
 
 console = Console(stderr=True)
+_debug = {"on": False}  # set by `tunebase --debug`: errors then keep their traceback
+
+
+@app.callback()
+def main(
+    debug: bool = typer.Option(False, "--debug", help="show the traceback of connection and HTTP errors"),
+) -> None:
+    """Tunebase: autotune quantized GEMV/GEMM kernels and emit dispatch tables."""
+    _debug["on"] = debug
+
 # wide enough for a winners table when stdout is a pipe or a CI log (rich assumes 80 columns there)
 out = Console(width=None if sys.stdout.isatty() else 150)
 
-UrlOption = typer.Option("http://127.0.0.1:8000", envvar="TUNEBASE_URL", help="API base URL")
-TokenOption = typer.Option(None, envvar="TUNEBASE_TOKEN", help="bearer token")
+DEFAULT_URL = "http://127.0.0.1:8000"
+UrlOption = typer.Option(
+    DEFAULT_URL, envvar="TUNEBASE_URL", help="API base URL (`tunebase serve` prints the export line)"
+)
+TokenOption = typer.Option(
+    None, envvar="TUNEBASE_TOKEN", help="bearer token (`tunebase token create`); env TUNEBASE_TOKEN"
+)
+JsonOption = typer.Option(False, "--json", help="machine-readable JSON on stdout")
 
 
 def usage_error(message: str) -> typer.Exit:
@@ -159,8 +175,8 @@ def demo(
 
 @app.command()
 def serve(
-    host: str = typer.Option("127.0.0.1"),
-    port: int = typer.Option(8000, min=1, max=65535),
+    host: str = typer.Option("127.0.0.1", help="interface to listen on (0.0.0.0 = every interface)"),
+    port: int = typer.Option(8000, min=1, max=65535, help="TCP port of the API and dashboard"),
     migrate: bool = typer.Option(True, help="apply migrations before serving"),
     workers: int = typer.Option(
         1, min=1, max=64, help="API processes; more than one needs a broker or TUNEBASE_EMBEDDED_WORKER=false"
@@ -179,6 +195,10 @@ def serve(
                           "or set TUNEBASE_EMBEDDED_WORKER=false")  # fmt: skip
     if migrate:
         upgrade(settings.resolved_database_url)
+    shown_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    shown_host = f"[{shown_host}]" if ":" in shown_host else shown_host
+    print(f"export TUNEBASE_URL=http://{shown_host}:{port}", flush=True)
+    console.print(f"dashboard: http://{shown_host}:{port}/  (sign in at /login with a read token)")
     if workers > 1:  # each process builds its own app (and its own connection pool) from the environment
         uvicorn.run("service.api.app:create_app", factory=True, host=host, port=port, workers=workers,
                     log_level="info", access_log=access_log)  # fmt: skip
@@ -187,7 +207,7 @@ def serve(
 
 
 @db_app.command("upgrade")
-def db_upgrade(revision: str = typer.Argument("head")) -> None:
+def db_upgrade(revision: str = typer.Argument("head", help="Alembic revision to reach")) -> None:
     """Apply Alembic migrations to TUNEBASE_DATABASE_URL."""
     from service.db.migrate import upgrade
 
@@ -275,35 +295,77 @@ def token_revoke(
 def _client(url: str, token: str | None) -> Any:
     from service.client import TunebaseClient
 
-    return TunebaseClient(url, token)
+    return _api_call(TunebaseClient, url, token)  # a malformed --url fails here, as one line too
 
 
 def _api_call(function: Any, *args: Any, **kwargs: Any) -> Any:
-    from service.client import ApiError
+    """Call the API; any failure is one line on stderr with a hint (exit 1; 2 for a rejected input)."""
+    from service.client import ApiError, ApiUnreachable
 
     try:
         return function(*args, **kwargs)
-    except ApiError as error:
-        console.print(f"[red]error:[/red] {error}")
-        body = error.body if isinstance(error.body, dict) else {}
-        for item in body.get("error", {}).get("fields", []):
-            console.print(f"  {item['field']}: {item['message']}")
-        raise typer.Exit(2 if error.status in (400, 409, 422) else 1) from None
-    except OSError as error:
-        console.print(f"[red]error:[/red] cannot reach the API: {error}")
+    except ApiUnreachable as error:
+        if _debug["on"]:
+            raise
+        _error_line(
+            f"cannot reach the Tunebase API at {error.url}: {error.reason}",
+            "start it with `tunebase serve`, then pass --url or set TUNEBASE_URL to the URL it prints",
+        )
         raise typer.Exit(1) from None
+    except ApiError as error:
+        if _debug["on"]:
+            raise
+        body = error.body if isinstance(error.body, dict) else {}
+        detail = body.get("error", {}) if body else {}
+        message = detail.get("message") if isinstance(detail, dict) else None
+        if not message:
+            message = " ".join(str(error.body).split())[:160] or "(empty body)"
+        _error_line(f"HTTP {error.status}: {message}", _http_hint(error.status))
+        for item in (detail.get("fields", []) if isinstance(detail, dict) else []):
+            console.print(f"  {item['field']}: {item['message']}", markup=False, highlight=False)
+        raise typer.Exit(2 if error.status in (400, 409, 413, 422) else 1) from None
+
+
+def _error_line(message: str, hint: str) -> None:
+    console.print(f"error: {message} (hint: {hint})", markup=False, highlight=False, soft_wrap=True)
+
+
+def _http_hint(status: int) -> str:
+    if status == 401:
+        return "pass --token or set TUNEBASE_TOKEN; `tunebase token create --name N --scopes read` makes one"
+    if status == 403:
+        return "this token lacks the scope; create one with `tunebase token create --scopes submit`"
+    if status in (404, 405):
+        return "check the id or name, and that --url / TUNEBASE_URL points at a Tunebase API"
+    if status in (400, 409, 413, 422):
+        return "fix the input named below"
+    if status >= 500:
+        return "the server failed; its log says why"
+    return "see the message"
 
 
 @sweep_app.command("submit")
 def sweep_submit(
     spec_file: Path = typer.Argument(..., help="sweep spec JSON file ('-' for stdin)"),
     wait: bool = typer.Option(False, help="follow with a progress bar; non-zero exit on failures"),
-    idempotency_key: str | None = typer.Option(None, help="Idempotency-Key header"),
-    as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+    timeout: float | None = typer.Option(
+        None, min=0, help="with --wait: give up after this many seconds (exit 4), e.g. no worker serves it"
+    ),
+    idempotency_key: str | None = typer.Option(
+        None, help="Idempotency-Key header: resubmitting the same spec with it returns the same sweep"
+    ),
+    as_json: bool = JsonOption,
     url: str = UrlOption,
     token: str | None = TokenOption,
 ) -> None:
-    """Submit a sweep (DESIGN §7 wire shape)."""
+    """Submit a sweep spec (JSON), e.g. {"arch": "host", "phase": "decode", "formats": ["Q8_0"],
+    "profile": "smoke"}.
+
+    Optional fields: shapes (instead of profile), m, variants, strategy (exhaustive or race),
+    min_dispatches, max_dispatches, warmup, warm_cache, seed, labels, include_observed.
+    `tunebase formats`, `tunebase families` and `tunebase profiles` list the names a spec may use;
+    the README section "Writing a sweep spec" explains every field, docs/concepts.md the terms.
+    """
     try:
         text = sys.stdin.read() if str(spec_file) == "-" else spec_file.read_text()
         spec = json.loads(text)
@@ -313,8 +375,10 @@ def sweep_submit(
     status = _api_call(client.submit_sweep, spec, idempotency_key)
     if not as_json:
         console.print(f"sweep {status['id']}: {status['tasks']['total']} tasks ({status['status']})")
+        for warning in status.get("warnings", []):
+            console.print(f"warning: {warning}", markup=False, highlight=False)
     if wait:
-        status = _follow(client, int(status["id"]), quiet=as_json)
+        status = _follow(client, int(status["id"]), quiet=as_json, timeout=timeout)
     if as_json:
         out.print_json(data=status)
     if wait:
@@ -325,6 +389,7 @@ def sweep_submit(
 # cancelled, 3 it finished but some variant failed parity. 2 stays "bad arguments".
 EXIT_SWEEP_FAILED = 1
 EXIT_PARITY_FAILED = 3
+EXIT_TIMED_OUT = 4  # --timeout passed before the sweep finished
 
 
 def _outcome_code(status: dict[str, Any]) -> int:
@@ -338,15 +403,33 @@ def _outcome_code(status: dict[str, Any]) -> int:
     return 0
 
 
-def _follow(client: Any, sweep_id: int, quiet: bool, poll: float = 0.5) -> dict[str, Any]:
+def _follow(
+    client: Any, sweep_id: int, quiet: bool, poll: float = 0.5, timeout: float | None = None
+) -> dict[str, Any]:
+    """Poll until the sweep finishes; print each new warning once; exit 4 after `timeout` seconds."""
     status: dict[str, Any] = _api_call(client.sweep, sweep_id)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    shown: list[str] = []
     with progress_bar() as progress:
         bar = progress.add_task(f"sweep {sweep_id}", total=status["tasks"]["total"], visible=not quiet)
         while True:
             tasks = status["tasks"]
             progress.update(bar, completed=tasks["done"] + tasks["failed"] + tasks["cancelled"])
+            warnings = list(status.get("warnings", []))
+            if warnings != shown:
+                for warning in warnings:
+                    progress.console.print(f"waiting: {warning}", markup=False, highlight=False)
+                shown = warnings
             if status["status"] in ("done", "failed", "cancelled"):
                 break
+            if deadline is not None and time.monotonic() >= deadline:
+                progress.stop()
+                why = f": {warnings[0]}" if warnings else ""
+                console.print(
+                    f"error: sweep {sweep_id} still {status['status']} after --timeout {timeout:g} s{why}",
+                    markup=False, highlight=False, soft_wrap=True,
+                )  # fmt: skip
+                raise typer.Exit(EXIT_TIMED_OUT)
             time.sleep(poll)
             status = _api_call(client.sweep, sweep_id)
     if not quiet:
@@ -357,15 +440,21 @@ def _follow(client: Any, sweep_id: int, quiet: bool, poll: float = 0.5) -> dict[
 
 @sweep_app.command("status")
 def sweep_status(
-    sweep_id: int = typer.Argument(..., min=1),
+    sweep_id: int = typer.Argument(..., min=1, help="sweep id (printed by `sweep submit`)"),
     wait: bool = typer.Option(False, help="follow until finished; exit 1 failed, 3 parity failures"),
+    timeout: float | None = typer.Option(
+        None, min=0, help="with --wait: give up after this many seconds (exit 4)"
+    ),
     url: str = UrlOption,
     token: str | None = TokenOption,
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = JsonOption,
 ) -> None:
-    """Status with per-state task counts and parity failures."""
+    """Status with per-state task counts, parity failures, and why it waits (no worker for its arch)."""
     client = _client(url, token)
-    status = _follow(client, sweep_id, quiet=as_json) if wait else _api_call(client.sweep, sweep_id)
+    if wait:
+        status = _follow(client, sweep_id, quiet=as_json, timeout=timeout)
+    else:
+        status = _api_call(client.sweep, sweep_id)
     if as_json:
         out.print_json(data=status)
     else:
@@ -375,6 +464,8 @@ def sweep_status(
             + ", ".join(f"{k} {v}" for k, v in tasks.items())
             + f"; parity failures {status.get('parity_failures', 0)}"
         )
+        for warning in status.get("warnings", []):
+            out.print(f"warning: {warning}", markup=False, highlight=False)
     if wait:
         raise typer.Exit(_outcome_code(status))
 
@@ -382,9 +473,9 @@ def sweep_status(
 @sweep_app.command("list")
 def sweep_list(
     status: str | None = typer.Option(None, help="queued, running, done, failed or cancelled"),
-    arch: str | None = None,
-    limit: int = typer.Option(20, min=1, max=500),
-    as_json: bool = typer.Option(False, "--json"),
+    arch: str | None = typer.Option(None, help="only this arch: gfx906, gfx90a, gfx942, gfx950, sm_90, host"),
+    limit: int = typer.Option(20, min=1, max=500, help="at most this many"),
+    as_json: bool = JsonOption,
     url: str = UrlOption,
     token: str | None = TokenOption,
 ) -> None:
@@ -411,21 +502,26 @@ def sweep_list(
 
 
 @sweep_app.command("cancel")
-def sweep_cancel(sweep_id: int, url: str = UrlOption, token: str | None = TokenOption) -> None:
+def sweep_cancel(
+    sweep_id: int = typer.Argument(..., min=1, help="sweep id"),
+    url: str = UrlOption,
+    token: str | None = TokenOption,
+) -> None:
+    """Cancel a sweep's queued tasks; running ones finish and keep their results."""
     status = _api_call(_client(url, token).cancel_sweep, sweep_id)
     out.print(f"sweep {sweep_id}: {status['status']} ({status['cancelled_tasks']} tasks cancelled)")
 
 
 @app.command()
 def winners(
-    arch: str | None = None,
-    phase: str | None = None,
-    format: str | None = None,
-    m: int | None = None,
-    n: int | None = None,
-    k: int | None = None,
+    arch: str | None = typer.Option(None, help="only this arch: gfx906, gfx90a, gfx942, gfx950, sm_90, host"),
+    phase: str | None = typer.Option(None, help="only this phase: decode or prefill"),
+    format: str | None = typer.Option(None, help="only this GGUF format, e.g. Q4_0 (`tunebase formats`)"),
+    m: int | None = typer.Option(None, min=1, help="only this M (rows of activations)"),
+    n: int | None = typer.Option(None, min=1, help="only this N (weight rows)"),
+    k: int | None = typer.Option(None, min=1, help="only this K (reduction length)"),
     kernel: str | None = typer.Option(None, help="only this kernel package's winners"),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = JsonOption,
     url: str = UrlOption,
     token: str | None = TokenOption,
 ) -> None:
@@ -445,13 +541,13 @@ def winners(
 def compare(
     a: str = typer.Argument(..., help="variant A, e.g. KB8/TW8"),
     b: str = typer.Argument(..., help="variant B"),
-    arch: str = typer.Option(...),
-    phase: str = typer.Option("decode"),
-    format: str = typer.Option(...),
-    m: int = typer.Option(..., min=1),
-    n: int = typer.Option(..., min=1),
-    k: int = typer.Option(..., min=1),
-    as_json: bool = typer.Option(False, "--json"),
+    arch: str = typer.Option(..., help="arch, e.g. gfx906 or host"),
+    phase: str = typer.Option("decode", help="decode or prefill"),
+    format: str = typer.Option(..., help="GGUF format, e.g. Q4_0 (`tunebase formats`)"),
+    m: int = typer.Option(..., min=1, help="M: rows of activations (tokens)"),
+    n: int = typer.Option(..., min=1, help="N: weight rows (outputs)"),
+    k: int = typer.Option(..., min=1, help="K: reduction length (weights per row)"),
+    as_json: bool = JsonOption,
     url: str = UrlOption,
     token: str | None = TokenOption,
 ) -> None:
@@ -488,19 +584,19 @@ def _us(value: float | None) -> str:
 
 @app.command()
 def results(
-    arch: str | None = None,
+    arch: str | None = typer.Option(None, help="only this arch: gfx906, gfx90a, gfx942, gfx950, sm_90, host"),
     phase: str | None = typer.Option(None, help="decode or prefill"),
-    format: str | None = None,
-    shape: str | None = None,
-    m: int | None = typer.Option(None, min=1),
-    n: int | None = typer.Option(None, min=1),
-    k: int | None = typer.Option(None, min=1),
-    variant: str | None = None,
+    format: str | None = typer.Option(None, help="only this GGUF format, e.g. Q4_0 (`tunebase formats`)"),
+    shape: str | None = typer.Option(None, help="only this shape name, e.g. Qwen36_FFN_GateUp"),
+    m: int | None = typer.Option(None, min=1, help="only this M (rows of activations)"),
+    n: int | None = typer.Option(None, min=1, help="only this N (weight rows)"),
+    k: int | None = typer.Option(None, min=1, help="only this K (reduction length)"),
+    variant: str | None = typer.Option(None, help="only this variant, e.g. KB8/TW8 (`tunebase families`)"),
     sweep: int | None = typer.Option(None, min=1, help="sweep id"),
     parity: bool | None = typer.Option(None, "--parity/--parity-failed", help="only passing / failing"),
-    limit: int = typer.Option(50, min=1, max=500),
-    offset: int = typer.Option(0, min=0),
-    as_json: bool = typer.Option(False, "--json"),
+    limit: int = typer.Option(50, min=1, max=500, help="at most this many rows"),
+    offset: int = typer.Option(0, min=0, help="skip this many rows (paging)"),
+    as_json: bool = JsonOption,
     url: str = UrlOption,
     token: str | None = TokenOption,
 ) -> None:
@@ -544,7 +640,7 @@ def results(
 
 @app.command()
 def dispatches(
-    measurement_id: int = typer.Argument(..., min=1),
+    measurement_id: int = typer.Argument(..., min=1, help="measurement id (`tunebase results`)"),
     csv_output: bool = typer.Option(False, "--csv", help="CSV on stdout (every row)"),
     url: str = UrlOption,
     token: str | None = TokenOption,
@@ -559,8 +655,8 @@ def dispatches(
 
 @app.command()
 def devices(
-    arch: str | None = None,
-    as_json: bool = typer.Option(False, "--json"),
+    arch: str | None = typer.Option(None, help="only this arch: gfx906, gfx90a, gfx942, gfx950, sm_90, host"),
+    as_json: bool = JsonOption,
     url: str = UrlOption,
     token: str | None = TokenOption,
 ) -> None:
@@ -586,7 +682,7 @@ def devices(
 
 @app.command()
 def profiles(
-    as_json: bool = typer.Option(False, "--json"), url: str = UrlOption, token: str | None = TokenOption
+    as_json: bool = JsonOption, url: str = UrlOption, token: str | None = TokenOption
 ) -> None:
     """Shape profiles a sweep can name."""
     page = _api_call(_client(url, token).profiles)
@@ -600,14 +696,14 @@ def profiles(
 
 @observed_app.command("report")
 def observed_report(
-    arch: str = typer.Option(...),
-    format: str = typer.Option(...),
-    m: int = typer.Option(..., min=1),
-    n: int = typer.Option(..., min=1),
-    k: int = typer.Option(..., min=1),
+    arch: str = typer.Option(..., help="arch, e.g. gfx906 or host"),
+    format: str = typer.Option(..., help="GGUF format, e.g. Q4_0 (`tunebase formats`)"),
+    m: int = typer.Option(..., min=1, help="M: rows of activations (tokens)"),
+    n: int = typer.Option(..., min=1, help="N: weight rows (outputs)"),
+    k: int = typer.Option(..., min=1, help="K: reduction length (weights per row)"),
     phase: str | None = typer.Option(None, help="default: decode for M <= 4, else prefill"),
     source: str = typer.Option("", help="who met it (engine, host)"),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = JsonOption,
     url: str = UrlOption,
     token: str | None = TokenOption,
 ) -> None:
@@ -625,10 +721,10 @@ def observed_report(
 
 @observed_app.command("list")
 def observed_list(
-    arch: str | None = None,
-    format: str | None = None,
+    arch: str | None = typer.Option(None, help="only this arch: gfx906, gfx90a, gfx942, gfx950, sm_90, host"),
+    format: str | None = typer.Option(None, help="only this GGUF format, e.g. Q4_0 (`tunebase formats`)"),
     pending: bool | None = typer.Option(None, "--pending/--offered", help="not yet / already offered"),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = JsonOption,
     url: str = UrlOption,
     token: str | None = TokenOption,
 ) -> None:
@@ -656,17 +752,26 @@ def observed_list(
     out.print(_rows_table(f"{page['total']} observed shapes", page["items"], columns))
 
 
+def _dialect_help() -> str:
+    from service.tables.dialects import DIALECT_NAMES
+
+    known = ", ".join(DIALECT_NAMES)
+    return f"table dialect (default llaminar-rocm-<phase>, struct-table with --kernel); known: {known}"
+
+
 @table_app.command("generate")
 def table_generate(
-    arch: str = typer.Option(...),
-    phase: str = typer.Option("decode"),
-    dialect: str = typer.Option("llaminar-rocm-decode", help="llaminar-rocm-*, json or struct-table"),
+    arch: str = typer.Option(..., help="arch of the winners, e.g. gfx906 or host"),
+    phase: str = typer.Option("decode", help="decode or prefill"),
+    dialect: str | None = typer.Option(None, help=_dialect_help()),
     kernel: str | None = typer.Option(None, help="kernel package (name or name@sha); default: built-in"),
     output: Path | None = typer.Option(None, help="write the .inc here"),
     url: str = UrlOption,
     token: str | None = TokenOption,
 ) -> None:
     """Generate (and validate) a table version from one kernel package's stored winners."""
+    if phase not in ("decode", "prefill"):
+        raise usage_error(f"--phase must be decode or prefill, not {phase!r}")
     client = _client(url, token)
     item = _api_call(client.generate_table, arch, phase, dialect, kernel)
     out.print_json(data=item)
@@ -680,11 +785,13 @@ def table_generate(
 def table_diff(
     base: int = typer.Argument(..., help="base table version id"),
     head: int = typer.Argument(..., help="table version id to compare against the base"),
-    as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+    as_json: bool = JsonOption,
     url: str = UrlOption,
     token: str | None = TokenOption,
 ) -> None:
     """Entries added, removed and changed from BASE to HEAD, with their regret change."""
+    from service.tables.diff import codebook_formats
+
     client = _client(url, token)
     diff = _api_call(client._call, "GET", f"/v1/tables/{head}/diff", params={"base": base})
     if as_json:
@@ -696,21 +803,88 @@ def table_diff(
 
     out.print(f"table {base} -> {head}: " + ", ".join(f"{v} {k}" for k, v in diff["counts"].items()))
     for name, values in diff["metrics"].items():
-        out.print(f"  {name}: {values['before']} -> {values['after']}")
-    table = _new_table(("change", "CB", "M", "N x K", "before", "after", "regret change"))
+        out.print(f"  {name}: {_metric_text(values['before'])} -> {_metric_text(values['after'])}")
+    table = _new_table(("change", "formats (codebook)", "M", "N x K", "before", "after", "regret change"))
     for kind in ("added", "removed"):
         for e in diff[kind]:
             variant = e["variant"] or "-"
             before, after = ("-", variant) if kind == "added" else (variant, "-")
-            table.add_row(kind, str(e["codebook"]), str(e["m"]), f"{e['n']}x{e['k']}", before, after, "")
+            table.add_row(
+                kind, f"{codebook_formats(e['codebook'])} ({e['codebook']})", str(e["m"]),
+                f"{e['n']}x{e['k']}", before, after, "",
+            )  # fmt: skip
     for e in diff["changed"]:
         before, after = e["before"], e["after"]
         table.add_row(
-            "changed", str(e["codebook"]), str(e["m"]), f"{e['n']}x{e['k']}",
+            "changed", f"{codebook_formats(e['codebook'])} ({e['codebook']})", str(e["m"]),
+            f"{e['n']}x{e['k']}",
             f"{before['variant']} ({before['source']})", f"{after['variant']} ({after['source']})",
             pct(e["regret_change"]),
         )  # fmt: skip
     out.print(table)
+
+
+def _metric_text(value: Any) -> str:
+    """Rates and regrets are fractions: shown as percentages with 2 decimals."""
+    return f"{100 * value:.2f}%" if isinstance(value, float) else str(value)
+
+
+@app.command()
+def formats(as_json: bool = JsonOption) -> None:
+    """GGUF formats a sweep may name, their codebook id (formats sharing one share a table entry) and size."""
+    from service.api.routes.registry import format_items
+
+    items = format_items()
+    if as_json:
+        out.print_json(data=items)
+        return
+    columns: list[tuple[str, Any]] = [
+        ("format", lambda f: f["name"]),
+        ("codebook", lambda f: f"{f['codebook']} ({f['codebook_name']})"),
+        ("bits/weight", lambda f: f"{f['bits_per_weight']:.2f}"),
+        ("block", lambda f: f"{f['block_weights']} w / {f['block_bytes']} B"),
+        ("kernels", lambda f: f["kernel_kind"] or "none yet"),
+    ]
+    out.print(_rows_table(f"{len(items)} formats (docs/concepts.md: codebooks and aliases)", items, columns))
+
+
+@app.command()
+def families(
+    backend: str = typer.Option("rocm", help="rocm, cuda or host: the valid space differs per backend"),
+    variants: bool = typer.Option(False, "--variants", help="also list every valid variant name"),
+    as_json: bool = JsonOption,
+) -> None:
+    """Built-in kernel packages: variant name pattern, each parameter's meaning and values, the rules.
+
+    Uploaded packages: `tunebase kernel list` / `tunebase kernel show NAME`.
+    """
+    from kernels.packages.loader import builtin_packages
+    from service.api.routes.registry import BACKENDS, family_items
+
+    if backend not in BACKENDS:
+        raise usage_error(f"--backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
+    items = family_items(list(builtin_packages().values()))
+    if as_json:
+        out.print_json(data=items)
+        return
+    for family in items:
+        space = family["backends"].get(backend)
+        if space is None:
+            out.print(f"{family['name']} (phase {family['phase']}): no {backend} source", markup=False)
+            continue
+        names = [v["name"] for v in space["variants"]]
+        out.print(
+            f"[bold]{family['name']}[/bold] (phase {family['phase']}, backend {backend}): variants "
+            f"{family['variant_name']}, {space['count']} valid, e.g. {names[0] if names else '-'}"
+        )
+        for param in family["params"]:
+            meaning = param.get("meaning") or "(no description in the manifest)"
+            line = f"  {param['name']}: {meaning}; values {param['values']}"
+            out.print(line, markup=False, highlight=False)
+        for rule in family["restrictions"]:
+            out.print(f"  rule: {rule}", markup=False, highlight=False)
+        if variants:
+            out.print("  " + " ".join(names), markup=False, highlight=False)
 
 
 @import_app.command("llaminar-csv")
@@ -758,11 +932,12 @@ def import_rocprof(
         raise typer.Exit(2) from None
     body = {"files": payload, "label": label}
     result = _api_call(_client(url, token)._call, "POST", "/v1/imports/rocprof", json=body)
-    if as_json:
-        out.print_json(data=result["kernels"])
+    if as_json:  # the DESIGN §7 keys, so scripts see the same shape whatever the server adds
+        keys = ("kernel", "calls", "median_ns", "min_ns", "max_ns", "total_ns")
+        out.print_json(data=[{key: k[key] for key in keys} for k in result["kernels"]])
         return
     kinds = ", ".join(f"{f['name']} ({f['kind']}, {f['rows']} rows)" for f in result["files"])
-    columns = ("kernel", "calls", "median ns", "min ns", "max ns", "total ns")
+    columns = ("kernel", "variant", "calls", "median ns", "min ns", "max ns", "total ns", "from")
     table = _new_table(columns, title=f"capture {result['id']}: {kinds}", overflow="fold")
 
     def cell(value: object) -> str:
@@ -770,9 +945,10 @@ def import_rocprof(
 
     for k in result["kernels"]:
         table.add_row(
-            k["kernel"], str(k["calls"]), cell(k["median_ns"]), cell(k["min_ns"]), cell(k["max_ns"]),
-            str(k["total_ns"]),
+            k["kernel"], cell(k.get("variant")), str(k["calls"]), cell(k["median_ns"]), cell(k["min_ns"]),
+            cell(k["max_ns"]), str(k["total_ns"]), cell(k.get("source")),
         )  # fmt: skip
+    table.caption = "from: dispatches (median of the rows) or statistics file (no median; average only)"
     out.print(table)
 
 

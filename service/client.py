@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import httpx
@@ -15,14 +16,33 @@ class ApiError(Exception):
         super().__init__(f"HTTP {status}: {error.get('message') or body}")
 
 
+class ApiUnreachable(Exception):
+    """No HTTP answer at all: refused, timed out, a bad URL, or an answer that is not HTTP."""
+
+    def __init__(self, url: str, error: Exception):
+        self.url = url
+        self.reason = str(error) or type(error).__name__
+        super().__init__(f"cannot reach {url}: {self.reason}")
+
+
 class TunebaseClient:
     def __init__(self, base_url: str, token: str | None, timeout: float = 30.0):
+        self.base_url = base_url.rstrip("/")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout)
+        try:
+            self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
+        except (httpx.InvalidURL, ValueError) as error:
+            raise ApiUnreachable(self.base_url, error) from None
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
-        response = self._http.request(method, path, **kwargs)
-        body: Any = response.json() if "json" in response.headers.get("content-type", "") else response.text
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except (httpx.HTTPError, httpx.InvalidURL, OSError) as error:
+            raise ApiUnreachable(self.base_url, error) from None
+        body: Any = response.text
+        if "json" in response.headers.get("content-type", ""):
+            with contextlib.suppress(ValueError):  # a proxy's broken JSON: keep the text
+                body = response.json()
         if response.status_code >= 400:
             raise ApiError(response.status_code, body)
         return body
@@ -46,9 +66,11 @@ class TunebaseClient:
         return items
 
     def generate_table(
-        self, arch: str, phase: str, dialect: str, kernel: str | None = None
+        self, arch: str, phase: str, dialect: str | None = None, kernel: str | None = None
     ) -> dict[str, Any]:
-        body = {"arch": arch, "phase": phase, "dialect": dialect, **({"kernel": kernel} if kernel else {})}
+        """POST /v1/tables; the server picks the dialect when none is given (it follows the phase)."""
+        body = {"arch": arch, "phase": phase, **({"dialect": dialect} if dialect else {})}
+        body.update({"kernel": kernel} if kernel else {})
         result: dict[str, Any] = self._call("POST", "/v1/tables", json=body)
         return result
 

@@ -87,7 +87,9 @@ def push(
 
 @kernel_app.command("list")
 def list_kernels(
-    as_json: bool = typer.Option(False, "--json"), url: str = UrlOption, token: str | None = TokenOption
+    as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+    url: str = UrlOption,
+    token: str | None = TokenOption,
 ) -> None:
     """Built-in and uploaded packages with their newest version."""
     result = _call(_client(url, token).kernels)
@@ -110,7 +112,7 @@ def list_kernels(
 def show(
     ref: str = typer.Argument(..., help="NAME or NAME@<sha256 prefix>"),
     arch: str | None = typer.Option(None, help="only this arch's stored analyses"),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
     url: str = UrlOption,
     token: str | None = TokenOption,
 ) -> None:
@@ -211,7 +213,7 @@ def analyze(
     arch: str = typer.Option(..., help="AMD arch, e.g. gfx906 or gfx950"),
     formats: list[str] | None = typer.Option(None, "--format", help="only this format (repeatable)"),
     variants: list[str] | None = typer.Option(None, "--variant", help="only this variant (repeatable)"),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
     url: str = UrlOption,
     token: str | None = TokenOption,
 ) -> None:

@@ -55,6 +55,11 @@ class EmbeddedWorker:
         self._thread = threading.Thread(target=self._loop, name="tunebase-embedded-worker", daemon=True)
         self.companions: list[EmbeddedWorker] = []  # workers of other backends (a detected GPU)
 
+    @property
+    def arches(self) -> list[str]:
+        """Every arch this worker and its companions serve (one entry per worker thread)."""
+        return self._arches + [a for c in self.companions for a in c.arches]
+
     def start(self) -> None:
         self._thread.start()
 

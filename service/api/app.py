@@ -47,6 +47,7 @@ def create_app(settings: Settings | None = None, start_embedded_worker: bool = T
             from workers.embedded import start_embedded_worker as start
 
             worker = start(settings, app.state.session_factory)
+            app.state.embedded_arches = worker.arches if worker is not None else []
         yield
         if worker is not None:
             worker.stop()
@@ -60,6 +61,7 @@ def create_app(settings: Settings | None = None, start_embedded_worker: bool = T
     )
     app.state.settings = settings
     app.state.session_factory = session_factory(settings.resolved_database_url)
+    app.state.embedded_arches = []  # set by the lifespan when the embedded worker starts
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(QueryTextGuard)
@@ -73,6 +75,6 @@ def create_app(settings: Settings | None = None, start_embedded_worker: bool = T
     app.include_router(imports_rocprof.router)
     app.include_router(kernels.router)
     app.include_router(tokens.router)
-    app.include_router(dashboard.router)
+    dashboard.install(app)
     install_openapi(app)
     return app

@@ -11,11 +11,16 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
+from service.api.presence import broker_presence
 from service.auth import granted, lookup_token
 from service.config import Settings
 from service.db.session import transaction
+from service.sweeps.availability import Presence, embedded_presence
 
 bearer = HTTPBearer(auto_error=False)
+# A browser signs in once at /login; the token then rides in this HttpOnly, SameSite=Strict cookie.
+# It is honoured for the `read` scope only: every mutating route stays bearer-only (no CSRF surface).
+SESSION_COOKIE = "tunebase_token"
 MAX_OFFSET = 2**31 - 1
 # Path ids and integer filters stay inside a 32-bit column's range, so no driver ever sees an overflow.
 MAX_ID = 2**31 - 1
@@ -24,6 +29,14 @@ MAX_ID = 2**31 - 1
 def get_settings_dep(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
+
+
+def worker_presence(request: Request) -> Presence:
+    """Workers online per arch: the embedded threads of this app, or those answering on the broker."""
+    settings: Settings = request.app.state.settings
+    if settings.broker_url:
+        return broker_presence(settings.broker_url)
+    return embedded_presence(getattr(request.app.state, "embedded_arches", []))
 
 
 def get_session(request: Request) -> Iterator[Session]:
@@ -50,6 +63,9 @@ def require_scope(scope: str) -> Callable[..., Caller]:
         session: Session = Depends(get_session),
     ) -> Caller:
         settings: Settings = request.app.state.settings
+        cookie = request.cookies.get(SESSION_COOKIE) if scope == "read" else None
+        if credentials is None and cookie:
+            credentials = HTTPAuthorizationCredentials(scheme="Bearer", credentials=cookie)
         if credentials is None:
             if scope == "read" and settings.anonymous_read:
                 return Caller(name="anonymous", scopes=frozenset({"read"}))

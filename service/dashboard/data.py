@@ -10,17 +10,20 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.dashboard.svg import BoxStats, box_stats
-from service.db.models import Artifact, Dispatch, Measurement, Sweep, TableVersion, Variant, Winner
+from service.db.models import Artifact, Dispatch, Measurement, Sweep, TableVersion, Task, Variant, Winner
 from service.db.queries import at_point
+from service.sweeps.availability import Presence
 from service.sweeps.service import sweep_status_body
 
 MAX_SWEEPS = 20
 MAX_TABLES = 20
 
 
-def recent_sweeps(session: Session, limit: int = MAX_SWEEPS) -> list[dict[str, Any]]:
+def recent_sweeps(
+    session: Session, presence: Presence | None = None, limit: int = MAX_SWEEPS
+) -> list[dict[str, Any]]:
     sweeps = session.scalars(select(Sweep).order_by(Sweep.id.desc()).limit(limit)).all()
-    return [sweep_status_body(session, s) for s in sweeps]
+    return [sweep_status_body(session, s, presence) for s in sweeps]
 
 
 @dataclass(frozen=True)
@@ -215,29 +218,16 @@ def recent_tables(session: Session, limit: int = MAX_TABLES) -> list[TableVersio
 
 
 @dataclass(frozen=True)
-class EntryChange:
-    kind: str  # added | removed | changed
-    key: str
-    before: str
-    after: str
+class SweepDetail:
+    sweep: Sweep
+    status: dict[str, Any]
+    tasks: list[Task]
 
 
-def _entry_key(entry: dict[str, Any]) -> tuple[Any, ...]:
-    return (entry.get("codebook"), entry.get("m"), entry.get("n"), entry.get("k"))
-
-
-def entries_diff(base: list[Any], head: list[Any]) -> list[EntryChange]:
-    """Exact entries that appeared, vanished or changed variant between two versions."""
-    before = {_entry_key(e): e for e in base if isinstance(e, dict)}
-    after = {_entry_key(e): e for e in head if isinstance(e, dict)}
-    changes: list[EntryChange] = []
-    for key in sorted(set(before) | set(after), key=lambda t: tuple(-1 if v is None else v for v in t)):
-        old, new = before.get(key), after.get(key)
-        label = f"cb{key[0]} M={key[1]} {key[2]}x{key[3]}"
-        if old is None and new is not None:
-            changes.append(EntryChange("added", label, "", str(new.get("variant"))))
-        elif new is None and old is not None:
-            changes.append(EntryChange("removed", label, str(old.get("variant")), ""))
-        elif old is not None and new is not None and old.get("variant") != new.get("variant"):
-            changes.append(EntryChange("changed", label, str(old.get("variant")), str(new.get("variant"))))
-    return changes
+def sweep_detail(session: Session, sweep_id: int, presence: Presence | None) -> SweepDetail | None:
+    """A sweep's status (with why it waits) and every task with its state, attempts and error."""
+    sweep = session.get(Sweep, sweep_id)
+    if sweep is None:
+        return None
+    tasks = list(session.scalars(select(Task).where(Task.sweep_id == sweep_id).order_by(Task.id)).all())
+    return SweepDetail(sweep, sweep_status_body(session, sweep, presence), tasks)

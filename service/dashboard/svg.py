@@ -7,33 +7,61 @@ front-end build step or charting library.
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
-# Okabe-Ito first (colour-blind safe), then Tableau-like extras; variants beyond these cycle.
+# 20 colours of high mutual contrast (Okabe-Ito without black, then Kelly's), none grey or black:
+# grey means "failed parity" and the light fill "not measured". A variant's colour is fixed by its
+# place in its family's declared space, so it is the same on every page and every plot.
 PALETTE = (
-    "#0072B2",
-    "#E69F00",
-    "#009E73",
-    "#CC79A7",
-    "#56B4E9",
-    "#D55E00",
-    "#F0E442",
-    "#000000",
-    "#8C564B",
-    "#7F7F7F",
-    "#BCBD22",
-    "#17BECF",
-    "#9467BD",
-    "#2CA02C",
-    "#FF9896",
-    "#C5B0D5",
-)
+    "#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#875692",
+    "#8DB600", "#882D17", "#A1CAF1", "#BE0032", "#C2B280", "#604E97", "#F99379", "#008856",
+    "#B3446C", "#DCD300", "#654522", "#0067A5",
+)  # fmt: skip
+FAILED_COLOR = "#9a9a9a"
+VOID_COLOR = "#f3f3f3"
+
+
+@lru_cache(maxsize=1)
+def _declared_order() -> dict[str, int]:
+    """Each built-in variant name -> its index in its package's space (every backend, declared order)."""
+    from kernels.packages.loader import builtin_packages
+
+    order: dict[str, int] = {}
+    for package in builtin_packages().values():
+        names: list[str] = []
+        for backend in ("rocm", "cuda", "host"):
+            if package.source_key(backend) is not None:
+                names += [v.name for v in package.space(backend) if v.name not in names]
+        for index, name in enumerate(names):
+            order.setdefault(name, index)
+    return order
+
+
+def variant_color(name: str) -> str:
+    """The one colour of a variant everywhere; unknown names get a stable hashed one."""
+    index = _declared_order().get(name)
+    if index is None:
+        index = zlib.crc32(name.encode())
+    return PALETTE[index % len(PALETTE)]
 
 
 def color_map(names: Iterable[str]) -> dict[str, str]:
-    """A stable colour per name (sorted order), so one variant has one colour across every plot of a page."""
-    return {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(sorted(set(names)))}
+    """Legend order (sorted) with each variant's fixed colour."""
+    return {name: variant_color(name) for name in sorted(set(names))}
+
+
+def text_color(background: str) -> str:
+    """Black or white, whichever reads better on the background (relative luminance)."""
+    r, g, b = (int(background[i : i + 2], 16) / 255 for i in (1, 3, 5))
+    return "#000" if 0.2126 * r + 0.7152 * g + 0.0722 * b > 0.5 else "#fff"
+
+
+def text_width(text: str, px_per_char: float = 6.6) -> float:
+    """A generous width estimate of 11px system-ui text, so SVG labels are never clipped."""
+    return len(text) * px_per_char
 
 
 def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
@@ -110,6 +138,11 @@ def value_axis(values: Iterable[float], x0: float, x1: float) -> Axis:
     pad = (hi - lo) * 0.05 or max(abs(hi) * 0.05, 1e-3)
     ticks = nice_ticks(max(lo - pad, 0.0), hi + pad)
     return Axis(min(ticks[0], lo), max(ticks[-1], hi), x0, x1, ticks)
+
+
+def fmt_pct(value: float | None, digits: int = 1) -> str:
+    """A fraction as a percentage, rounded for reading (0.9393939 -> '93.9%')."""
+    return "-" if value is None else f"{100 * value:.{digits}f}%"
 
 
 def fmt_us(value: float | None) -> str:

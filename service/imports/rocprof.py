@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session
 
 from service.db.models import Capture, CaptureDispatch, CaptureKernelStat
+from service.imports.symbols import match_variant
 from workers.profilers.rocprof_common import DispatchRow, KernelStat, ProfileFormatError
 from workers.profilers.rocprof_detect import ParsedCapture, parse_capture
 
@@ -121,10 +122,11 @@ def _number(value: float) -> int | float:
 
 
 def summarize(dispatches: Iterable[tuple[str, int]], stats: Iterable[KernelStat]) -> list[dict[str, Any]]:
-    """Per kernel {kernel, calls, median_ns, min_ns, max_ns, total_ns}, most total time first.
+    """Per kernel {kernel, calls, median_ns, min_ns, max_ns, total_ns, average_ns, source}, most total first.
 
     Dispatch rows (kernel, duration) are the truth; a kernel seen only in a statistics file takes
-    its figures from there, and its median is null (those files carry no median).
+    its figures from there, and its median is null (those files carry no median, only the average).
+    `source` says which: "dispatches" or "statistics file".
     """
     durations: dict[str, list[int]] = defaultdict(list)
     for kernel, duration in dispatches:
@@ -137,6 +139,8 @@ def summarize(dispatches: Iterable[tuple[str, int]], stats: Iterable[KernelStat]
             "min_ns": min(values),
             "max_ns": max(values),
             "total_ns": sum(values),
+            "average_ns": _number(round(statistics.fmean(values), 3)),
+            "source": "dispatches",
         }
         for kernel, values in durations.items()
     }
@@ -146,10 +150,13 @@ def summarize(dispatches: Iterable[tuple[str, int]], stats: Iterable[KernelStat]
             continue
         entry = from_stats.setdefault(
             stat.kernel,
-            dict(kernel=stat.kernel, calls=0, median_ns=None, min_ns=None, max_ns=None, total_ns=0),
-        )
+            dict(kernel=stat.kernel, calls=0, median_ns=None, min_ns=None, max_ns=None, total_ns=0,
+                 average_ns=None, source="statistics file"),
+        )  # fmt: skip
         entry["calls"] += stat.calls
         entry["total_ns"] += stat.total_ns
+        calls = entry["calls"]
+        entry["average_ns"] = _number(round(entry["total_ns"] / calls, 3)) if calls else None
         for key, value, pick in (("min_ns", stat.min_ns, min), ("max_ns", stat.max_ns, max)):
             if value is not None:
                 entry[key] = value if entry[key] is None else pick(entry[key], value)
@@ -232,11 +239,42 @@ def capture_summary(session: Session, capture_id: int) -> dict[str, Any] | None:
         KernelStat(s.kernel, s.calls, s.total_ns, s.average_ns, s.percentage, s.min_ns, s.max_ns, s.stddev_ns)
         for s in stat_rows
     ]
+    kernels = summarize(((k, int(d)) for k, d in dispatches), stats)
+    for kernel in kernels:  # name the Tunebase variant a kernel is, where its symbol says so
+        match = match_variant(kernel["kernel"])
+        kernel["package"] = match["package"] if match else None
+        kernel["variant"] = match["variant"] if match else None
+        kernel["format"] = match["format"] if match else None
     return {
         "id": capture.id,
         "label": capture.label,
         "created_at": _utc_iso(capture.created_at),
         "files": list(capture.files),
         "dispatches": len(dispatches),
-        "kernels": summarize(((k, int(d)) for k, d in dispatches), stats),
+        "kernels": kernels,
     }
+
+
+def list_captures(session: Session, limit: int, offset: int) -> dict[str, Any]:
+    """Stored captures, newest first, with their file kinds and row counts (the list envelope)."""
+    total = session.scalar(select(func.count()).select_from(Capture)) or 0
+    captures = session.scalars(select(Capture).order_by(Capture.id.desc()).limit(limit).offset(offset)).all()
+    counts = dict(
+        session.execute(
+            select(CaptureDispatch.capture_id, func.count())
+            .where(CaptureDispatch.capture_id.in_([c.id for c in captures]))
+            .group_by(CaptureDispatch.capture_id)
+        ).all()
+    )
+    items = [
+        {
+            "id": c.id,
+            "label": c.label,
+            "created_at": _utc_iso(c.created_at),
+            "imported_by": c.imported_by,
+            "files": list(c.files),
+            "dispatches": int(counts.get(c.id, 0)),
+        }
+        for c in captures
+    ]
+    return {"total": total, "limit": limit, "offset": offset, "items": items}

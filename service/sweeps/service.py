@@ -15,6 +15,7 @@ from kernels.packages.package import KernelPackage
 from service.db.models import Measurement, Sweep, Task, utcnow
 from service.kernel_store import PackageNotFound, resolve
 from service.observed import OfferedPoint, mark_offered, offered_points
+from service.sweeps.availability import Presence, waiting_warnings
 from service.sweeps.planning import PlannedTask, plan_tasks
 from service.sweeps.skip_spilling import variants_per_format
 from service.sweeps.spec import SpecProblem, SweepSpec
@@ -183,10 +184,11 @@ def refresh_sweep_status(session: Session, sweep: Sweep) -> dict[str, int]:
     return counts
 
 
-def sweep_status_body(session: Session, sweep: Sweep) -> dict[str, Any]:
+def sweep_status_body(session: Session, sweep: Sweep, presence: Presence | None = None) -> dict[str, Any]:
+    """The DESIGN §7 status; with `presence`, also the workers online for its arch and why it waits."""
     counts = task_counts(session, sweep.id)
     finished = counts["done"] + counts["failed"] + counts["cancelled"]
-    return {
+    body: dict[str, Any] = {
         "id": sweep.id,
         "status": sweep.status,
         "arch": sweep.arch,
@@ -202,6 +204,10 @@ def sweep_status_body(session: Session, sweep: Sweep) -> dict[str, Any]:
         "created_at": sweep.created_at.isoformat() if sweep.created_at else None,
         "finished_at": sweep.finished_at.isoformat() if sweep.finished_at else None,
     }
+    if presence is not None:  # the spec's own warnings (skipped variants), then why it waits, if it does
+        body["workers_online"] = None if presence.error else presence.count(sweep.arch)
+        body["warnings"] += waiting_warnings(sweep.arch, counts, presence)
+    return body
 
 
 def parity_failures(session: Session, sweep_id: int) -> int:

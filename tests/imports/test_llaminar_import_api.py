@@ -51,6 +51,10 @@ def test_import_generate_and_diff(live_server: LiveServer, tmp_path: Path) -> No
     # prefill: 3 formats x 2 M x 6 shapes x 4 variants; decode: 2 x 2 x 6 x 4
     assert result["measurements"] == 144 + 96 and result["points"] == 36 + 24 == result["winners"]
     assert _count(live_server.database_url) == (240, 60)
+    rows = httpx.get(f"{live_server.url}/v1/results", params={"limit": 500}, headers=headers).json()["items"]
+    # the trainer reports no median: its min is what median_us holds, and each row says so
+    assert len(rows) == 240
+    assert all(r["point_estimate"] == "min" and r["median_us"] == r["min_us"] for r in rows)
 
     # The API answers 422 with field paths for bad input too.
     r = httpx.post(

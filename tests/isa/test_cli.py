@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -47,3 +49,29 @@ def test_isa_table_and_bad_file(code_object: Callable[[str, str], Path], tmp_pat
     proc = subprocess.run([*CLI, "isa", str(bad)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "neither an AMDGPU ELF code object nor a clang offload bundle" in proc.stderr
+
+
+def test_isa_demangles_and_fits_100_columns(code_object: Callable[[str, str], Path]) -> None:
+    path = code_object("templated", "gfx906")
+    env = {**os.environ, "COLUMNS": "250"}  # even a wide terminal gets at most 100 columns
+    proc = subprocess.run([*CLI, "isa", str(path)], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 100, proc.stdout
+    row = next(line for line in lines if "gfx906" in line)
+    assert row.split()[0] == "tb::rowsplit_gemv<4>" and "_Z" not in proc.stdout
+    assert "void tb::rowsplit_gemv<4>(float const*, float const*, float*, int)" in proc.stdout
+    loop = next(line for line in lines if "hottest loop" in line)
+    assert re.search(r"depth \d+, \d+ instructions: \d+ global_load", loop) and "{" not in loop
+    raw = json.loads(
+        subprocess.run([*CLI, "isa", "--json", str(path)], capture_output=True, text=True, timeout=120).stdout
+    )
+    assert raw[0]["name"].startswith("_Z") and raw[0]["demangled"].startswith("void tb::rowsplit_gemv<4>")
+
+
+def test_isa_notes_wrap_inside_100_columns(code_object: Callable[[str, str], Path]) -> None:
+    proc = subprocess.run(
+        [*CLI, "isa", str(code_object("spill", "gfx906"))], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0 and max(len(line) for line in proc.stdout.splitlines()) <= 100
+    assert "scratch" in proc.stdout and "spills > 0" in proc.stdout

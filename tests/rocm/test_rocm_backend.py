@@ -1,8 +1,9 @@
 """ROCm backend with real hipcc (gfx906) compiles, and the harness run as a real subprocess.
 
-Only the HIP runtime is replaced: tests/rocm/fake_hip is put first on the harness's PYTHONPATH so
-`from hip import hip` finds the fake (no AMD GPU can exist here). Everything else is real: the
-compile cache, code objects, ISA analysis, the harness process, the watchdog, the JSON protocol.
+Only the device is replaced: the harness imports the real hip-python, whose dlopen of libamdhip64.so
+lands on tests/rocm/fake_device (no AMD GPU can exist here). Everything else is real: hip-python's
+bindings, the compile cache, code objects, ISA analysis, the harness process, the watchdog, the JSON
+protocol.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import os
 import shutil
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,7 @@ from kernels.formats.registry import FORMATS
 from kernels.packages.expressions import as_int
 from kernels.packages.loader import builtin_packages, load_folder
 from kernels.packages.package import DeviceFacts
+from tests.rocm.conftest import REPO, device_env
 from workers.backends.base import TaskSpec
 from workers.backends.registry import create_backend
 from workers.backends.rocm import RocmBackend
@@ -27,8 +30,6 @@ from workers.isa.analyze import analyze_file
 
 DECODE = builtin_packages()["tb-decode"]
 
-REPO = Path(__file__).resolve().parents[2]
-FAKE_HIP = Path(__file__).resolve().parent / "fake_hip"
 VARIANTS = ("KB1/TW4", "KB8/TW8")
 
 pytestmark = pytest.mark.skipif(shutil.which("hipcc") is None, reason="Debian hipcc not installed")
@@ -39,13 +40,27 @@ def rocm_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("rocm-artifacts")
 
 
-def fake_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    return {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(FAKE_HIP), str(REPO)]),
-        "FAKE_HIP_LOG": str(tmp_path / "fake_hip.jsonl"),
-        **extra,
-    }
+@pytest.fixture
+def fake_env(fake_device: Path, tmp_path: Path) -> Callable[..., dict[str, str]]:
+    def env(**extra: str) -> dict[str, str]:
+        return device_env(fake_device, tmp_path / "fake_hip.jsonl", **extra)
+
+    return env
+
+
+def decode_args(raw: bytes) -> dict[str, int]:
+    """The launch buffer read back as the kernel's C signature reads it: the package's [[args]] for
+    rocm in order, natural alignment (8-byte pointers, 4-byte ints)."""
+    values: dict[str, int] = {}
+    offset = 0
+    for arg in DECODE.args_for("rocm"):
+        pointer = arg.role in ("weights", "x", "y", "workspace")
+        size = 8 if pointer else 4
+        offset += -offset % size
+        (value,) = struct.unpack_from("<Q" if pointer else "<i", raw, offset)
+        values[arg.part or arg.name or arg.role] = value
+        offset += size
+    return values
 
 
 def spec(**overrides: object) -> TaskSpec:
@@ -108,8 +123,10 @@ def _fake_log(tmp_path: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in (tmp_path / "fake_hip.jsonl").read_text().splitlines()]
 
 
-def test_harness_times_interleaved_with_parity(rocm_cache: Path, tmp_path: Path) -> None:
-    backend = RocmBackend(rocm_cache, env=fake_env(tmp_path), profiler=None)
+def test_harness_times_interleaved_with_parity(
+    rocm_cache: Path, tmp_path: Path, fake_env: Callable[..., dict[str, str]]
+) -> None:
+    backend = RocmBackend(rocm_cache, env=fake_env(), profiler=None)
     device = backend.detect()
     assert device is not None and (device.arch, device.compute_units) == ("gfx906", 60)
     result = backend.run_task(spec())
@@ -142,16 +159,15 @@ def test_harness_times_interleaved_with_parity(rocm_cache: Path, tmp_path: Path)
         geometry = DECODE.geometry(values)
         rows_per_wave = as_int(values["rows_per_wave"])
         assert entry["grid"] == list(geometry.grid) and entry["block"] == [256, 1, 1]
-        args = entry["args"]
-        assert isinstance(args, dict)
+        args = decode_args(bytes.fromhex(str(entry["raw"])))
         assert (args["m"], args["n"], args["k"], args["rows_per_wave"]) == (2, 256, 512, rows_per_wave)
         assert (args["workspace"] != 0) == (variant.params["kb"] > 1) and args["mins"] == 0
         raw = bytes.fromhex(str(entry["raw"]))
         assert len(raw) == 72 and struct.unpack_from("<4i", raw, 56) == (2, 256, 512, rows_per_wave)
 
 
-def test_nan_fill_catches_a_partial_kernel(rocm_cache: Path, tmp_path: Path) -> None:
-    env = fake_env(tmp_path, FAKE_HIP_PARTIAL="tb_decode_kb8_tw8")
+def test_nan_fill_catches_a_partial_kernel(rocm_cache: Path, fake_env: Callable[..., dict[str, str]]) -> None:
+    env = fake_env(FAKE_HIP_PARTIAL="tb_decode_kb8_tw8")
     result = RocmBackend(rocm_cache, env=env, profiler=None).run_task(spec())
     by_name = {r.variant: r for r in result.results}
     bad = by_name["KB8/TW8"].parity
@@ -160,8 +176,8 @@ def test_nan_fill_catches_a_partial_kernel(rocm_cache: Path, tmp_path: Path) -> 
     assert good is not None and good.passed
 
 
-def test_crash_marks_only_its_variant(rocm_cache: Path, tmp_path: Path) -> None:
-    env = fake_env(tmp_path, FAKE_HIP_CRASH="tb_decode_kb8_tw8")
+def test_crash_marks_only_its_variant(rocm_cache: Path, fake_env: Callable[..., dict[str, str]]) -> None:
+    env = fake_env(FAKE_HIP_CRASH="tb_decode_kb8_tw8")
     result = RocmBackend(rocm_cache, env=env, profiler=None).run_task(spec())
     by_name = {r.variant: r for r in result.results}
     crashed = by_name["KB8/TW8"]
@@ -171,8 +187,8 @@ def test_crash_marks_only_its_variant(rocm_cache: Path, tmp_path: Path) -> None:
     assert survivor.error is None and len(survivor.dispatches) == 5
 
 
-def test_hang_is_killed_by_the_watchdog(rocm_cache: Path, tmp_path: Path) -> None:
-    env = fake_env(tmp_path, FAKE_HIP_HANG="tb_decode_kb1_tw4")
+def test_hang_is_killed_by_the_watchdog(rocm_cache: Path, fake_env: Callable[..., dict[str, str]]) -> None:
+    env = fake_env(FAKE_HIP_HANG="tb_decode_kb1_tw4")
     backend = RocmBackend(rocm_cache, env=env, profiler=None, watchdog_s=20)
     result = backend.run_task(spec())
     by_name = {r.variant: r for r in result.results}
@@ -181,8 +197,9 @@ def test_hang_is_killed_by_the_watchdog(rocm_cache: Path, tmp_path: Path) -> Non
     assert by_name["KB8/TW8"].error is None and len(by_name["KB8/TW8"].dispatches) == 5
 
 
-def test_no_device_means_the_task_fails(rocm_cache: Path, tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}  # no hip package at all: no ROCm runtime here
+def test_no_device_means_the_task_fails(rocm_cache: Path, hip_python: str) -> None:
+    # the real hip-python over the machine's real HIP runtime (Debian's libamdhip64), with no GPU
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     backend = RocmBackend(rocm_cache, env=env, profiler=None)
     assert backend.detect() is None
     with pytest.raises(RuntimeError, match="no ROCm device"):

@@ -83,13 +83,27 @@ def _hip() -> Any:
     return hip
 
 
+def _hip_python_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("hip-python")
+    except PackageNotFoundError:
+        return "unknown version"
+
+
+def error_name(err: Any) -> str:
+    """'hipErrorNoDevice', not '100': hip-python's hipError_t is an IntEnum, which formats as its number."""
+    return str(getattr(err, "name", err))
+
+
 def check(result: Any, what: str) -> Any:
     """hip-python returns (err, *values); raise on an error, return the value(s)."""
     hip = _hip()
     items = result if isinstance(result, tuple) else (result,)
     err, values = items[0], items[1:]
     if err != hip.hipError_t.hipSuccess:
-        raise HipError(f"{what}: {err}")
+        raise HipError(f"{what}: {error_name(err)}")
     if not values:
         return None
     return values[0] if len(values) == 1 else values
@@ -116,9 +130,19 @@ def _text(value: Any) -> str:
 
 
 def device_props(ordinal: int = 0) -> DeviceProps:
+    """The device's properties; HipError (not a traceback) when there is none or the runtime does not fit."""
     hip = _hip()
+    err, count = hip.hipGetDeviceCount()
+    if err != hip.hipError_t.hipSuccess or count <= ordinal:
+        raise HipError(f"no ROCm device {ordinal}: hipGetDeviceCount: {error_name(err)}, {count} device(s)")
     props = hip.hipDeviceProp_t()
-    check(hip.hipGetDeviceProperties(props, ordinal), "hipGetDeviceProperties")
+    try:
+        check(hip.hipGetDeviceProperties(props, ordinal), "hipGetDeviceProperties")
+    except RuntimeError as error:  # hip-python resolves versioned symbols (e.g. ...R0600) at first call
+        raise HipError(
+            f"this hip-python ({_hip_python_version()}) does not fit the host's HIP runtime ({error}); "
+            "install the hip-python release of the host's ROCm version"
+        ) from None
     arch = _text(props.gcnArchName).split(":", 1)[0]  # "gfx90a:sramecc+:xnack-" → "gfx90a"
     uuid = ""
     try:
@@ -330,7 +354,11 @@ def run(task: dict[str, Any], workdir: Path) -> dict[str, Any]:
 
 def main(argv: Sequence[str]) -> int:
     if list(argv[:1]) == ["--probe"]:
-        print(json.dumps(device_props(int(argv[1]) if len(argv) > 1 else 0).as_dict()))
+        try:
+            print(json.dumps(device_props(int(argv[1]) if len(argv) > 1 else 0).as_dict()))
+        except HipError as error:
+            print(f"probe: {error}", file=sys.stderr)
+            return 1
         return 0
     if len(argv) != 1:
         print("usage: python -m workers.harness.hip_runner TASK.json | --probe [ORDINAL]", file=sys.stderr)

@@ -3,54 +3,82 @@
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
 from workers.isa.analyze import analyze_file
 from workers.isa.bundle import NotACodeObject
+from workers.isa.demangle import demangle
+
+WIDTH = 100  # the table and the notes fit a 100-column terminal or CI log
+COLUMNS = ("kernel", "arch", "VGPR", "AGPR", "SGPR", "LDS B", "scratch", "spills v/s", "waves", "limiter")
+# census categories in the order an engineer reads a loop: math, memory, sync, control
+LOOP_ORDER = (
+    "v_dot4", "v_dot2", "v_mfma", "global_load", "buffer_load", "ds_read", "ds_write", "global_store",
+    "buffer_store", "scratch", "s_waitcnt", "s_barrier", "s_nop", "s_cbranch", "s_swappc",
+    "sgpr_spill_lanes", "accvgpr_moves",
+)  # fmt: skip
+
+
+def loop_summary(loop: dict[str, Any]) -> str:
+    """'0x1a0-0x2f4, depth 2, 57 instructions: 8 v_dot4, 16 global_load, ...' (non-zero counts only)."""
+    counts = loop.get("counts", {})
+    parts = [f"{counts[name]} {name}" for name in LOOP_ORDER if counts.get(name)]
+    depth, total = loop.get("depth", 1), counts.get("total", 0)
+    head = f"{loop['start']}-{loop['end']}, depth {depth}, {total} instructions"
+    return head + (": " + ", ".join(parts) if parts else "")
+
+
+def short_name(name: str) -> str:
+    """'void tb::gemv<4>(float const*, int)' -> 'tb::gemv<4>'; the notes below the table keep the rest."""
+    if name.endswith(")"):
+        depth = 0
+        for index in range(len(name) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(name[index], 0)
+            if depth == 0:
+                name = name[:index]
+                break
+    head, _, rest = name.partition(" ")
+    return rest if rest and "<" not in head and "(" not in head and "::" not in head else name
+
+
+def _wrapped(console: Console, text: str, indent: str) -> None:
+    width = max(console.width - len(indent) - 2, 20)
+    lines = textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent + "  ")
+    for line in lines or [indent]:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def render(reports: list[dict[str, Any]], console: Console) -> None:
-    table = Table(title="AMDGPU kernels")
-    for column in (
-        "kernel",
-        "arch",
-        "VGPR",
-        "AGPR",
-        "SGPR",
-        "LDS B",
-        "scratch B",
-        "spills v/s",
-        "waves/SIMD",
-        "limiter",
-    ):
-        table.add_column(column, overflow="fold")
-    for r in reports:
+    names = demangle([r["name"] for r in reports])
+    table = Table(title="AMDGPU kernels", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for column in COLUMNS:
+        if column == "kernel":
+            width = max([len(short_name(n)) for n in names] + [6])
+            table.add_column(column, overflow="fold", min_width=min(width, 28))
+        else:
+            justify: Literal["left", "right"] = "left" if column in ("arch", "limiter") else "right"
+            table.add_column(column, no_wrap=column != "limiter", justify=justify, overflow="fold")
+    for r, name in zip(reports, names, strict=True):
         table.add_row(
-            r["name"],
-            r["arch"],
-            str(r["vgpr"]),
-            str(r["agpr"]),
-            str(r["sgpr"]),
-            str(r["lds_bytes"]),
-            str(r["scratch_bytes"]),
-            f"{r['vgpr_spills']}/{r['sgpr_spills']}",
-            str(r["waves_per_simd"]),
+            short_name(name), r["arch"], str(r["vgpr"]), str(r["agpr"]), str(r["sgpr"]), str(r["lds_bytes"]),
+            str(r["scratch_bytes"]), f"{r['vgpr_spills']}/{r['sgpr_spills']}", str(r["waves_per_simd"]),
             str(r["limiter"]),
-        )
+        )  # fmt: skip
     console.print(table)
-    for r in reports:
-        census = r.get("census") or {}
-        loop = census.get("hottest_loop")
-        if loop:
-            counts = {k: v for k, v in loop["counts"].items() if v}
-            console.print(f"[bold]{r['name']}[/bold] hottest loop {loop['start']}..{loop['end']}: {counts}")
-        for line in r["diagnosis"]:
-            console.print(f"  [bold]{r['name']}[/bold]: {line}")
+    for r, name in zip(reports, names, strict=True):
+        loop = (r.get("census") or {}).get("hottest_loop")
+        lines = ([f"hottest loop {loop_summary(loop)}"] if loop else []) + list(r["diagnosis"])
+        if lines:
+            _wrapped(console, name, "")
+        for line in lines:
+            _wrapped(console, line, "  ")
 
 
 def isa(
@@ -64,6 +92,9 @@ def isa(
         Console(stderr=True).print(f"[red]error:[/red] {file}: {exc}")
         raise typer.Exit(2) from None
     if as_json:
+        for report, name in zip(reports, demangle([r["name"] for r in reports]), strict=True):
+            report["demangled"] = name
         typer.echo(json.dumps(reports, indent=2))
     else:
-        render(reports, Console())
+        terminal = Console()
+        render(reports, Console(width=min(terminal.width, WIDTH) if terminal.is_terminal else WIDTH))

@@ -1,4 +1,4 @@
-"""`POST /v1/imports/rocprof`, `GET /v1/imports/rocprof/{id}`: hand-made rocprof captures (all or nothing).
+"""`POST /v1/imports/rocprof`, `GET /v1/imports/rocprof[/{id}]`: hand-made rocprof captures (all or nothing).
 
 The POST takes either multipart/form-data (``files`` repeated, optional ``label``: what `curl -F`
 sends) or a JSON body ``{"files": [{"name", "content"}], "label"}`` (what the CLI sends). A file
@@ -17,13 +17,14 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
-from service.api.deps import MAX_ID, Caller, get_session, require_scope
+from service.api.deps import MAX_ID, Caller, PageParams, get_session, page_params, require_scope
 from service.api.errors import ERROR_RESPONSES, NOT_FOUND
 from service.imports.rocprof import (
     MAX_FILES,
     CaptureImportError,
     ParsedCapture,
     capture_summary,
+    list_captures,
     parse_files,
     store_capture,
 )
@@ -57,12 +58,33 @@ class KernelSummary(BaseModel):
     min_ns: int | None
     max_ns: int | None
     total_ns: int
+    average_ns: float | None = Field(None, description="mean duration: all a statistics file gives")
+    source: str = Field("dispatches", description="'dispatches' or 'statistics file'")
+    package: str | None = Field(None, description="kernel package whose variant symbol this is, if any")
+    variant: str | None = Field(None, examples=["KB8/TW8"], description="the variant this kernel is, if any")
+    format: str | None = Field(None, examples=["Q4_0"], description="the format, when the symbol names it")
 
 
 class CaptureFileInfo(BaseModel):
     name: str
     kind: str = Field(examples=["rocprofv3_kernel_trace"])
     rows: int
+
+
+class CaptureListItem(BaseModel):
+    id: int
+    label: str
+    created_at: str | None
+    imported_by: str
+    files: list[CaptureFileInfo]
+    dispatches: int
+
+
+class CaptureList(BaseModel):
+    total: int
+    limit: int
+    offset: int
+    items: list[CaptureListItem]
 
 
 class CaptureSummary(BaseModel):
@@ -209,6 +231,16 @@ async def import_rocprof(
         return summary
 
     return await run_in_threadpool(store)
+
+
+@router.get("/rocprof", response_model=CaptureList)
+def list_rocprof_captures(
+    page: PageParams = Depends(page_params),
+    _caller: Caller = Depends(require_scope("read")),
+    session: Session = Depends(get_session),
+) -> dict[str, Any]:
+    """Imported captures, newest first; GET /v1/imports/rocprof/{id} has the per-kernel summary."""
+    return list_captures(session, page.limit, page.offset)
 
 
 @router.get("/rocprof/{capture_id}", response_model=CaptureSummary)

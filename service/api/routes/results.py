@@ -36,6 +36,7 @@ RESULTS_EXAMPLE = {
             "variant": "KB8/TW8",
             "n_dispatches": 40,
             "median_us": 61.2,
+            "point_estimate": "median",
             "min_us": 60.1,
             "p10_us": 60.5,
             "p90_us": 63.0,
@@ -62,6 +63,15 @@ RESULTS_EXAMPLE = {
 }
 
 
+# What `median_us` holds, per source: a trainer CSV reports min/mean/stddev but no median, and its own
+# ranking statistic (min) is what was stored; clients must not compare it with a sweep's median unawares.
+POINT_ESTIMATES = {"sweep": "median", "llaminar-csv": "min", "rocprof": "median"}
+
+
+def point_estimate(source: str) -> str:
+    return POINT_ESTIMATES.get(source, "median")
+
+
 def measurement_item(m: Measurement) -> dict[str, Any]:
     return {
         "id": m.id,
@@ -80,6 +90,7 @@ def measurement_item(m: Measurement) -> dict[str, Any]:
         "variant": m.variant.name,
         "n_dispatches": m.n_dispatches,
         "median_us": m.median_us,
+        "point_estimate": point_estimate(m.source),  # the statistic median_us carries (see POINT_ESTIMATES)
         "min_us": m.min_us,
         "p10_us": m.p10_us,
         "p90_us": m.p90_us,

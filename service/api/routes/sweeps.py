@@ -9,12 +9,21 @@ from fastapi.exceptions import RequestValidationError
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service.api.deps import MAX_ID, MAX_OFFSET, Caller, get_session, get_settings_dep, require_scope
+from service.api.deps import (
+    MAX_ID,
+    MAX_OFFSET,
+    Caller,
+    get_session,
+    get_settings_dep,
+    require_scope,
+    worker_presence,
+)
 from service.api.errors import ERROR_RESPONSES, NOT_FOUND
 from service.api.errors import _response as _error
 from service.api.responses import SafeJSONResponse
 from service.config import Settings
 from service.db.models import Sweep
+from service.sweeps.availability import Presence
 from service.sweeps.service import (
     IdempotencyConflict,
     InvalidSpec,
@@ -42,6 +51,7 @@ def create_sweep(
     caller: Caller = Depends(require_scope("submit")),
     session: Session = Depends(get_session),
     settings: Settings = Depends(get_settings_dep),
+    presence: Presence = Depends(worker_presence),
 ) -> Any:
     try:
         sweep, created = submit_sweep(session, spec, idempotency_key, caller.name)
@@ -58,7 +68,7 @@ def create_sweep(
         from workers.enqueue import enqueue_sweep
 
         enqueue_sweep(settings, session, sweep.id)
-    body = sweep_status_body(session, sweep)
+    body = sweep_status_body(session, sweep, presence)
     body["created"] = created
     return SafeJSONResponse(status_code=202 if created else 200, content=body)
 
@@ -97,15 +107,19 @@ def _get_sweep(session: Session, sweep_id: int) -> Sweep:
 @router.get("/{sweep_id}", responses={**NOT_FOUND})
 def get_sweep(
     sweep_id: int = SweepId,
-    _caller: Caller = Depends(require_scope("read")), session: Session = Depends(get_session)
+    _caller: Caller = Depends(require_scope("read")),
+    session: Session = Depends(get_session),
+    presence: Presence = Depends(worker_presence),
 ) -> dict[str, Any]:
-    return sweep_status_body(session, _get_sweep(session, sweep_id))
+    return sweep_status_body(session, _get_sweep(session, sweep_id), presence)
 
 
 @router.post("/{sweep_id}/cancel", responses={**NOT_FOUND})
 def cancel(
     sweep_id: int = SweepId,
-    caller: Caller = Depends(require_scope("submit")), session: Session = Depends(get_session)
+    caller: Caller = Depends(require_scope("submit")),
+    session: Session = Depends(get_session),
+    presence: Presence = Depends(worker_presence),
 ) -> dict[str, Any]:
     """Only the token that submitted the sweep, or an admin token, may cancel it."""
     sweep = _get_sweep(session, sweep_id)
@@ -113,6 +127,6 @@ def cancel(
         raise HTTPException(403, "only the token that submitted this sweep, or an admin token, may cancel it")
     cancelled = cancel_sweep(session, sweep)
     session.commit()
-    body = sweep_status_body(session, sweep)
+    body = sweep_status_body(session, sweep, presence)
     body["cancelled_tasks"] = cancelled
     return body

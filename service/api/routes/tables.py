@@ -17,7 +17,7 @@ from service.api.errors import _response as _error
 from service.db.models import TableVersion
 from service.kernel_store import PackageNotFound
 from service.tables.dialects import DIALECT_NAMES, dialect_phases
-from service.tables.diff import diff_entries
+from service.tables.diff import diff_versions
 from service.tables.validate import TableValidationError
 from service.tables.versions import NoWinners, generate_and_store, latest_version, table_item, table_package
 
@@ -33,9 +33,10 @@ class TableRequest(BaseModel):
 
     arch: str = Field(min_length=1, max_length=32, examples=["gfx906"])
     phase: str = Field("decode", pattern="^(decode|prefill)$")
-    dialect: str = Field(
-        "llaminar-rocm-decode",
+    dialect: str | None = Field(
+        None,
         examples=["llaminar-rocm-decode", "struct-table"],
+        description="default: llaminar-rocm-<phase>; struct-table when `kernel` names a package",
         json_schema_extra={"enum": DIALECT_ENUM},
     )
     kernel: str | None = Field(
@@ -66,16 +67,18 @@ def generate_table(
     _caller: Caller = Depends(require_scope("submit")),
     session: Session = Depends(get_session),
 ) -> dict[str, Any]:
-    if request.dialect not in DIALECT_NAMES:
+    default = f"llaminar-rocm-{request.phase}" if request.kernel is None else "struct-table"
+    dialect = request.dialect or default
+    if dialect not in DIALECT_NAMES:
         _field_error("dialect", f"unknown dialect; known: {list(DIALECT_NAMES)}")
-    if request.phase not in dialect_phases(request.dialect):
-        _field_error("phase", f"dialect {request.dialect} does not emit {request.phase} tables")
+    if request.phase not in dialect_phases(dialect):
+        _field_error("phase", f"dialect {dialect} does not emit {request.phase} tables")
     try:
-        table_package(session, request.phase, request.dialect, request.kernel)
+        table_package(session, request.phase, dialect, request.kernel)
     except (PackageNotFound, ValueError) as error:
         _field_error("kernel", str(error))
     try:
-        version = generate_and_store(session, request.arch, request.phase, request.dialect, request.kernel)
+        version = generate_and_store(session, request.arch, request.phase, dialect, request.kernel)
     except NoWinners as error:
         raise HTTPException(404, str(error)) from None
     except (TableValidationError, ValueError) as error:
@@ -174,14 +177,4 @@ def diff_table(
                 }
             ]
         )
-    diff = diff_entries(old.entries or [], head.entries or [])
-    metric_keys = ("coverage", "exact_hit_rate", "mean_regret", "p95_regret")
-    before, after = old.metrics or {}, head.metrics or {}
-    return {
-        "id": head.id,
-        "base": old.id,
-        "same_content": old.sha256 == head.sha256,
-        "metrics": {k: {"before": before.get(k), "after": after.get(k)} for k in metric_keys},
-        "counts": {k: len(v) for k, v in diff.items()},
-        **diff,
-    }
+    return diff_versions(old, head)

@@ -38,8 +38,9 @@ def formats_of(codebook: int, choices: Sequence[TableChoice]) -> tuple[str, ...]
     return tuple(found) or tuple(CODEBOOK_FORMATS.get(codebook, ()))
 
 
-def fmt_metric(value: float | None) -> str:
-    return "n/a (no per-variant times)" if value is None else f"{value * 100:.2f}%"
+def fmt_metric(value: float | None, missing: str = "no per-variant times") -> str:
+    """A percentage, or n/a with the reason it could not be computed."""
+    return f"n/a ({missing})" if value is None else f"{value * 100:.2f}%"
 
 
 def header_comment(info: HeaderInfo, by_cb: dict[int, list[TableChoice]]) -> list[str]:
@@ -60,7 +61,8 @@ def header_comment(info: HeaderInfo, by_cb: dict[int, list[TableChoice]]) -> lis
         f"mean regret: {fmt_metric(m.mean_regret)}",
         f"p95 regret: {fmt_metric(m.p95_regret)}",
         f"max regret: {fmt_metric(m.max_regret)}",
-        f"fallback held-out (grouped CV) mean regret: {fmt_metric(m.segments_cv_regret)}",
+        "fallback held-out (grouped CV) mean regret: "
+        + fmt_metric(m.segments_cv_regret, "no fallback group has 2 shapes to hold one out"),
         f"exact entries: {m.entries} (overlays where fallback regret > {threshold})",
         f"fallback rules: {m.fallback_rules}",
     ]

@@ -1,1 +1,0 @@
-"""FAKE hip-python package for tests: no AMD GPU can exist here; `from hip import hip` lands on this."""
