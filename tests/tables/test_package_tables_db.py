@@ -266,7 +266,11 @@ def test_cli_winners_and_table_generate_by_kernel(
         )  # fmt: skip
         assert made.returncode == 0, made.stderr
         assert "selectRowsplitGemv(" in out.read_text()
-        bad = server.cli("table", "generate", "--arch", "host", "--kernel", "rowsplit-gemv")
+        # without --dialect, a package's table defaults to the dialect that fits any package
+        default = server.cli("table", "generate", "--arch", "host", "--kernel", "rowsplit-gemv")
+        assert default.returncode == 0 and json.loads(default.stdout)["dialect"] == "struct-table"
+        wrong = ("--kernel", "rowsplit-gemv", "--dialect", "llaminar-rocm-decode")
+        bad = server.cli("table", "generate", "--arch", "host", *wrong)
         assert bad.returncode == 2 and "struct-table" in bad.stdout + bad.stderr
     finally:
         stop_server(server)
