@@ -77,6 +77,20 @@ def _template_regex(template: str, params: list[str]) -> re.Pattern[str]:
     return re.compile(f"^{pattern}$")
 
 
+def _broken(rules: list[tuple[str, Any]], bindings: Mapping[str, Value]) -> list[str]:
+    """The rules that do not hold (a rule that cannot be evaluated is broken, with the reason)."""
+    failed = []
+    for rule, expression in rules:
+        try:
+            ok = bool(expression.evaluate(bindings))
+        except ExpressionError as error:
+            failed.append(f"{rule} ({error})")
+            continue
+        if not ok:
+            failed.append(rule)
+    return failed
+
+
 class KernelPackage:
     """A validated manifest plus the folder that holds its sources."""
 
@@ -129,17 +143,7 @@ class KernelPackage:
             raise InvalidVariant(
                 f"no space for backend {backend!r} (known: {', '.join(BACKEND_SOURCE_KEYS)})"
             )
-        bindings: dict[str, Value] = {**params, "backend": backend}
-        failed = []
-        for rule, expression in self._space_rules:
-            try:
-                ok = bool(expression.evaluate(bindings))
-            except ExpressionError as error:
-                failed.append(f"{rule} ({error})")
-                continue
-            if not ok:
-                failed.append(rule)
-        return failed
+        return _broken(self._space_rules, {**params, "backend": backend})
 
     def all_points(self) -> list[dict[str, int]]:
         names = self.param_names
@@ -212,16 +216,7 @@ class KernelPackage:
 
     def point_problems(self, bindings: Mapping[str, Value]) -> list[str]:
         """Restrictions over n, k, m or the device that this point breaks."""
-        failed = []
-        for rule, expression in self._point_rules:
-            try:
-                ok = bool(expression.evaluate(bindings))
-            except ExpressionError as error:
-                failed.append(f"{rule} ({error})")
-                continue
-            if not ok:
-                failed.append(rule)
-        return failed
+        return _broken(self._point_rules, bindings)
 
     def geometry(self, bindings: Mapping[str, Value]) -> Geometry:
         launch = self.manifest.launch
