@@ -311,7 +311,7 @@ def measurement_csv(
     if data.measurement_detail(session, measurement_id) is None:
         raise HTTPException(404, f"measurement {measurement_id} not found")
     return StreamingResponse(
-        _csv_rows(request.app.state.session_factory, measurement_id),
+        _csv_rows(session, measurement_id),  # the request's own session: one pooled connection
         media_type="text/csv",
         headers={"Content-Disposition": f'inline; filename="measurement-{measurement_id}.csv"'},
     )
