@@ -204,11 +204,13 @@ def test_a_50_mb_upload_is_413_before_it_is_read(api: Api) -> None:
     big = b"\0" * (50 << 20)
     declared = api.http.post("/v1/kernels", content=big, headers=GZIP)
     assert declared.status_code == 413, declared.text
-    assert str(MAX_ARCHIVE_BYTES) in declared.json()["error"]["message"]
+    message = declared.json()["error"]["message"]
+    # refused by the route's archive limit, or earlier by the app-wide body limit (TUNEBASE_MAX_BODY_BYTES)
+    assert str(MAX_ARCHIVE_BYTES) in message or "TUNEBASE_MAX_BODY_BYTES" in message, message
     # no Content-Length (chunked): refused while streaming, once the limit is passed
     streamed = api.http.post("/v1/kernels", content=_fifty_megabytes(), headers=GZIP)
     assert streamed.status_code == 413, streamed.text
-    assert "more than" in streamed.json()["error"]["message"]
+    assert any(word in streamed.json()["error"]["message"] for word in ("more than", "larger than"))
     assert stored_counts(api.url) == (0, 0)
 
 
