@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from kernels.arches import get_arch
-from kernels.families.base import InvalidVariant, Variant
+from kernels.families.base import Variant
 from kernels.packages.build import compile_units
 from kernels.packages.loader import package_for
 from kernels.packages.package import DeviceFacts, Geometry, KernelPackage
@@ -29,7 +29,7 @@ from workers.harness.cuda_compile import compile_cubin, sass_census, summarize_c
 from workers.harness.interleave import DispatchFn
 from workers.profilers import cupti as cupti_profiler
 from workers.profilers.cuda_events import EventTimer
-from workers.runner import ArgValue, CompiledVariants, run_task
+from workers.runner import ArgValue, CompiledVariants, parse_variants, run_task
 
 ARCH = "sm_90"
 BASE_OPTIONS: tuple[str, ...] = ("--gpu-architecture=sm_90", "-std=c++17", "-default-device")
@@ -317,12 +317,7 @@ class CudaBackend:
             raise RuntimeError(cd.IMPORT_ERROR or "no sm_90 GPU detected")
         package = package_for(spec.phase, spec.kernel_root, spec.kernel)
         ctx = self._context()
-        variants = []
-        for name in spec.variants:
-            try:
-                variants.append(package.parse(name, "cuda"))
-            except InvalidVariant:
-                continue  # the runner reports it with its reason
+        variants, _rejected = parse_variants(package, spec, "cuda")  # the runner reports the rejected
         compiled = self.build(package, spec.format, variants)
         return run_task(package, spec, CudaDevice(ctx, self._census), device, compiled, progress)
 

@@ -35,7 +35,7 @@ from kernels.packages.manifest import ArgSpec
 from kernels.packages.package import DeviceFacts, Geometry, KernelPackage
 from workers.backends.base import ArtifactInfo, DeviceInfo, Dispatch, ProgressCallback, TaskResult, TaskSpec
 from workers.harness.interleave import DispatchFn
-from workers.runner import ArgValue, CompiledVariants, run_task
+from workers.runner import ArgValue, CompiledVariants, parse_variants, run_task
 
 DEFAULT_FLAGS: tuple[str, ...] = ("-O3", "-std=c11", "-fPIC", "-shared")  # no -march=native: portable results
 COMPILE_TIMEOUT_S = 120
@@ -359,7 +359,7 @@ class HostBackend:
             raise ValueError(reason)
         package = package_for(spec.phase, spec.kernel_root, spec.kernel)
         device = self.detect() or DeviceInfo("host", "host", cpu_model(), os.cpu_count() or 1, "", "", "")
-        variants = [v for v in _parse_quietly(package, spec.variants)]
+        variants, _rejected = parse_variants(package, spec, "host")  # the runner reports the rejected
         compiled = self.build(package, spec.format, variants)
         host = get_arch("host")
         facts = DeviceFacts("host", "host", device.compute_units, host.wave)
@@ -367,13 +367,3 @@ class HostBackend:
             package, spec, HostDevice(facts, llc_bytes() or host.llc_bytes), device, compiled, progress
         )
 
-
-def _parse_quietly(package: KernelPackage, names: tuple[str, ...]) -> list[Variant]:
-    """The names that parse (the runner reports the others with their reason)."""
-    out = []
-    for name in names:
-        try:
-            out.append(package.parse(name, "host"))
-        except ValueError:
-            continue
-    return out

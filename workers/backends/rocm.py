@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from kernels.arches import arches_for_backend
-from kernels.families.base import InvalidVariant, Variant
+from kernels.families.base import Variant
 from kernels.packages.build import CompileUnit, compile_units
 from kernels.packages.loader import package_for
 from kernels.packages.package import KernelPackage
@@ -49,6 +49,7 @@ from workers.compilers.codeobject import kernel_symbols
 from workers.harness.racing import timed_rounds
 from workers.profilers.rocprof_detect import parse_capture
 from workers.profilers.rocprof_mapping import map_dispatches
+from workers.runner import parse_variants
 
 ARCHES: tuple[str, ...] = arches_for_backend("rocm")
 RUNNER_MODULE = "workers.harness.hip_runner"
@@ -348,13 +349,8 @@ class RocmBackend:
         if device.arch != spec.arch:
             raise RuntimeError(f"task is for {spec.arch} but this worker's GPU is {device.arch}")
         package = package_for(spec.phase, spec.kernel_root, spec.kernel)
-        variants: list[Variant] = []
-        failed: dict[str, str] = {}
-        for name in spec.variants:
-            try:
-                variants.append(package.parse(name, "rocm"))
-            except InvalidVariant as error:
-                failed[name] = str(error)
+        variants, rejected = parse_variants(package, spec, "rocm")
+        failed: dict[str, str] = {name: str(r.error) for name, r in rejected.items()}
         built = self.build(package, spec.arch, spec.format, variants)
         failed.update({n: b.error for n, b in built.variants.items() if b.error})
         runnable = [b for b in built.variants.values() if b.error is None]
