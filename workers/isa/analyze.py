@@ -8,7 +8,7 @@ from typing import Any
 from workers.isa.bundle import NotACodeObject, code_objects
 from workers.isa.census import census
 from workers.isa.diagnosis import diagnose
-from workers.isa.disasm import DisassemblyUnavailable, disassemble, engine_for
+from workers.isa.isolate import Disassembly, disassemble_isolated
 from workers.isa.metadata import KernelMeta, read_metadata
 from workers.isa.occupancy import ARCH_LIMITS, occupancy
 
@@ -78,23 +78,33 @@ def kernel_report(
     return report
 
 
+def disassembly_note(disassembly: Disassembly | None, symbol: str) -> tuple[str, str | None]:
+    """(the report's ``disassembler`` field, the kernel's ``disassembly_error``) for one kernel."""
+    if disassembly is None:
+        return "", None
+    error = disassembly.error_for(symbol)
+    if error is None:
+        return disassembly.engine, None
+    return f"no disassembly: {error}", error
+
+
 def analyze_bytes(data: bytes, with_disassembly: bool = True) -> list[dict[str, Any]]:
-    """Reports for every kernel of every AMDGPU code object in ``data``; raises NotACodeObject."""
+    """Reports for every kernel of every AMDGPU code object in ``data``; raises NotACodeObject.
+
+    A disassembler failure (even an LLVM abort) never raises: that kernel's report carries
+    ``disassembly_error`` and no census, the rest of the report is still filled from the metadata.
+    """
     reports: list[dict[str, Any]] = []
     for obj in code_objects(data):
         meta = read_metadata(obj.data)
-        functions: dict[str, Any] = {}
-        note = ""
-        if with_disassembly:
-            try:
-                functions = {fn.name: fn for fn in disassemble(obj.data, meta.arch)}
-                note = engine_for(meta.arch)
-            except DisassemblyUnavailable as exc:
-                note = f"no disassembly: {exc}"
+        disassembly = disassemble_isolated(obj.data, meta.arch) if with_disassembly else None
+        functions = disassembly.functions if disassembly is not None else {}
         for kernel in meta.kernels:
             report = kernel_report(meta.arch, kernel, functions)
             report["target"] = meta.target or obj.target
-            report["disassembler"] = note
+            report["disassembler"], report["disassembly_error"] = disassembly_note(disassembly, kernel.name)
+            if meta.warnings:
+                report["diagnosis"] = [*meta.warnings, *report["diagnosis"]]
             reports.append(report)
     return reports
 
