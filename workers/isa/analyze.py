@@ -9,7 +9,9 @@ from workers.isa.bundle import NotACodeObject, code_objects
 from workers.isa.census import census
 from workers.isa.diagnosis import diagnose
 from workers.isa.isolate import Disassembly, disassemble_isolated
-from workers.isa.metadata import KernelMeta, read_metadata
+from workers.isa.liveness import analyse, liveness
+from workers.isa.loop_census import loop_census
+from workers.isa.metadata import KernelMeta, arch_vgpr_count, read_metadata
 from workers.isa.occupancy import ARCH_LIMITS, occupancy
 
 
@@ -18,11 +20,13 @@ def kernel_report(
 ) -> dict[str, Any]:
     """The §7 record of one kernel; ``functions`` maps symbol name → disassembled Function."""
     wg = workgroup_size or meta.max_flat_workgroup_size
+    arch_vgpr = arch_vgpr_count(arch, meta)
     report: dict[str, Any] = {
         "name": meta.name,
         "symbol": meta.symbol,
         "arch": arch,
         "vgpr": meta.vgpr_count,
+        "arch_vgpr": arch_vgpr,
         "agpr": meta.agpr_count,
         "sgpr": meta.sgpr_count,
         "lds_bytes": meta.group_segment_fixed_size,
@@ -34,15 +38,21 @@ def kernel_report(
         "waves_per_simd": None,
         "limiter": None,
         "census": None,
+        "liveness": None,
+        "hot_loop": None,
         "diagnosis": [],
     }
     function = functions.get(meta.name)
     kernel_census = census(function, meta.private_segment_fixed_size > 0) if function is not None else None
     report["census"] = kernel_census
+    if function is not None:
+        flow = analyse(function)
+        report["liveness"] = liveness(function, flow, arch_vgpr, meta.agpr_count)
+        report["hot_loop"] = loop_census(function, flow)
     if arch in ARCH_LIMITS:
         occ = occupancy(
             arch,
-            meta.vgpr_count,
+            arch_vgpr,
             meta.agpr_count,
             meta.sgpr_count,
             meta.group_segment_fixed_size,
@@ -62,7 +72,7 @@ def kernel_report(
         }
         report["diagnosis"] = diagnose(
             arch,
-            meta.vgpr_count,
+            arch_vgpr,
             meta.agpr_count,
             meta.sgpr_count,
             meta.group_segment_fixed_size,

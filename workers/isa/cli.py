@@ -1,4 +1,4 @@
-"""`tunebase isa FILE [--json]`: resources, occupancy, census and diagnosis of a code object."""
+"""`tunebase isa FILE [--json]`: resources, occupancy, census, liveness and diagnosis of a code object."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from rich.table import Table
 from workers.isa.analyze import analyze_file
 from workers.isa.bundle import NotACodeObject
 from workers.isa.demangle import demangle
+from workers.isa.summary import hot_loop_lines, liveness_lines
 
 WIDTH = 100  # the table and the notes fit a 100-column terminal or CI log
 COLUMNS = ("kernel", "arch", "VGPR", "AGPR", "SGPR", "LDS B", "scratch", "spills v/s", "waves", "limiter")
@@ -75,6 +76,9 @@ def render(reports: list[dict[str, Any]], console: Console) -> None:
     for r, name in zip(reports, names, strict=True):
         loop = (r.get("census") or {}).get("hottest_loop")
         lines = ([f"hottest loop {loop_summary(loop)}"] if loop else []) + list(r["diagnosis"])
+        lines += liveness_lines(r.get("liveness")) + hot_loop_lines(r.get("hot_loop"))
+        if r.get("disassembly_error"):
+            lines.append(f"no disassembly: {r['disassembly_error']}")
         if lines:
             _wrapped(console, name, "")
         for line in lines:
@@ -85,7 +89,7 @@ def isa(
     file: Path = typer.Argument(..., help="AMDGPU code object (.co/.hsaco) or clang offload bundle"),
     as_json: bool = typer.Option(False, "--json", help="print the per-kernel reports as JSON"),
 ) -> None:
-    """Analyse an AMDGPU code object: resources, occupancy, instruction census, diagnosis."""
+    """Analyse an AMDGPU code object: resources, occupancy, census, register liveness, hot loop, diagnosis."""
     try:
         reports = analyze_file(file)
     except NotACodeObject as exc:

@@ -99,6 +99,22 @@ class CodeObjectMeta:
     warnings: list[str] = field(default_factory=list)  # e.g. the target string disagrees with the header
 
 
+# AGPRs share one 512-entry file with the arch VGPRs; the note's .vgpr_count is then the total
+# (align(arch VGPRs, 4) + AGPRs, what occupancy is computed from), not the arch VGPRs alone.
+UNIFIED_AGPR_ARCHS = frozenset({"gfx90a", "gfx940", "gfx941", "gfx942", "gfx950", "gfx9-4-generic"})
+
+
+def arch_vgpr_count(arch: str, kernel: KernelMeta) -> int:
+    """Arch VGPRs a kernel may use: ``.vgpr_count`` less the AGPRs where the note counts both.
+
+    Checked on Triton and clang objects for gfx942/gfx950: ``.vgpr_count`` 378 with ``.agpr_count`` 122
+    and the kernel descriptor's ACCUM_OFFSET 256 (AGPRs start after 256 arch VGPRs).
+    """
+    if arch in UNIFIED_AGPR_ARCHS and kernel.agpr_count > 0:
+        return max(0, kernel.vgpr_count - kernel.agpr_count)
+    return kernel.vgpr_count
+
+
 def arch_from_flags(e_flags: int) -> str:
     """The processor named by e_flags' EF_AMDGPU_MACH field ('' when unknown)."""
     return MACH_TO_ARCH.get(e_flags & EF_AMDGPU_MACH, "")
