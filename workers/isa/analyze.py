@@ -46,7 +46,7 @@ def kernel_report(
     kernel_census = census(function, meta.private_segment_fixed_size > 0) if function is not None else None
     report["census"] = kernel_census
     if function is not None:
-        flow = analyse(function)
+        flow = analyse(function, meta.private_segment_fixed_size > 0)
         report["liveness"] = liveness(function, flow, arch_vgpr, meta.agpr_count)
         report["hot_loop"] = loop_census(function, flow)
     if arch in ARCH_LIMITS:

@@ -16,7 +16,7 @@ from workers.isa.disasm import Function, Instruction
 BRANCH_PREFIXES = ("s_branch", "s_cbranch")
 
 
-def _is_scratch(ins: Instruction, uses_scratch: bool) -> bool:
+def is_scratch(ins: Instruction, uses_scratch: bool) -> bool:
     """scratch_* always; buffer_* without an address VGPR (``off``) when the kernel has a private segment.
 
     HIP code reaches global memory through global_* on gfx9, so in a kernel with private segment
@@ -53,7 +53,7 @@ def count(instructions: Iterable[Instruction], uses_scratch: bool = False) -> di
     """Per-category counts plus ``total`` and ``scratch`` (spill/stack memory ops)."""
     rows = list(instructions)
     result = {name: sum(1 for ins in rows if test(ins)) for name, test in CATEGORIES.items()}
-    result["scratch"] = sum(1 for ins in rows if _is_scratch(ins, uses_scratch))
+    result["scratch"] = sum(1 for ins in rows if is_scratch(ins, uses_scratch))
     result["total"] = len(rows)
     return result
 

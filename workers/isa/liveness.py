@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from workers.isa.census import branch_target, hottest_loop, loops
+from workers.isa.census import branch_target, hottest_loop, is_scratch, loops
 from workers.isa.disasm import Function, Instruction
 from workers.isa.operands import (
     A_BASE,
@@ -105,10 +105,22 @@ def _join(states: list[State], width: int) -> State:
     return tuple(merged)
 
 
-def analyse(function: Function) -> Flow:
-    """Fixed point of the backward dataflow, then one pass recording every instruction's sets."""
+def _spill(access: Access) -> Access:
+    """A spill store: its data is kept only to be reloaded, so the read serves no purpose of its own."""
+    return Access(access.defs, access.uses, (0,) * len(ROLES), 0)
+
+
+def analyse(function: Function, uses_scratch: bool = False) -> Flow:
+    """Fixed point of the backward dataflow, then one pass recording every instruction's sets.
+
+    With ``uses_scratch`` (private segment > 0) the stores that census counts as scratch traffic are
+    spills: the values they save get no purpose from that store (gfx906 spills through buffer_store).
+    """
     instructions = function.instructions
-    accesses = [instruction_access(ins) for ins in instructions]
+    accesses = [
+        _spill(access) if uses_scratch and "store" in ins.mnemonic and is_scratch(ins, True) else access
+        for ins, access in ((ins, instruction_access(ins)) for ins in instructions)
+    ]
     width = 1 + len(ROLES)
     empty: State = (0,) * width
     if not instructions:

@@ -195,16 +195,12 @@ def access(mnemonic: str, operands: str) -> Access:
     parts = split_operands(operands)
     ops = [register_mask(part) for part in parts]
     modifiers = parts[-1] if parts else ""
+    if m.startswith("s_cbranch"):  # the condition is implicit; the operand is the branch offset
+        implicit = {"s_cbranch_scc": SCC_BIT, "s_cbranch_vcc": VCC, "s_cbranch_exec": EXEC}
+        condition = next((bits for prefix, bits in implicit.items() if m.startswith(prefix)), 0)
+        return _access(0, {CTRL: condition | _or(ops)})
     if not ops:
-        if m.startswith("s_cbranch_scc"):
-            return _access(0, {CTRL: SCC_BIT})
-        if m.startswith("s_cbranch_vcc"):
-            return _access(0, {CTRL: VCC})
-        if m.startswith("s_cbranch_exec"):
-            return _access(0, {CTRL: EXEC})
         return _access(0)
-    if m.startswith("s_cbranch"):
-        return _access(0, {CTRL: _or(ops)})
     memory = _memory(m, ops, modifiers)
     if memory is not None:
         return memory
