@@ -35,6 +35,7 @@ PRESCREEN_BUDGET_S = 1800.0  # per request; each compile also has the compiler l
 MAX_ERROR_CHARS = 4000  # a compiler log is kept to its head; the first error is what the author needs
 RESOURCE_KEYS = (
     "vgpr",
+    "arch_vgpr",
     "agpr",
     "sgpr",
     "lds_bytes",
