@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from workers.isa.att import AttStats, att_summary
 from workers.isa.bundle import NotACodeObject, code_objects
 from workers.isa.census import census
 from workers.isa.diagnosis import diagnose
@@ -98,7 +99,9 @@ def disassembly_note(disassembly: Disassembly | None, symbol: str) -> tuple[str,
     return f"no disassembly: {error}", error
 
 
-def analyze_bytes(data: bytes, with_disassembly: bool = True) -> list[dict[str, Any]]:
+def analyze_bytes(
+    data: bytes, with_disassembly: bool = True, att: AttStats | None = None
+) -> list[dict[str, Any]]:
     """Reports for every kernel of every AMDGPU code object in ``data``; raises NotACodeObject.
 
     A disassembler failure (even an LLVM abort) never raises: that kernel's report carries
@@ -115,13 +118,17 @@ def analyze_bytes(data: bytes, with_disassembly: bool = True) -> list[dict[str, 
             report["disassembler"], report["disassembly_error"] = disassembly_note(disassembly, kernel.name)
             if meta.warnings:
                 report["diagnosis"] = [*meta.warnings, *report["diagnosis"]]
+            if att is not None and kernel.name in functions:
+                report["att"] = att_summary(att, functions[kernel.name])
             reports.append(report)
     return reports
 
 
-def analyze_file(path: str | Path, with_disassembly: bool = True) -> list[dict[str, Any]]:
+def analyze_file(
+    path: str | Path, with_disassembly: bool = True, att: AttStats | None = None
+) -> list[dict[str, Any]]:
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
         raise NotACodeObject(f"cannot read {path}: {exc}") from None
-    return analyze_bytes(data, with_disassembly)
+    return analyze_bytes(data, with_disassembly, att)

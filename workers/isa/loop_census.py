@@ -62,7 +62,7 @@ def waitcnt_counters(ins: Instruction) -> dict[str, int] | None:
     return None
 
 
-def _category(m: str) -> str:
+def category(m: str) -> str:
     if m.startswith(("v_mfma", "v_smfmac", "v_wmma", "v_swmmac")):
         return "mfma"
     if m.startswith(("global_load", "buffer_load", "flat_load", "scratch_load")):
@@ -119,12 +119,12 @@ def _lds_addressing(body: list[Instruction], prefix: tuple[str, ...], address_op
     }
 
 
-def _load_kind(mnemonic: str, category: str) -> str | None:
-    if category == "lds_read":
+def _load_kind(mnemonic: str, kind: str) -> str | None:
+    if kind == "lds_read":
         return "ds_read"
-    if category == "vmem_load":
+    if kind == "vmem_load":
         return mnemonic.split("_", 1)[0] + "_load"
-    if category == "smem" and "load" in mnemonic:
+    if kind == "smem" and "load" in mnemonic:
         return "s_load"
     return None
 
@@ -158,8 +158,8 @@ def loop_census(function: Function, flow: Flow, loop: Loop | None = None) -> dic
     drains_lgkm = sum(1 for w in waits if w.get("lgkmcnt") == 0)
     both = [w for w in waits if "vmcnt" in w and "lgkmcnt" in w]
 
-    mix = Counter(_category(ins.mnemonic) for ins in body)
-    mfma_kinds = Counter(ins.mnemonic for ins in body if _category(ins.mnemonic) == "mfma")
+    mix = Counter(category(ins.mnemonic) for ins in body)
+    mfma_kinds = Counter(ins.mnemonic for ins in body if category(ins.mnemonic) == "mfma")
     nops = [ins for ins in body if ins.mnemonic == "s_nop"]
     nop_states = 0
     for ins in nops:
@@ -174,12 +174,12 @@ def loop_census(function: Function, flow: Flow, loop: Loop | None = None) -> dic
         i = first + k
         access = flow.accesses[i]
         written = access.defs & flow.live_out[i]
-        category = _category(ins.mnemonic)
-        kind = _load_kind(ins.mnemonic, category)
+        kind_of = category(ins.mnemonic)
+        kind = _load_kind(ins.mnemonic, kind_of)
         if kind is not None:
             purpose = "to_lds" if access.defs == 0 else _purpose(written, flow.roles_out[i])
             loads.setdefault(kind, Counter())[purpose] += 1
-        if category == "valu" and written & VGPR_MASK:
+        if kind_of == "valu" and written & VGPR_MASK:
             purposes = {name for name, bits in zip(ROLES, flow.roles_out[i], strict=True) if bits & written}
             if purposes == {"addresses"}:
                 address_valu += 1
