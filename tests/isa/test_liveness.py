@@ -172,3 +172,14 @@ def test_waitcnt_forms() -> None:
     assert parse("s_waitcnt_vscnt", "null, 0x0") == {"vscnt": 0}
     assert parse("s_wait_loadcnt", "0x3") == {"loadcnt": 3}
     assert parse("v_add_u32", "v0, v1, v2") is None
+
+
+def test_gfx950_special_forms() -> None:
+    swap = access("v_permlane32_swap_b32_e32", "v1, v2")
+    assert swap.defs == v(1, 2) and swap.flow == v(1, 2)
+    scale = access("v_mfma_ld_scale_b32", "v3, v4")
+    assert scale.defs == 0 and scale.roles[SCALE] == v(3, 4)
+    tr = access("ds_read_b64_tr_b4", "v[0:1], v5 offset:128")
+    assert tr.defs == v(0, 1) and tr.roles[ADDR] == v(5)
+    direct = access("global_load_lds_dwordx4", "v[2:3], off")
+    assert direct.defs == 0 and direct.roles[ADDR] == v(2, 3)

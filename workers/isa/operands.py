@@ -205,6 +205,10 @@ def access(mnemonic: str, operands: str) -> Access:
     if memory is not None:
         return memory
     rest = _or(ops[1:])
+    if m.startswith("v_mfma_ld_scale"):  # gfx950: scales for the next MFMA, no destination
+        return _access(0, {SCALE: _or(ops)})
+    if m.startswith(("v_swap_", "v_swaprel", "v_permlane16_swap", "v_permlane32_swap")):
+        return _access(_or(ops[:2]), flow=_or(ops[:2]))  # both operands are read and written
     if m.startswith(("v_mfma", "v_smfmac", "v_wmma", "v_swmmac")):
         roles = {FRAG: _or(ops[1:3]), ACC: ops[3] if len(ops) > 3 else 0, SCALE: _or(ops[4:6])}
         if m.startswith(("v_smfmac", "v_swmmac")):  # dst is also the accumulator; op 3 is the sparsity index
