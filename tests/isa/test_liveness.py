@@ -183,3 +183,17 @@ def test_gfx950_special_forms() -> None:
     assert tr.defs == v(0, 1) and tr.roles[ADDR] == v(5)
     direct = access("global_load_lds_dwordx4", "v[2:3], off")
     assert direct.defs == 0 and direct.roles[ADDR] == v(2, 3)
+
+
+def test_scaled_mfma_loop_compiled_by_clang(code_object: Builder) -> None:
+    """clang 22's gfx950 code for tests/fixtures/isa/mfma_scale.hip: what each register and load is for."""
+    (report,) = analyze_file(code_object("mfma_scale", "gfx950"))
+    loop = report["hot_loop"]
+    assert loop["mfma"]["kinds"] == {"v_mfma_scale_f32_16x16x128_f8f6f4": 1}
+    loads = loop["loads_by_purpose"]
+    assert loads["global_load"]["scales"] == 2  # sa[...] and sb[...]: one scale word per operand
+    assert loads["global_load"]["staging"] >= 2 and loads["ds_read"] == {"fragments": 2}
+    assert loop["ds_write"]["count"] >= 2 and loop["waitcnt"]["drain_vmcnt"] >= 1
+    live = report["liveness"]
+    assert live["within_note"] and live["hot_loop"]["live_at_head"]["breakdown"]["accumulators"] == 4
+    assert set(live["vgpr"]["breakdown"]) <= {"accumulators", "staging", "addresses", "scales", "fragments"}
