@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from workers.isa.disasm import (
     DisassemblyUnavailable,
@@ -30,6 +32,7 @@ from workers.isa.disasm import (
 )
 from workers.isa.metadata import KNOWN_ARCHS
 
+ROOT = Path(__file__).resolve().parents[2]  # the folder holding the workers package, for the child's path
 CHILD_TIMEOUT_S = 180  # a 20k-instruction GEMM disassembles in well under a second; this is a hang guard
 MAX_ERROR_CHARS = 600
 
@@ -89,8 +92,10 @@ def _run_child(
     argv = [python, "-m", "workers.isa.isolate", "--arch", arch]
     if only is not None:
         argv += ["--function", only]
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path}
     try:
-        proc = subprocess.run(argv, input=data, capture_output=True, timeout=timeout_s, check=False)
+        proc = subprocess.run(argv, input=data, capture_output=True, timeout=timeout_s, check=False, env=env)
     except subprocess.TimeoutExpired:
         return None, f"LLVM disassembler ran past {timeout_s:g} s and was stopped"
     except OSError as exc:
