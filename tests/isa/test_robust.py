@@ -133,3 +133,17 @@ def test_objdump_engine_is_unchanged_for_gfx906(code_object: Callable[[str, str]
     data = code_objects(code_object("dot4_loop", "gfx906").read_bytes())[0].data
     result = disassemble_isolated(data, "gfx906")
     assert result.engine == "objdump" and set(result.functions) == {"tb_dot4_loop", "tb_lds_heavy"}
+
+
+def test_the_api_and_worker_paths_survive_the_same_abort(tmp_path: Path) -> None:
+    """The pre-screen (API) and the ROCm backend (worker) read code objects through the same isolation."""
+    from workers.backends.rocm import isa_resources
+    from workers.prescreen import _read_code_object
+
+    data = with_machine((TRITON / "vector_add_gfx950.hsaco").read_bytes(), 0x5B)
+    entry = _read_code_object(data, "gfx950")["vector_add"]
+    assert entry["functions"] == {} and "not yet supported for subtarget" in entry["disassembly_error"]
+    path = tmp_path / "vector_add.hsaco"
+    path.write_bytes(data)
+    (report,) = isa_resources(path).values()
+    assert report["census"] is None and "LLVM disassembler died" in report["disassembly_error"]
