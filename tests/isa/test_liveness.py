@@ -197,3 +197,14 @@ def test_scaled_mfma_loop_compiled_by_clang(code_object: Builder) -> None:
     live = report["liveness"]
     assert live["within_note"] and live["hot_loop"]["live_at_head"]["breakdown"]["accumulators"] == 4
     assert set(live["vgpr"]["breakdown"]) <= {"accumulators", "staging", "addresses", "scales", "fragments"}
+
+
+def test_float_fma_accumulators() -> None:
+    fmac = access("v_fmac_f32_e32", "v1, v2, v3")
+    assert fmac.roles[ACC] == v(1) and fmac.roles[FRAG] == v(2, 3) and fmac.defs == v(1)
+    fma = access("v_fma_f32", "v4, v5, v6, v4")
+    assert fma.roles[ACC] == v(4) and fma.roles[FRAG] == v(5, 6)
+    other = access("v_fma_f32", "v4, v5, v6, v7")  # not in place: the result's roles flow back
+    assert other.roles[ACC] == 0 and other.flow == v(5, 6, 7)
+    address = access("v_mad_u32_u24", "v1, v2, v3, v1")  # integer: address arithmetic, no role
+    assert address.roles[ACC] == 0 and address.flow == v(2, 3, 1)

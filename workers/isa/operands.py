@@ -9,8 +9,8 @@ compares and branches, EXEC for ``s_cbranch_exec*`` / ``v_cmpx`` / ``s_*_saveexe
 make EXEC live everywhere and says nothing about what a register is for.
 
 A read has a *role* when the instruction says what the value is for: an address operand of a memory
-instruction, the A/B/C/scale operands of an MFMA or dot product, the data written to LDS or to memory, a
-branch condition. Any other read *flows*: the value becomes part of what the instruction writes, and gets
+instruction, the A/B/C/scale operands of an MFMA or dot product (and of a float FMA that accumulates into
+its own destination, as GEMV loops do), the data written to LDS or to memory, a branch condition. Any other read *flows*: the value becomes part of what the instruction writes, and gets
 that value's roles (an address computed by ``v_add`` from a thread id makes the thread id an address too).
 """
 
@@ -138,6 +138,7 @@ _DS_NON_ATOMIC = (
     "ds_gws", "ds_append", "ds_consume", "ds_barrier", "ds_ordered", "ds_bvh",
 )  # fmt: skip
 _VMEM = ("global_", "buffer_", "flat_", "scratch_")
+_FLOAT_FMA = re.compile(r"v_(pk_)?(fmac|mac|fma|mad)_(mix_|mixlo_|mixhi_)?(f16|bf16|f32|f64|legacy_f32)")
 
 
 def _memory(m: str, ops: list[int], modifiers: str) -> Access | None:
@@ -218,6 +219,12 @@ def access(mnemonic: str, operands: str) -> Access:
         if re.match(r"v_dot\d+c_", m):  # v_dot4c_i32_i8 v0, v1, v2: v0 += dot(v1, v2)
             return _access(ops[0], {FRAG: _or(ops[1:3]), ACC: ops[0]})
         return _access(ops[0], {FRAG: _or(ops[1:3]), ACC: _or(ops[3:4])}, flow=_or(ops[4:]))
+    if _FLOAT_FMA.match(m):  # float multiply-accumulate into its own destination: a GEMV/GEMM accumulator
+        in_place = m.startswith(("v_fmac", "v_mac", "v_pk_fmac"))
+        if in_place and len(ops) >= 3:
+            return _access(ops[0], {ACC: ops[0], FRAG: _or(ops[1:3])})
+        if len(ops) == 4 and ops[3] and ops[3] == ops[0]:
+            return _access(ops[0], {ACC: ops[3], FRAG: _or(ops[1:3])})
     if m.startswith(("v_cmp", "v_cmpx")):
         writes_exec = EXEC if m.startswith("v_cmpx") else 0
         if _is_scalar(ops[0]) and len(ops) > 2:
