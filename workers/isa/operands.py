@@ -10,8 +10,9 @@ make EXEC live everywhere and says nothing about what a register is for.
 
 A read has a *role* when the instruction says what the value is for: an address operand of a memory
 instruction, the A/B/C/scale operands of an MFMA or dot product (and of a float FMA that accumulates into
-its own destination, as GEMV loops do), the data written to LDS or to memory, a branch condition. Any other read *flows*: the value becomes part of what the instruction writes, and gets
-that value's roles (an address computed by ``v_add`` from a thread id makes the thread id an address too).
+its own destination, as GEMV loops do), the data written to LDS or to memory, a branch condition. Any
+other read *flows*: the value becomes part of what the instruction writes, and gets that value's roles
+(an address computed by ``v_add`` from a thread id makes the thread id an address too).
 """
 
 from __future__ import annotations
