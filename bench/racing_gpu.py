@@ -158,6 +158,8 @@ class Recorder:
                     out.flush()
                     done += 1
         self.pool.shutdown(wait=False, cancel_futures=True)
+        for process in list(getattr(self.pool, "_processes", {}).values()):  # builds nobody will time
+            process.terminate()
         left = len(self.ahead) + len(self.queue)
         print(f"{self.args.part}: {done} points; {left} units left at the deadline", file=sys.stderr)
 
@@ -215,7 +217,8 @@ def record(args: argparse.Namespace) -> None:
                 "--dispatches", str(args.dispatches), "--warmup", str(args.warmup),
                 "--units", json.dumps(share),
                 "--deadline-s", str(args.deadline_s), "--builders", str(args.builders),
-                "--sample-above", str(args.sample_above), "--artifacts", str(work / f"artifacts-{gpu}"),
+                "--sample-above", str(args.sample_above),
+                "--artifacts", args.artifacts or str(work / f"artifacts-{gpu}"),
                 "--part", str(part)]  # fmt: skip
         env = {**os.environ, **pinning_env(None, gpu, args.arch), "PYTHONUNBUFFERED": "1"}
         children.append((part, subprocess.Popen(argv, env=env)))
@@ -346,6 +349,7 @@ def main() -> None:
     rec.add_argument("--formats", default="Q4_0,Q4_K,Q8_0")
     rec.add_argument("--shapes", default="qwen36+grid", help="qwen36+grid, or a profile name")
     rec.add_argument("--out", type=Path, required=True)
+    rec.add_argument("--artifacts", default="", help="compiled-kernel cache shared by the GPU processes")
     child.add_argument("--units", required=True)
     child.add_argument("--artifacts", required=True)
     child.add_argument("--part", required=True)

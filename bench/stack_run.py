@@ -55,12 +55,14 @@ class Proc:
     process: subprocess.Popen[bytes] | None = None
     env: dict[str, str] = field(default_factory=dict)
 
-    def start(self, base_env: dict[str, str]) -> None:
+    def start(self, base_env: dict[str, str], pid_file: Path) -> None:
         handle = self.log.open("ab")
         self.process = subprocess.Popen(  # long-lived; stopped in stop()
             self.argv, env={**base_env, **self.env}, cwd=REPO, stdout=handle, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
+        with pid_file.open("a") as pids:  # for a wrapper to end them by id if this process is killed
+            pids.write(f"{self.process.pid}\n")
 
     @property
     def pid(self) -> int:
@@ -259,6 +261,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=600, help="seconds for the sweep, kill included")
     p.add_argument("--work", type=Path, default=None, help="scratch folder (default: a temp dir)")
     p.add_argument("--out", type=Path, required=True, help="stack-summary.json and logs go here")
+    p.add_argument("--keep", action="store_true", help="keep the scratch folder and the database")
     args = p.parse_args()
     if args.servers is None and not (args.database_url and args.broker_url):
         p.error("give --servers DIR, or both --database-url and --broker-url")
@@ -290,6 +293,8 @@ class StackRun:
         self.workers: list[Proc] = []
         self.engine: Engine | None = None
         self.gpus = [int(g) for g in args.gpus.split(",") if g.strip()]
+        self.admin_url = ""
+        self.database_name = f"tb_stack_{os.getpid()}"
 
     def phase(self, name: str, since: float) -> None:
         self.phases[name] = time.monotonic() - since
@@ -299,6 +304,8 @@ class StackRun:
         t = time.monotonic()
         if self.args.servers is not None:
             self.servers = stack_servers.start_carried(self.args.servers.resolve(), self.work / "servers")
+            with (self.args.out / "stack-pids").open("a") as pids:
+                pids.writelines(f"{process.pid}\n" for _, process in self.servers.processes)
             admin_url, broker_url = self.servers.postgres_url, f"{self.servers.redis_url}/0"
         else:
             import redis
@@ -306,7 +313,8 @@ class StackRun:
             admin_url, broker_url = self.args.database_url, self.args.broker_url
             if redis.Redis.from_url(broker_url).dbsize():
                 raise RuntimeError(f"{broker_url} is not empty; give an unused Redis DB number")
-        database_url = fresh_database(admin_url, f"tb_stack_{os.getpid()}")
+        self.admin_url = admin_url
+        database_url = fresh_database(admin_url, self.database_name)
         self.engine = create_engine(database_url, pool_pre_ping=True)
         self.summary["servers"] = (
             "carried (.srv: pgserver wheel, Debian redis .debs)" if self.servers else "given URLs"
@@ -353,7 +361,7 @@ class StackRun:
         ]
         t = time.monotonic()
         for proc in self.procs:
-            proc.start(env)
+            proc.start(env, self.args.out / "stack-pids")
         auth = {"Authorization": f"Bearer {token.strip()}"}
         client = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=auth)
         wait_http(client, "/healthz", 120, self.procs)
@@ -482,6 +490,14 @@ class StackRun:
             for log in self.servers.logs:
                 if log.exists():
                     shutil.copy(log, self.logs / log.name)
+        elif self.admin_url and not self.args.keep:  # a running Postgres: leave it as it was
+            with contextlib.suppress(Exception):
+                engine = create_engine(make_url(self.admin_url), isolation_level="AUTOCOMMIT")
+                with engine.connect() as connection:
+                    connection.execute(text(f'DROP DATABASE IF EXISTS "{self.database_name}" WITH (FORCE)'))
+                engine.dispose()
+        if self.args.work is None and not self.args.keep:
+            shutil.rmtree(self.work, ignore_errors=True)
 
     def run(self) -> bool:
         try:
@@ -490,7 +506,7 @@ class StackRun:
             sweep_id = self.sweep(client)
             self.verify(sweep_id)
             self.nightly(client, broker_url)
-        except Exception as error:  # the summary still says what happened up to here
+        except (Exception, SystemExit) as error:  # the summary still says what happened up to here
             self.failures.append(f"{type(error).__name__}: {error}")
         finally:
             self.stop()
@@ -503,7 +519,12 @@ class StackRun:
         return not self.failures
 
 
+def _interrupted(signum: int, _frame: object) -> None:
+    raise SystemExit(f"stopped by signal {signum}")  # unwinds through StackRun.run's cleanup
+
+
 def main() -> int:
+    signal.signal(signal.SIGTERM, _interrupted)
     run = StackRun(parse_args())
     ok = run.run()
     keys = ("ok", "failures", "phases_s", "tasks_per_device_uuid", "killed_worker", "duplicates", "racing")

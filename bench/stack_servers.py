@@ -79,6 +79,13 @@ def start_redis(srv: Path, work: Path, port: int) -> tuple[subprocess.Popen[byte
     if not binary.exists():  # redis-server is a link to the multi-call redis-check-rdb of redis-tools
         binary.symlink_to("redis-check-rdb")
     env = {**os.environ, "LD_LIBRARY_PATH": str(root / "usr/lib/x86_64-linux-gnu")}
+    if _missing_libraries(binary, env):  # e.g. libatomic.so.1: the fallback packages, searched last
+        spare = work / "redis-fallback"
+        unpack_debs(sorted((srv / "debs-fallback").glob("*.deb")), spare)
+        env["LD_LIBRARY_PATH"] += os.pathsep + str(spare / "usr/lib/x86_64-linux-gnu")
+        still = _missing_libraries(binary, env)
+        if still:
+            raise RuntimeError(f"redis-server needs libraries this system lacks: {', '.join(still)}")
     version = subprocess.run(
         [str(binary), "--version"], env=env, capture_output=True, text=True, timeout=TOOL_TIMEOUT_S,
         check=True,
@@ -93,6 +100,13 @@ def start_redis(srv: Path, work: Path, port: int) -> tuple[subprocess.Popen[byte
     process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     wait_for_port(port, process, "redis-server", START_TIMEOUT_S)
     return process, log, version
+
+
+def _missing_libraries(binary: Path, env: dict[str, str]) -> list[str]:
+    """Shared libraries ldd cannot resolve for ``binary`` under ``env``."""
+    out = subprocess.run(["ldd", str(binary)], env=env, capture_output=True, text=True,
+                         timeout=TOOL_TIMEOUT_S, check=False).stdout  # fmt: skip
+    return [line.split()[0] for line in out.splitlines() if "not found" in line]
 
 
 def _pg_user() -> tuple[int, int, dict[str, str]] | None:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fetch what the production stack needs on the device machine (NVIDIA H200 image: Ubuntu 24.04, Python 3.12,
 # x86-64, no network) beside what its image holds, into the ignored folder .srv/ that a run carries:
-#   .srv/debs/    Redis 7.0 as Debian bookworm packages, unpacked there with `dpkg -x` (no apt, no root install)
+#   .srv/debs/    Redis 7.0 as Debian bookworm packages, unpacked there with `dpkg -x` (no apt, no root install);
+#                 .srv/debs-fallback/ libraries unpacked only where the system lacks them (libatomic1)
 #   .srv/wheels/  Postgres 16 (the pgserver wheel: initdb/postgres binaries; only its binaries are used) and
 #                 the Celery / Redis / psycopg client stack that the image lacks (pins = pyproject.toml's)
 # Every file is pinned by version and SHA-256; a mismatch fails the script. Total about 20 MiB.
@@ -17,10 +18,14 @@ debs=(
   "redis-server=5:7.0.15-1~deb12u10 784e17b51024ff878fd7d709a68346658fa9b21f6de740cb75e474f28790971c debian-security/pool/updates/main/r/redis/redis-server_7.0.15-1~deb12u10_amd64.deb"
   "libjemalloc2=5.3.0-1 a4117c23c5c8acf6c9678a6cb086f000b79476369da7efe8a78a70826956ad3d debian/pool/main/j/jemalloc/libjemalloc2_5.3.0-1_amd64.deb"
   "liblzf1=3.6-3 9854b0866201b63e04f1e446f45f01ef4a6f72c61f2250b75f944f6046cc7e8c debian/pool/main/libl/liblzf/liblzf1_3.6-3_amd64.deb"
+  # only used where the system lacks libatomic.so.1 (bench/stack_servers.py checks with ldd first)
+  "libatomic1=12.2.0-14+deb12u1 fbd4e154a6b444229ea002cc209df099209c0adc09102e5fd21239a3d2b55e2d debian/pool/main/g/gcc-12/libatomic1_12.2.0-14+deb12u1_amd64.deb"
 )
 for entry in "${debs[@]}"; do
   read -r pin sum pool <<<"$entry"
-  file="$dest/debs/$(basename "$pool")"
+  sub=debs; case $pin in libatomic1=*) sub=debs-fallback;; esac
+  mkdir -p "$dest/$sub"
+  file="$dest/$sub/$(basename "$pool")"
   if [ -f "$file" ] && echo "$sum  $file" | sha256sum -c --quiet - 2>/dev/null; then continue; fi
   rm -f "$file"
   tmp=$(mktemp -d)
@@ -64,5 +69,5 @@ for entry in "${wheels[@]}"; do
   [ -n "$file" ] || { echo "missing wheel for $pin" >&2; exit 1; }
   echo "$sum  $file" | sha256sum -c --quiet - || { echo "checksum mismatch: $file" >&2; exit 1; }
 done
-ls -1 "$dest/debs" "$dest/wheels"
+ls -1 "$dest/debs" "$dest/debs-fallback" "$dest/wheels"
 du -sh "$dest"
