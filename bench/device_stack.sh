@@ -35,8 +35,8 @@ fi
 if [ "$what" = stack ] || [ "$what" = all ]; then
   t=$(date +%s)
   echo "== stack $(date -u +%T)" >> "$log"
-  timeout -k 15 "${STACK_TIMEOUT:-210}" $py bench/stack_run.py --servers .srv --arch "$ARCH" --gpus "$GPUS" \
-    --profile "$PROFILE" --timeout "${SWEEP_TIMEOUT:-150}" --kill-after "${KILL_AFTER:-8}" \
+  timeout -k 15 "${STACK_TIMEOUT:-195}" $py bench/stack_run.py --servers .srv --arch "$ARCH" --gpus "$GPUS" \
+    --profile "$PROFILE" --timeout "${SWEEP_TIMEOUT:-150}" --kill-after "${KILL_AFTER:-10}" \
     --out /tmp/stack-out >> "$log" 2>&1
   echo "# stack rc=$? in $(( $(date +%s) - t )) s" >> "$log"
   for pid in $(cat /tmp/stack-out/stack-pids 2>/dev/null); do  # only what stack_run started, by id
@@ -50,8 +50,8 @@ if [ "$what" = record ] || [ "$what" = all ]; then
   t=$(date +%s)
   echo "== record $(date -u +%T)" >> "$log"
   mkdir -p /tmp/rec
-  timeout -k 15 "${RECORD_TIMEOUT:-220}" $py bench/racing_gpu.py record --arch "$ARCH" --gpus "$GPUS" \
-    --formats "$FORMATS" --shapes "$SHAPES" --deadline-s "${RECORD_DEADLINE:-150}" \
+  timeout -k 15 "${RECORD_TIMEOUT:-180}" $py bench/racing_gpu.py record --arch "$ARCH" --gpus "$GPUS" \
+    --formats "$FORMATS" --shapes "$SHAPES" --deadline-s "${RECORD_DEADLINE:-135}" \
     --builders "${BUILDERS:-5}" --artifacts "$TUNEBASE_ARTIFACT_DIR" \
     --out "/tmp/rec/racing-gpu-h200x2-$tag.json.gz" >> "$log" 2>&1
   echo "# record rc=$? in $(( $(date +%s) - t )) s" >> "$log"
