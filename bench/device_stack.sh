@@ -7,6 +7,9 @@
 #           GPUs (qwen36 + a log-spaced N x K grid, M 1-4, format by format until the deadline).
 # Needs carry [".whl", ".srv"] (scripts/fetch-device-wheels.sh, scripts/fetch-device-servers.sh): nothing
 # can be downloaded there. Each stage is time-boxed; the stack's processes are ended by id if it overruns.
+# Budget: on 2026-11-30 a GPU task took 2.8-14 s (median 3.6 s) under the watchdog (a fresh process, CUDA
+# context and CUPTI session per backend call), so the 64-task sweep needs ~4 min once one worker is killed:
+# give the stack stage its own call (`... <tag> stack`, ~6 device-minutes with the start) or raise the limits.
 # Usage (device): bash bench/device_stack.sh <date-tag> [stack|record|all]
 # Dry run here:   ARCH=host PROFILE=smoke GPUS=0,1 FORMATS=Q4_0 SHAPES=smoke LOCAL=1 bash bench/device_stack.sh t
 set -u
@@ -35,8 +38,8 @@ fi
 if [ "$what" = stack ] || [ "$what" = all ]; then
   t=$(date +%s)
   echo "== stack $(date -u +%T)" >> "$log"
-  timeout -k 15 "${STACK_TIMEOUT:-195}" $py bench/stack_run.py --servers .srv --arch "$ARCH" --gpus "$GPUS" \
-    --profile "$PROFILE" --timeout "${SWEEP_TIMEOUT:-150}" --kill-after "${KILL_AFTER:-10}" \
+  timeout -k 15 "${STACK_TIMEOUT:-345}" $py bench/stack_run.py --servers .srv --arch "$ARCH" --gpus "$GPUS" \
+    --profile "$PROFILE" --timeout "${SWEEP_TIMEOUT:-300}" --kill-after "${KILL_AFTER:-10}" \
     --out /tmp/stack-out >> "$log" 2>&1
   echo "# stack rc=$? in $(( $(date +%s) - t )) s" >> "$log"
   for pid in $(cat /tmp/stack-out/stack-pids 2>/dev/null); do  # only what stack_run started, by id

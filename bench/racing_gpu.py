@@ -157,9 +157,9 @@ class Recorder:
                     out.write(json.dumps(row, separators=(",", ":")) + "\n")
                     out.flush()
                     done += 1
+        for process in list((getattr(self.pool, "_processes", None) or {}).values()):
+            process.terminate()  # builds nobody will time (before shutdown, which forgets them)
         self.pool.shutdown(wait=False, cancel_futures=True)
-        for process in list(getattr(self.pool, "_processes", {}).values()):  # builds nobody will time
-            process.terminate()
         left = len(self.ahead) + len(self.queue)
         print(f"{self.args.part}: {done} points; {left} units left at the deadline", file=sys.stderr)
 

@@ -92,6 +92,16 @@ class Proc:
         return self.process.returncode
 
 
+def task_seconds(log: Path) -> dict[str, float] | None:
+    """min / median / max of Celery's 'succeeded in Xs' for run_task in one worker's log."""
+    found = re.findall(r"run_task\[[0-9a-f-]+\] succeeded in ([0-9.]+)s", log.read_text(errors="replace"))
+    times = sorted(float(x) for x in found)
+    if not times:
+        return None
+    return {"tasks": len(times), "min": round(times[0], 2), "median": round(times[len(times) // 2], 2),
+            "max": round(times[-1], 2)}  # fmt: skip
+
+
 def descendants(pid: int) -> list[int]:
     """Every process below pid (from /proc), parents before children."""
     found: list[int] = []
@@ -453,7 +463,12 @@ class StackRun:
             "note": "budget = variants x max_dispatches per task; what an exhaustive sweep would time",
         }
         log = (self.logs / "worker-maintenance.log").read_text(errors="replace").splitlines()
-        self.summary["reconciler_log"] = [line.strip() for line in log if "reconcile:" in line][-20:]
+        passes = [line.strip() for line in log if "reconcile:" in line]
+        self.summary["reconciler_log"] = passes[-20:]
+        lists = [line.split("'requeued': [")[-1].split("]")[0] for line in passes]
+        requeued = {int(i) for ids in lists for i in re.findall(r"\d+", ids)}
+        self.summary["requeued_by_reconciler"] = sorted(requeued)
+        self.summary["task_seconds_per_worker_log"] = {p.name: task_seconds(p.log) for p in self.workers}
 
     def nightly(self, client: httpx.Client, broker_url: str) -> None:
         """Send what beat sends at its cron time, now; a new table version must appear."""
