@@ -33,7 +33,7 @@ def read_token(settings: Settings) -> str:
 
 def test_formats(settings: Settings, read_token: str) -> None:
     body = client(settings, read_token).get("/v1/formats", params={"limit": 100}).json()
-    assert body["total"] == 19 == len(body["items"])
+    assert body["total"] == 21 == len(body["items"])
     by_name = {item["name"]: item for item in body["items"]}
     q4k = by_name["Q4_K"]
     assert (q4k["codebook"], q4k["codebook_name"], q4k["block_weights"], q4k["block_bytes"]) == (
@@ -46,6 +46,9 @@ def test_formats(settings: Settings, read_token: str) -> None:
     assert by_name["Q6_K"]["scale_group"] == 16 and by_name["Q8_0"]["packing_exact"] is True
     assert by_name["IQ2_XXS"]["kernel_kind"] is None and not by_name["IQ2_XXS"]["first_wave"]
     assert by_name["Q4_0"]["bits_per_weight"] == 4.5
+    mx = by_name["MXFP4"]
+    assert (mx["codebook"], mx["block_weights"], mx["block_bytes"], mx["bits_per_weight"]) == (32, 32, 17, 4.25)
+    assert by_name["NVFP4"]["codebook"] == 33 and by_name["NVFP4"]["bits_per_weight"] == 4.5
     page = client(settings, read_token).get("/v1/formats", params={"limit": 2, "offset": 1}).json()
     assert [i["name"] for i in page["items"]] == [i["name"] for i in body["items"][1:3]]
 
