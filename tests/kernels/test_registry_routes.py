@@ -58,7 +58,7 @@ def test_families(settings: Settings, read_token: str) -> None:
     """The built-in packages with their parameters (and meaning) and every backend's space."""
     body = client(settings, read_token).get("/v1/families").json()
     fams = {f["name"]: f for f in body["items"]}
-    assert set(fams) == {"tb-decode", "tb-prefill"} and body["total"] == 2
+    assert set(fams) == {"tb-decode", "tb-prefill", "tb-mxfp4-gemm"} and body["total"] == 3
     decode = fams["tb-decode"]
     assert decode["phase"] == "decode" and decode["builtin"] and decode["weights"] == "tb-packed"
     params = {p["name"]: p for p in decode["params"]}
@@ -71,6 +71,9 @@ def test_families(settings: Settings, read_token: str) -> None:
     assert prefill["cuda"]["count"] == 40 and prefill["host"]["count"] == 8
     assert any("n_tile == 128 and m_tile == 64" in p["rule"] for p in prefill["rocm"]["invalid"])
     assert fams["tb-prefill"]["phase"] == "prefill"
+    mx = fams["tb-mxfp4-gemm"]
+    assert mx["formats"] == ["MXFP4"] and mx["weights"] == "prepare" and mx["phase"] == "prefill"
+    assert {b: s["count"] for b, s in mx["backends"].items()} == {"host": 2, "cuda": 23, "rocm": 124}
 
 
 def test_read_scope_required(settings: Settings) -> None:
