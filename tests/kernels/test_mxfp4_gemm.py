@@ -9,7 +9,9 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -314,3 +316,51 @@ def test_sm90_variants_compile_without_spills(tmp_path: Path, names: list[str]) 
     for symbol, text in _ptxas(tmp_path, names).items():
         assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in text, (symbol, text)
         assert int(re.search(r"Used (\d+) registers", text).group(1)) <= 255  # type: ignore[union-attr]
+
+
+# ---- bench/mxfp4_gemm.py's CPU-side pieces (its GPU run happens on the H200 only) ------------------
+
+
+def _bench() -> object:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mxfp4_bench", REPO / "bench" / "mxfp4_gemm.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["mxfp4_bench"] = module  # its process pool pickles functions by module name
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_points_cache_and_result_rows(tmp_path: Path) -> None:
+    bench: Any = _bench()
+    todo = bench.points(["square", "Qwen36_FFN_GateUp"], [128, 2048])
+    assert [(p["shape"], p["m"]) for p in todo] == [
+        ("square", 8192), ("Qwen36_FFN_GateUp", 128), ("Qwen36_FFN_GateUp", 2048)
+    ]  # fmt: skip
+    import kernels.reference as ref
+
+    cache = bench.quantize_all({(64, 256)})
+    uncached = build_problem("MXFP4", n=64, k=256, m=3, seed=bench.SEED)
+    original = ref.quantize_random
+    bench.install_weight_cache(cache)
+    try:
+        cached = build_problem("MXFP4", n=64, k=256, m=3, seed=bench.SEED)
+        assert np.array_equal(cached.weights, uncached.weights) and cached.weights is cache[(64, 256)]
+        # the row processing, on the host backend (same runner, same result objects as on the GPU)
+        point = {"shape": "t", "n": 64, "k": 256, "m": 3}
+        row = bench.run_point(HostBackend(tmp_path), PACKAGE, point, dispatches=3, warmup=1, arch="host")
+    finally:
+        ref.quantize_random = original
+    assert row["variants_passing"] == row["variants_total"] == 2
+    assert row["tuned_variant"] in row["variants"] and row["tuned_tflops"] > 0
+    assert row["true_bytes"] == 64 * 256 * 17 // 32 + 4 * 3 * 256 + 4 * 3 * 64
+    assert row["tuned_us"] == min(v["median_us"] for v in row["variants"].values())
+
+
+def test_bench_refuses_bad_arguments() -> None:
+    bench: Any = _bench()
+    for argv in (["--shapes", "nope"], ["--m", "x"], ["--m", "0"]):
+        with pytest.raises(SystemExit) as exit_info:
+            bench.parse_args(argv)
+        assert exit_info.value.code == 2
