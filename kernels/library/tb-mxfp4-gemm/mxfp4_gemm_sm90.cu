@@ -22,6 +22,16 @@
 #include "tb_mx.h"
 
 typedef unsigned char tb_u8;
+/* own vector types: no dependence on which built-ins NVRTC or nvcc provide */
+struct alignas(16) tb_f4 {
+    float x, y, z, w;
+};
+struct alignas(16) tb_u4 {
+    unsigned x, y, z, w;
+};
+struct alignas(8) tb_f2 {
+    float x, y;
+};
 
 extern "C" __global__ void tb_mxfp4_prepare(const tb_u8 *__restrict__ gguf, tb_u8 *__restrict__ out, int n,
                                             int k) {
@@ -76,11 +86,11 @@ TB_DEV unsigned tb_swz(int row, int chunk, int row_bytes) {
 }
 
 /* Eight E2M1 codes of one word (code j in bits 4j..4j+3) times `scale` -> four bf16x2 words. */
-TB_DEV uint4 tb_dequant8(unsigned q, float scale) {
+TB_DEV tb_u4 tb_dequant8(unsigned q, float scale) {
     float v[8];
 #pragma unroll
     for (int j = 0; j < 8; ++j) v[j] = tb_mx_e2m1((q >> (4 * j)) & 15u) * scale;
-    uint4 r;
+    tb_u4 r;
     r.x = tb_bf16x2(v[0], v[1]);
     r.y = tb_bf16x2(v[2], v[3]);
     r.z = tb_bf16x2(v[4], v[5]);
@@ -138,17 +148,17 @@ TB_DEV void tb_mx_gemm(const tb_u8 *__restrict__ w, const float *__restrict__ x,
                           scales + (tb_size)(kt * (BK / 32) + kb) * (tb_size)n + n0 + piece * 16);
         }
     };
-    float4 a_regs[C::A_PER_THREAD][2];
+    tb_f4 a_regs[C::A_PER_THREAD][2];
     auto load_a = [&](int kt) {
 #pragma unroll
         for (int j = 0; j < C::A_PER_THREAD; ++j) {
             const int i = tid + j * C::THREADS, row = i / (BK / 8), chunk = i % (BK / 8);
             if (m0 + row < m) {
-                const float4 *src = (const float4 *)(x + (tb_size)(m0 + row) * (tb_size)k + (tb_size)kt * BK + chunk * 8);
+                const tb_f4 *src = (const tb_f4 *)(x + (tb_size)(m0 + row) * (tb_size)k + (tb_size)kt * BK + chunk * 8);
                 a_regs[j][0] = src[0];
                 a_regs[j][1] = src[1];
             } else {
-                a_regs[j][0] = make_float4(0.f, 0.f, 0.f, 0.f);
+                a_regs[j][0] = tb_f4{0.f, 0.f, 0.f, 0.f};
                 a_regs[j][1] = a_regs[j][0];
             }
         }
@@ -157,12 +167,12 @@ TB_DEV void tb_mx_gemm(const tb_u8 *__restrict__ w, const float *__restrict__ x,
 #pragma unroll
         for (int j = 0; j < C::A_PER_THREAD; ++j) {
             const int i = tid + j * C::THREADS, row = i / (BK / 8), chunk = i % (BK / 8);
-            uint4 v;
+            tb_u4 v;
             v.x = tb_bf16x2(a_regs[j][0].x, a_regs[j][0].y);
             v.y = tb_bf16x2(a_regs[j][0].z, a_regs[j][0].w);
             v.z = tb_bf16x2(a_regs[j][1].x, a_regs[j][1].y);
             v.w = tb_bf16x2(a_regs[j][1].z, a_regs[j][1].w);
-            *(uint4 *)(a_tile + buf * C::A_TILE + tb_swz(row, chunk, C::ROW_BYTES)) = v;
+            *(tb_u4 *)(a_tile + buf * C::A_TILE + tb_swz(row, chunk, C::ROW_BYTES)) = v;
         }
     };
     /* ring slot -> bf16 B tile: each (row, 32-block) is 16 code bytes = four 8-weight chunks */
@@ -170,13 +180,13 @@ TB_DEV void tb_mx_gemm(const tb_u8 *__restrict__ w, const float *__restrict__ x,
         const tb_u8 *raw = ring + slot * C::RAW;
         for (int i = tid; i < C::BLOCKS; i += C::THREADS) {
             const int row = i / (BK / 32), kb = i % (BK / 32);
-            const uint4 q = *(const uint4 *)(raw + row * (BK / 2) + kb * 16);
+            const tb_u4 q = *(const tb_u4 *)(raw + row * (BK / 2) + kb * 16);
             const float scale = tb_mx_e8m0(raw[C::RAW_CODES + kb * BN + row]);
             tb_u8 *dst = b_tile + buf * C::B_TILE;
-            *(uint4 *)(dst + tb_swz(row, kb * 4 + 0, C::ROW_BYTES)) = tb_dequant8(q.x, scale);
-            *(uint4 *)(dst + tb_swz(row, kb * 4 + 1, C::ROW_BYTES)) = tb_dequant8(q.y, scale);
-            *(uint4 *)(dst + tb_swz(row, kb * 4 + 2, C::ROW_BYTES)) = tb_dequant8(q.z, scale);
-            *(uint4 *)(dst + tb_swz(row, kb * 4 + 3, C::ROW_BYTES)) = tb_dequant8(q.w, scale);
+            *(tb_u4 *)(dst + tb_swz(row, kb * 4 + 0, C::ROW_BYTES)) = tb_dequant8(q.x, scale);
+            *(tb_u4 *)(dst + tb_swz(row, kb * 4 + 1, C::ROW_BYTES)) = tb_dequant8(q.y, scale);
+            *(tb_u4 *)(dst + tb_swz(row, kb * 4 + 2, C::ROW_BYTES)) = tb_dequant8(q.z, scale);
+            *(tb_u4 *)(dst + tb_swz(row, kb * 4 + 3, C::ROW_BYTES)) = tb_dequant8(q.w, scale);
         }
     };
 
@@ -246,9 +256,9 @@ TB_DEV void tb_mx_gemm(const tb_u8 *__restrict__ w, const float *__restrict__ x,
 #pragma unroll
         for (int j = 0; j < C::NT; ++j) {
             const int col = n0 + wn * C::WTN + j * 8 + 2 * t;
-            if (row < m) *(float2 *)(y + (tb_size)row * (tb_size)n + col) = make_float2(acc[i][j][0], acc[i][j][1]);
+            if (row < m) *(tb_f2 *)(y + (tb_size)row * (tb_size)n + col) = tb_f2{acc[i][j][0], acc[i][j][1]};
             if (row + 8 < m)
-                *(float2 *)(y + (tb_size)(row + 8) * (tb_size)n + col) = make_float2(acc[i][j][2], acc[i][j][3]);
+                *(tb_f2 *)(y + (tb_size)(row + 8) * (tb_size)n + col) = tb_f2{acc[i][j][2], acc[i][j][3]};
         }
     }
 }
