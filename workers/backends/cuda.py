@@ -32,6 +32,7 @@ from workers.profilers.cuda_events import EventTimer
 from workers.runner import ArgValue, CompiledVariants, parse_variants, run_task
 
 ARCH = "sm_90"
+DEFAULT_SHARED_LIMIT = 48 << 10  # dynamic shared memory a kernel gets without opting in
 BASE_OPTIONS: tuple[str, ...] = ("--gpu-architecture=sm_90", "-std=c++17", "-default-device")
 
 
@@ -82,12 +83,14 @@ class CudaDevice:
         return out
 
     def launch(self, kernel: Any, geometry: Geometry, args: list[ArgValue]) -> None:
+        allow_shared(kernel.function, geometry.shared_bytes)
         cd.launch(kernel.function, geometry.grid, geometry.block, cd.KernelArgs(args), geometry.shared_bytes)
         cd.synchronize()
 
     def dispatcher(
         self, name: str, kernel: Any, geometry: Geometry, args_by_copy: list[list[ArgValue]]
     ) -> DispatchFn:
+        allow_shared(kernel.function, geometry.shared_bytes)
         packed = [cd.KernelArgs(args) for args in args_by_copy]
         events = self._event_ns.setdefault(name, [])
         log = self._launch_log
@@ -126,6 +129,7 @@ class CudaDevice:
         """Registers, shared/local memory (local = spills and stack), occupancy, limiter, SASS census."""
         attr = cd.driver.CUfunction_attribute
         function = kernel.function
+        allow_shared(function, geometry.shared_bytes)
 
         def get(name: str) -> int:
             return int(cd.check(cd.driver.cuFuncGetAttribute(getattr(attr, name), function), name))
@@ -323,6 +327,15 @@ class CudaBackend:
 
     def close(self) -> None:
         self._modules.clear()
+
+
+def allow_shared(function: Any, shared_bytes: int) -> None:
+    """Opt a kernel in to more than 48 KiB of dynamic shared memory (sm_90 allows up to 227 KiB per
+    block); without it such a launch fails. Idempotent, so every launch path may call it."""
+    if shared_bytes <= DEFAULT_SHARED_LIMIT:
+        return
+    attr = cd.driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    cd.check(cd.driver.cuFuncSetAttribute(function, attr, shared_bytes), "cuFuncSetAttribute")
 
 
 def pair_times(
