@@ -46,9 +46,8 @@
 
 #define TB_THREADS 256
 #define TB_WAVES (TB_THREADS / TB_WAVE)
-#define TB_MAXM 4
-
-#define TB_XB(KB) ((KB) <= 2 ? 40960 : ((KB) == 4 ? 20480 : 12288))
+/* static LDS bytes: x of the K slice for MX rows, 1.25 bytes per weight per row */
+#define TB_XB(KB, MX) ((MX) * ((KB) <= 2 ? 10240 : ((KB) == 4 ? 5120 : 3072)))
 
 /* 32-bit registers one chunk keeps live between its loads and its arithmetic (payload + meta) */
 #if defined(TB_FMT_Q6_K)
@@ -62,7 +61,7 @@
 #endif
 /* registers a variant needs, calibrated on sm_90 ptxas -v (Q4_0: 60 at RW=1,U=2; 94 at 1,8; 112 at 2,4):
  * a base, each chunk in flight (payload, meta, its address), each further row's unpacked chunk */
-#define TB_EST_REGS(RW, U) (50 + (RW) * (U) * (5 + TB_META_REGS) + 16 * ((RW) - 1))
+#define TB_EST_REGS(RW, U, MX) (30 + 5 * (MX) + (RW) * (U) * (5 + TB_META_REGS) + (4 + 3 * (MX)) * ((RW) - 1))
 
 #if defined(TB_AMD)
 /* waves per EU asked of the compiler: what the static LDS permits (a 256-thread workgroup is one wave
@@ -72,13 +71,14 @@
 #else
 #define TB_LDS_PER_CU 65536
 #endif
-#define TB_LDS_WAVES(KB) (TB_LDS_PER_CU / TB_XB(KB) > 0 ? TB_LDS_PER_CU / TB_XB(KB) : 1)
-#define TB_REG_WAVES(RW, U) (256 / TB_EST_REGS(RW, U) > 0 ? 256 / TB_EST_REGS(RW, U) : 1)
-#define TB_OCC(RW, U, KB) (TB_LDS_WAVES(KB) < TB_REG_WAVES(RW, U) ? TB_LDS_WAVES(KB) : TB_REG_WAVES(RW, U))
+#define TB_LDS_WAVES(KB, MX) (TB_LDS_PER_CU / TB_XB(KB, MX) > 0 ? TB_LDS_PER_CU / TB_XB(KB, MX) : 1)
+#define TB_REG_WAVES(RW, U, MX) (256 / TB_EST_REGS(RW, U, MX) > 0 ? 256 / TB_EST_REGS(RW, U, MX) : 1)
+#define TB_OCC(RW, U, KB, MX)                                                                           \
+    (TB_LDS_WAVES(KB, MX) < TB_REG_WAVES(RW, U, MX) ? TB_LDS_WAVES(KB, MX) : TB_REG_WAVES(RW, U, MX))
 #else
 /* min blocks per SM: 65536 registers / (256 threads * registers the variant needs) */
-#define TB_OCC_R(RW, U) (65536 / (TB_THREADS * TB_EST_REGS(RW, U)))
-#define TB_OCC(RW, U, KB) (TB_OCC_R(RW, U) > 4 ? 4 : (TB_OCC_R(RW, U) < 1 ? 1 : TB_OCC_R(RW, U)))
+#define TB_OCC_R(RW, U, MX) (65536 / (TB_THREADS * TB_EST_REGS(RW, U, MX)))
+#define TB_OCC(RW, U, KB, MX) (TB_OCC_R(RW, U, MX) > 4 ? 4 : (TB_OCC_R(RW, U, MX) < 1 ? 1 : TB_OCC_R(RW, U, MX)))
 #endif
 
 #define TB_DECODE_PARAMS                                                                             \
@@ -183,13 +183,13 @@ struct tb_reduce {
     }
 };
 
-template <int RG, int RW, int U, int KB, int PG>
+template <int RG, int RW, int U, int KB, int PG, int MX>
 __device__ TB_FORCEINLINE void tb_decode_body(TB_DECODE_PARAMS) {
     constexpr int G = TB_WAVE / RG;           /* lanes per row */
     constexpr int ROWS_WG = TB_WAVES * RG * RW; /* rows per tile */
-    constexpr int XB = TB_XB(KB);
-    constexpr int V = RW * TB_MAXM;
-    static_assert(V <= G, "the butterfly needs RW * 4 <= lanes per row");
+    constexpr int XB = TB_XB(KB, MX);
+    constexpr int V = RW * MX;
+    static_assert(V <= G, "the butterfly needs RW * MX <= lanes per row");
     __shared__ tb_u32x4 lds[XB / 16];
     (void)PG;
 
@@ -263,7 +263,7 @@ __device__ TB_FORCEINLINE void tb_decode_body(TB_DECODE_PARAMS) {
 #pragma unroll
                     for (int r = 0; r < RW; ++r) ch[r] = tb_unpack(q[r][u], mt[r][u], c);
 #pragma unroll
-                    for (int i = 0; i < TB_MAXM; ++i) {
+                    for (int i = 0; i < MX; ++i) {
                         if (i < m) { /* x of row i read once from LDS, used by all RW rows */
                             tb_i32 xl[4], xh[4];
                             const tb_u32x4 a = xq[(i * TB_RUNS) * nchunks + lc];
@@ -282,7 +282,7 @@ __device__ TB_FORCEINLINE void tb_decode_body(TB_DECODE_PARAMS) {
 #endif
 #pragma unroll
                             for (int r = 0; r < RW; ++r)
-                                acc[r * TB_MAXM + i] += tb_chunk_dot(&ch[r], c, xl, xh, ml.x, mh.x, ml.y, mh.y);
+                                acc[r * MX + i] += tb_chunk_dot(&ch[r], c, xl, xh, ml.x, mh.x, ml.y, mh.y);
                         }
                     }
                 }
@@ -291,7 +291,7 @@ __device__ TB_FORCEINLINE void tb_decode_body(TB_DECODE_PARAMS) {
 
         tb_reduce<V, G>::run(acc, lg);
         const int j = tb_reduce<V, G>::owned(lg);
-        const int r = j / TB_MAXM, i = j % TB_MAXM;
+        const int r = j / MX, i = j % MX;
         const int row = row0 + r;
         if ((lg & (G / V - 1)) == 0 && i < m && row < n) {
             if (KB == 1)
@@ -327,16 +327,27 @@ __device__ TB_FORCEINLINE void tb_decode_body(TB_DECODE_PARAMS) {
     }
 }
 
-#define TB_DECODE_VARIANT(RG, RW, U, KB, PG)                                                           \
-    extern "C" __global__ TB_LAUNCH_BOUNDS(TB_THREADS, TB_OCC(RW, U, KB)) void                        \
-        tb_decode_rg##RG##_rw##RW##_u##U##_kb##KB##_pg##PG(TB_DECODE_PARAMS) {                        \
-        tb_decode_body<RG, RW, U, KB, PG>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x); \
+#define TB_DECODE_VARIANT(MX, KB, RW, U, RG, PG)                                                       \
+    extern "C" __global__ TB_LAUNCH_BOUNDS(TB_THREADS, TB_OCC(RW, U, KB, MX)) void                    \
+        tb_decode_mx##MX##_kb##KB##_rw##RW##_u##U##_rg##RG##_pg##PG(TB_DECODE_PARAMS) {              \
+        tb_decode_body<RG, RW, U, KB, PG, MX>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x); \
     }
 
-/* -DTB_DECODE_VARIANTS='TB_DECODE_VARIANT(1,2,4,1,0) ...' builds a subset; default: a few points */
+/* -DTB_DECODE_VARIANTS='TB_DECODE_VARIANT(1,1,1,4,1,0) ...' builds a subset; default: the whole GPU space
+ * (tests/packages/test_builtin_packages.py checks that this list equals the manifest's space) */
 #ifndef TB_DECODE_VARIANTS
-#define TB_DECODE_VARIANTS                                                                             \
-    TB_DECODE_VARIANT(1, 1, 8, 1, 0) TB_DECODE_VARIANT(1, 2, 4, 1, 0) TB_DECODE_VARIANT(1, 2, 4, 4, 0)   \
-    TB_DECODE_VARIANT(1, 2, 4, 1, 2) TB_DECODE_VARIANT(2, 4, 4, 1, 0)
+#define TB_DECODE_VARIANTS \
+    TB_DECODE_VARIANT(1, 1, 1, 4, 1, 0) TB_DECODE_VARIANT(1, 1, 1, 4, 1, 2) TB_DECODE_VARIANT(1, 1, 1, 4, 2, 0) \
+    TB_DECODE_VARIANT(1, 1, 1, 8, 1, 0) TB_DECODE_VARIANT(1, 1, 1, 8, 1, 2) TB_DECODE_VARIANT(1, 1, 1, 8, 2, 0) \
+    TB_DECODE_VARIANT(1, 1, 2, 4, 1, 0) TB_DECODE_VARIANT(1, 1, 2, 4, 1, 2) TB_DECODE_VARIANT(1, 1, 2, 4, 2, 0) \
+    TB_DECODE_VARIANT(1, 2, 1, 4, 1, 0) TB_DECODE_VARIANT(1, 2, 1, 8, 1, 0) TB_DECODE_VARIANT(1, 2, 2, 4, 1, 0) \
+    TB_DECODE_VARIANT(1, 4, 1, 4, 1, 0) TB_DECODE_VARIANT(1, 4, 1, 8, 1, 0) TB_DECODE_VARIANT(1, 4, 2, 4, 1, 0) \
+    TB_DECODE_VARIANT(1, 8, 1, 4, 1, 0) TB_DECODE_VARIANT(1, 8, 1, 8, 1, 0) TB_DECODE_VARIANT(1, 8, 2, 4, 1, 0) \
+    TB_DECODE_VARIANT(4, 1, 1, 4, 1, 0) TB_DECODE_VARIANT(4, 1, 1, 4, 1, 2) TB_DECODE_VARIANT(4, 1, 1, 4, 2, 0) \
+    TB_DECODE_VARIANT(4, 1, 2, 2, 1, 0) TB_DECODE_VARIANT(4, 1, 2, 2, 1, 2) TB_DECODE_VARIANT(4, 1, 2, 2, 2, 0) \
+    TB_DECODE_VARIANT(4, 1, 2, 4, 1, 0) TB_DECODE_VARIANT(4, 1, 2, 4, 1, 2) TB_DECODE_VARIANT(4, 1, 2, 4, 2, 0) \
+    TB_DECODE_VARIANT(4, 2, 1, 4, 1, 0) TB_DECODE_VARIANT(4, 2, 2, 2, 1, 0) TB_DECODE_VARIANT(4, 2, 2, 4, 1, 0) \
+    TB_DECODE_VARIANT(4, 4, 1, 4, 1, 0) TB_DECODE_VARIANT(4, 4, 2, 2, 1, 0) TB_DECODE_VARIANT(4, 4, 2, 4, 1, 0) \
+    TB_DECODE_VARIANT(4, 8, 1, 4, 1, 0) TB_DECODE_VARIANT(4, 8, 2, 2, 1, 0) TB_DECODE_VARIANT(4, 8, 2, 4, 1, 0)
 #endif
 TB_DECODE_VARIANTS
