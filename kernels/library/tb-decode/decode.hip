@@ -72,7 +72,10 @@
 #define TB_LDS_PER_CU 65536
 #endif
 #define TB_LDS_WAVES(KB, MX) (TB_LDS_PER_CU / TB_XB(KB, MX) > 0 ? TB_LDS_PER_CU / TB_XB(KB, MX) : 1)
-#define TB_REG_WAVES(RW, U, MX) (256 / TB_EST_REGS(RW, U, MX) > 0 ? 256 / TB_EST_REGS(RW, U, MX) : 1)
+/* AMD code needs about one VGPR more per chunk in flight than sm_90 (gfx906 hipcc: 84 VGPRs + 3 spills at
+ * MX=1, RW=1, U=8 when capped at 3 waves) */
+#define TB_EST_VGPRS(RW, U, MX) (TB_EST_REGS(RW, U, MX) + (RW) * (U))
+#define TB_REG_WAVES(RW, U, MX) (256 / TB_EST_VGPRS(RW, U, MX) > 0 ? 256 / TB_EST_VGPRS(RW, U, MX) : 1)
 #define TB_OCC(RW, U, KB, MX)                                                                           \
     (TB_LDS_WAVES(KB, MX) < TB_REG_WAVES(RW, U, MX) ? TB_LDS_WAVES(KB, MX) : TB_REG_WAVES(RW, U, MX))
 #else
