@@ -114,7 +114,9 @@ def test_the_library_package_launches_on_sm90_like_its_abi_says() -> None:
     (unit,) = compile_units(package, "Q4_K", "cuda", [variant])
     assert unit.defines["TB_FMT_Q4_K"] == "1" and unit.defines["TB_QBITS"] == "4"
     persistent = package.parse("MX1/KB1/RW1/U8/RG1/PG2", "cuda")
-    values = package.bindings(persistent, 248320, 5120, 1, FORMATS["Q4_0"], DeviceFacts("cuda", "sm_90", 132, 32))
+    values = package.bindings(
+        persistent, 248320, 5120, 1, FORMATS["Q4_0"], DeviceFacts("cuda", "sm_90", 132, 32)
+    )
     assert package.geometry(values).grid == (264, 1, 1) and as_int(values["tiles"]) == 248320 // 8
 
 

@@ -75,7 +75,12 @@ def test_parse_roundtrip(package: object) -> None:
     [
         (DECODE, "MX1/KB3/RW1/U4/RG1/PG0", "rocm", "kb must be one of 1,2,4,8"),
         (DECODE, "MX2/KB1/RW1/U4/RG1/PG0", "cuda", "mx must be one of 1,4"),
-        (DECODE, "MX1/KB1/RW1/U4/RG1/PG0", "host", "breaks restriction(s) for host: backend != 'host' or (mx == 4"),
+        (
+            DECODE,
+            "MX1/KB1/RW1/U4/RG1/PG0",
+            "host",
+            "breaks restriction(s) for host: backend != 'host' or (mx == 4",
+        ),
         (DECODE, "MX4/KB2/RW1/U4/RG1/PG2", "cuda", "pg == 0 or (kb == 1 and rg == 1)"),
         (DECODE, "MX1/KB08/RW1/U4/RG1/PG0", "rocm", "not canonical; write MX1/KB8/RW1/U4/RG1/PG0"),
         (DECODE, "kb8/tw8", "rocm", "expected MX{mx}/KB{kb}/RW{rw}/U{u}/RG{rg}/PG{pg}"),

@@ -61,7 +61,12 @@ def test_push_sweep_winners_table(live_server: LiveServer, tmp_path: Path) -> No
     assert status["status"] == "done" and status["parity_failures"] == 0, status
 
     # the built-in package on the same points: its winners must not mix with the example's
-    builtin = {**spec, "kernel": None, "variants": ["MX4/KB1/RW1/U4/RG1/PG0", "MX4/KB4/RW2/U2/RG1/PG0"], "labels": {"ci": "builtin"}}
+    builtin = {
+        **spec,
+        "kernel": None,
+        "variants": ["MX4/KB1/RW1/U4/RG1/PG0", "MX4/KB4/RW2/U2/RG1/PG0"],
+        "labels": {"ci": "builtin"},
+    }
     builtin.pop("kernel")
     done = _wait(client, client.post("/v1/sweeps", json=builtin).json()["id"])
     assert done["status"] == "done"

@@ -200,7 +200,9 @@ def test_kernel_that_drops_a_k_block_fails_parity_but_is_timed(tmp_path: Path) -
         assert r.error is None and len(r.dispatches) == 3
     # the same at a realistic K: one block of 17408 / 32 = 544 is still caught by the int8 bounds
     big = backend.run_task(
-        spec("Q4_K", 8, 17408, 1, variants=("MX4/KB4/RW1/U4/RG1/PG0",), min_dispatches=1, kernel_root=str(src))
+        spec(
+            "Q4_K", 8, 17408, 1, variants=("MX4/KB4/RW1/U4/RG1/PG0",), min_dispatches=1, kernel_root=str(src)
+        )
     )
     assert big.results[0].parity is not None and not big.results[0].parity.passed
 
