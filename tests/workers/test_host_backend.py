@@ -7,7 +7,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from gguf import quants
 
 from kernels.activations import int8_gemm, quantize_activations
@@ -191,7 +190,7 @@ def test_kernel_that_drops_a_k_block_fails_parity_but_is_timed(tmp_path: Path) -
     src = patched_package(  # the last 16-byte chunk of every row (32 weights; 16 for Q8_0) is skipped
         tmp_path,
         "const int pl = tb_chunk_p_lo(c)",
-        "if (c == nblk * TB_CHUNKS_PER_BLOCK - 1) continue;\n                        const int pl = tb_chunk_p_lo(c)",
+        "if (c == nblk * TB_CHUNKS_PER_BLOCK - 1) continue;\n const int pl = tb_chunk_p_lo(c)",
     )
     backend = HostBackend(tmp_path / "art")
     result = backend.run_task(spec("Q8_0", 24, 512, 2, kernel_root=str(src)))
