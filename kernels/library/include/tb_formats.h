@@ -263,6 +263,26 @@ TB_FN int tb_chunk_p_hi(int c) {
 #endif
 }
 
+/* which (chunk, run) reads the 16 weights 16*hb .. 16*hb+15 of a row: the inverse of tb_chunk_p_lo / p_hi
+ * (a kernel stages x so that the x a chunk's run needs sits at that chunk's slot) */
+TB_FN void tb_half_slot(int hb, int *c, int *run) {
+#if defined(TB_FMT_Q8_0)
+    *c = hb;
+    *run = 0;
+#elif defined(TB_FMT_Q4_K)
+    const int s = hb >> 4, lh = hb & 15;
+    *c = 8 * s + 2 * (lh >> 2) + (lh & 1);
+    *run = (lh >> 1) & 1;
+#elif defined(TB_FMT_Q6_K)
+    const int s = hb >> 4, lh = hb & 15;
+    *c = 8 * s + 4 * (lh >> 3) + (lh & 3);
+    *run = (lh >> 2) & 1;
+#else
+    *c = hb >> 1;
+    *run = hb & 1;
+#endif
+}
+
 /* raw scale / high-bit words of one chunk, loaded before any arithmetic (so loads overlap) */
 typedef struct {
     tb_u32 w[4];

@@ -96,25 +96,6 @@ struct alignas(16) tb_f4 {
     float x, y, z, w;
 };
 
-/* which (chunk, run) slot reads the 16-weight half hb of a row (the inverse of tb_chunk_p_lo/p_hi) */
-TB_DEV void tb_half_slot(int hb, int *c, int *run) {
-#if defined(TB_FMT_Q8_0)
-    *c = hb;
-    *run = 0;
-#elif defined(TB_FMT_Q4_K)
-    const int s = hb >> 4, lh = hb & 15;
-    *c = 8 * s + 2 * (lh >> 2) + (lh & 1);
-    *run = (lh >> 1) & 1;
-#elif defined(TB_FMT_Q6_K)
-    const int s = hb >> 4, lh = hb & 15;
-    *c = 8 * s + 4 * (lh >> 3) + (lh & 3);
-    *run = (lh >> 2) & 1;
-#else
-    *c = hb >> 1;
-    *run = hb & 1;
-#endif
-}
-
 /* Quantise x blocks [b0, b0 + nb) (32-weight blocks) of every row of M into LDS, 8 lanes per block (one
  * float4 each: coalesced loads, few registers while the first weight loads are in flight):
  * xq: [M][TB_RUNS][nchunks] 16-byte slots, xm: [M][nb] (xs, xs * xsum). Same rule as
