@@ -104,8 +104,8 @@ def test_backend_imports_and_detects_nothing_without_a_gpu(tmp_path: Path) -> No
 
 def test_the_library_package_launches_on_sm90_like_its_abi_says() -> None:
     package = builtin_packages()["tb-decode"]
-    variant = package.parse("MX4/KB4/RW2/U4/RG1/PG0", "cuda")
-    assert package.symbol(variant) == "tb_decode_mx4_kb4_rw2_u4_rg1_pg0"
+    variant = package.parse("MX4/KB4/RW2/U2/RG1/PG0/PP1", "cuda")
+    assert package.symbol(variant) == "tb_decode_mx4_kb4_rw2_u2_rg1_pg0_pp1"
     values = package.bindings(variant, 17408, 5120, 2, FORMATS["Q4_K"], DeviceFacts("cuda", "sm_90", 132, 32))
     geo = package.geometry(values)
     assert geo.block == (256, 1, 1) and geo.grid[1] == 4
@@ -113,7 +113,7 @@ def test_the_library_package_launches_on_sm90_like_its_abi_says() -> None:
     assert as_int(values["tiles"]) == geo.grid[0]
     (unit,) = compile_units(package, "Q4_K", "cuda", [variant])
     assert unit.defines["TB_FMT_Q4_K"] == "1" and unit.defines["TB_QBITS"] == "4"
-    persistent = package.parse("MX1/KB1/RW1/U8/RG1/PG2", "cuda")
+    persistent = package.parse("MX1/KB1/RW1/U8/RG1/PG2/PP0", "cuda")
     values = package.bindings(
         persistent, 248320, 5120, 1, FORMATS["Q4_0"], DeviceFacts("cuda", "sm_90", 132, 32)
     )

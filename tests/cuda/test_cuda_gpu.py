@@ -101,7 +101,7 @@ def test_device_time_comes_from_cupti_beside_events(backend: CudaBackend) -> Non
             4096,
             4096,
             1,
-            variants=("MX1/KB1/RW1/U8/RG1/PG0", "MX1/KB4/RW1/U4/RG1/PG0"),
+            variants=("MX1/KB1/RW1/U8/RG1/PG0/PP0", "MX1/KB4/RW1/U4/RG1/PG0/PP1"),
             min_dispatches=10,
         )
     )
@@ -119,7 +119,7 @@ def test_large_shape_rotates_weights_beyond_l2_and_samples_parity(backend: CudaB
             17408,
             5120,
             2,
-            variants=("MX4/KB1/RW2/U4/RG1/PG2", "MX4/KB4/RW2/U2/RG1/PG0"),
+            variants=("MX4/KB1/RW2/U4/RG1/PG2/PP0", "MX4/KB4/RW2/U2/RG1/PG0/PP1"),
             min_dispatches=4,
         )
     )
@@ -160,12 +160,12 @@ def test_kernel_that_skips_a_row_fails_parity(backend: CudaBackend, tmp_path: Pa
 
 
 def test_cubin_is_cached_and_resources_include_sass(backend: CudaBackend) -> None:
-    variants = [DECODE.parse("MX1/KB1/RW1/U4/RG1/PG0", "cuda")]
+    variants = [DECODE.parse("MX1/KB1/RW1/U4/RG1/PG0/PP0", "cuda")]
     first = backend.build(DECODE, "Q8_0", variants)
     second = backend.build(DECODE, "Q8_0", variants)
     assert first.artifact.ok and not second.artifact.compiled
     assert first.artifact.cache_key == second.artifact.cache_key
-    result = backend.run_task(spec("Q8_0", 256, 256, 1, variants=("MX1/KB1/RW1/U4/RG1/PG0",)))
+    result = backend.run_task(spec("Q8_0", 256, 256, 1, variants=("MX1/KB1/RW1/U4/RG1/PG0/PP0",)))
     res = result.artifact.resources[result.results[0].symbol]
     if "sass" in res:
         sass = res["sass"]

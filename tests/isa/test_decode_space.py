@@ -45,6 +45,6 @@ def test_gfx906_occupancy_varies_across_the_space_without_spills(artifact_dir: P
     assert all(r["vgpr_spills"] == 0 and r["sgpr_spills"] == 0 and r["scratch_bytes"] == 0 for r in reports)
     by_name = {str(r["name"]): r for r in reports}
     # the static LDS is what the variant asks for: 40 KiB (MX4, KB <= 2) allows one workgroup per CU
-    assert by_name["tb_decode_mx4_kb1_rw1_u4_rg1_pg0"]["lds_bytes"] == 40960
-    assert by_name["tb_decode_mx4_kb1_rw1_u4_rg1_pg0"]["waves_per_simd"] == 1
-    assert int(by_name["tb_decode_mx1_kb1_rw1_u4_rg1_pg0"]["lds_bytes"]) == 10240  # type: ignore[call-overload]
+    assert by_name["tb_decode_mx4_kb1_rw1_u4_rg1_pg0_pp0"]["lds_bytes"] == 40960
+    assert by_name["tb_decode_mx4_kb1_rw1_u4_rg1_pg0_pp0"]["waves_per_simd"] == 1
+    assert int(by_name["tb_decode_mx1_kb1_rw1_u4_rg1_pg0_pp0"]["lds_bytes"]) == 10240  # type: ignore[call-overload]

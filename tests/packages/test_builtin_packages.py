@@ -21,20 +21,21 @@ PREFILL = builtin_packages()["tb-prefill"]
 
 def test_decode_spaces() -> None:
     gpu = DECODE.space("rocm")
-    assert len(gpu) == 36 and [v.name for v in DECODE.space("cuda")] == [v.name for v in gpu]
-    assert gpu[0].name == "MX1/KB1/RW1/U4/RG1/PG0" and gpu[-1].name == "MX4/KB8/RW2/U4/RG1/PG0"
+    assert len(gpu) == 42 and [v.name for v in DECODE.space("cuda")] == [v.name for v in gpu]
+    assert gpu[0].name == "MX1/KB1/RW1/U2/RG1/PG0/PP1" and gpu[-1].name == "MX4/KB4/RW2/U2/RG1/PG0/PP1"
+    assert sum(v.params["pp"] for v in gpu) == 24  # the pipelined kernel, beside 18 single-buffered points
     host = DECODE.space("host")
     assert [v.name for v in host] == [
-        "MX4/KB1/RW1/U4/RG1/PG0", "MX4/KB1/RW2/U2/RG1/PG0", "MX4/KB1/RW2/U4/RG1/PG0",
-        "MX4/KB4/RW1/U4/RG1/PG0", "MX4/KB4/RW2/U2/RG1/PG0", "MX4/KB4/RW2/U4/RG1/PG0",
+        "MX4/KB1/RW1/U4/RG1/PG0/PP0", "MX4/KB1/RW2/U2/RG1/PG0/PP0", "MX4/KB1/RW2/U4/RG1/PG0/PP0",
+        "MX4/KB4/RW1/U4/RG1/PG0/PP0", "MX4/KB4/RW2/U2/RG1/PG0/PP0", "MX4/KB4/RW2/U4/RG1/PG0/PP0",
     ]  # fmt: skip
     assert [v.order for v in host] == list(range(6))
-    assert host[4].params == {"mx": 4, "kb": 4, "rw": 2, "u": 2, "rg": 1, "pg": 0}
+    assert host[4].params == {"mx": 4, "kb": 4, "rw": 2, "u": 2, "rg": 1, "pg": 0, "pp": 0}
     assert host[4].family == "tb-decode"
     # every invalid GPU point names the rule that removes it
     invalid = DECODE.invalid_points("cuda")
-    assert len(invalid) == 2 * 4 * 2 * 3 * 2 * 2 - 36 and all(p["rule"] for p in invalid)
-    assert any(p["point"] == "MX4/KB1/RW1/U8/RG1/PG0" and "mx == 1 or" in p["rule"] for p in invalid)
+    assert len(invalid) == 2 * 4 * 2 * 3 * 2 * 2 * 2 - 42 and all(p["rule"] for p in invalid)
+    assert any(p["point"] == "MX4/KB1/RW1/U8/RG1/PG0/PP0" and "mx == 1 or" in p["rule"] for p in invalid)
 
 
 def test_decode_source_default_list_is_the_gpu_space() -> None:
@@ -44,7 +45,7 @@ def test_decode_source_default_list_is_the_gpu_space() -> None:
     block = text[start : text.index("#endif", start)]
     listed = re.findall(r"TB_DECODE_VARIANT\(([^)]*)\)", block)
     assert [tuple(int(x) for x in item.split(",")) for item in listed] == [
-        tuple(v.params[p] for p in ("mx", "kb", "rw", "u", "rg", "pg")) for v in DECODE.space("rocm")
+        tuple(v.params[p] for p in ("mx", "kb", "rw", "u", "rg", "pg", "pp")) for v in DECODE.space("rocm")
     ]
 
 
@@ -73,19 +74,19 @@ def test_parse_roundtrip(package: object) -> None:
 @pytest.mark.parametrize(
     ("package", "name", "backend", "reason"),
     [
-        (DECODE, "MX1/KB3/RW1/U4/RG1/PG0", "rocm", "kb must be one of 1,2,4,8"),
-        (DECODE, "MX2/KB1/RW1/U4/RG1/PG0", "cuda", "mx must be one of 1,4"),
+        (DECODE, "MX1/KB3/RW1/U4/RG1/PG0/PP0", "rocm", "kb must be one of 1,2,4,8"),
+        (DECODE, "MX2/KB1/RW1/U4/RG1/PG0/PP0", "cuda", "mx must be one of 1,4"),
         (
             DECODE,
-            "MX1/KB1/RW1/U4/RG1/PG0",
+            "MX1/KB1/RW1/U4/RG1/PG0/PP0",
             "host",
             "breaks restriction(s) for host: backend != 'host' or (mx == 4",
         ),
-        (DECODE, "MX4/KB2/RW1/U4/RG1/PG2", "cuda", "pg == 0 or (kb == 1 and rg == 1)"),
-        (DECODE, "MX1/KB08/RW1/U4/RG1/PG0", "rocm", "not canonical; write MX1/KB8/RW1/U4/RG1/PG0"),
-        (DECODE, "kb8/tw8", "rocm", "expected MX{mx}/KB{kb}/RW{rw}/U{u}/RG{rg}/PG{pg}"),
+        (DECODE, "MX4/KB2/RW1/U4/RG1/PG2/PP0", "cuda", "pg == 0 or (kb == 1 and rg == 1)"),
+        (DECODE, "MX1/KB08/RW1/U4/RG1/PG0/PP0", "rocm", "not canonical; write MX1/KB8/RW1/U4/RG1/PG0/PP0"),
+        (DECODE, "kb8/tw8", "rocm", "expected MX{mx}/KB{kb}/RW{rw}/U{u}/RG{rg}/PG{pg}/PP{pp}"),
         (DECODE, "N128/MT32/MB1/U4", "rocm", "not a tb-decode variant name"),
-        (DECODE, "MX1/KB8/RW1/U4/RG1/PG0", "vulkan", "no space for backend 'vulkan'"),
+        (DECODE, "MX1/KB8/RW1/U4/RG1/PG0/PP0", "vulkan", "no space for backend 'vulkan'"),
         (PREFILL, "N128/MT64/MB1/U0", "rocm", "not (n_tile == 128 and m_tile == 64)"),
         (PREFILL, "N96/MT32/MB1/U0", "cuda", "n_tile must be one of 64,128"),
         (PREFILL, "N64/MT16/MB2/U0", "host", "min_blocks == 1"),
@@ -128,17 +129,17 @@ def test_decode_launch_covers_every_row_once(wave: int, n: int, k: int, m: int) 
         if m > p["mx"]:
             assert "backend == 'host' or m <= mx" in problems
         slice_w = math.ceil(k // 32 / p["kb"]) * 32
-        fits = m * slice_w * 5 // 4 <= p["mx"] * {1: 10240, 2: 10240, 4: 5120, 8: 3072}[p["kb"]]
+        fits = m * slice_w * 5 // 4 <= p["mx"] * {1: 10240, 2: 10240, 4: 6144, 8: 3072}[p["kb"]]
         assert fits == (not any("fits" in q or "5 // 4" in q for q in problems))
         runnable += not problems
     assert runnable >= 3  # every shape keeps several variants
 
 
 def test_decode_point_rules_reject_large_m() -> None:
-    v = DECODE.parse("MX4/KB1/RW1/U4/RG1/PG0", "cuda")
+    v = DECODE.parse("MX4/KB1/RW1/U4/RG1/PG0/PP0", "cuda")
     values = DECODE.bindings(v, 64, 256, 5, FORMATS["Q8_0"], DeviceFacts("cuda", "sm_90", 132, 32))
     assert DECODE.point_problems(values) == ["backend == 'host' or m <= mx"]
-    m1 = DECODE.parse("MX1/KB1/RW1/U4/RG1/PG0", "cuda")
+    m1 = DECODE.parse("MX1/KB1/RW1/U4/RG1/PG0/PP0", "cuda")
     values = DECODE.bindings(m1, 64, 256, 2, FORMATS["Q8_0"], DeviceFacts("cuda", "sm_90", 132, 32))
     assert DECODE.point_problems(values) == ["backend == 'host' or m <= mx"]
 
@@ -172,9 +173,10 @@ def test_one_unit_per_format_with_one_symbol_per_variant() -> None:
     # each format is its own unit (tb-split: the arrays differ even where the shapes agree)
     others = [compile_units(DECODE, f, "rocm", DECODE.space("rocm"))[0].defines for f in ("Q4_0", "IQ4_NL")]
     assert others[0] != others[1] and defines not in others
-    assert defines["TB_DECODE_VARIANTS"].count("TB_DECODE_VARIANT(") == 36
+    assert defines["TB_DECODE_VARIANTS"].count("TB_DECODE_VARIANT(") == 42
     assert " " not in defines["TB_DECODE_VARIANTS"]
     assert set(units[0].symbols(DECODE).values()) == {
-        "tb_decode_mx{mx}_kb{kb}_rw{rw}_u{u}_rg{rg}_pg{pg}".format(**v.params) for v in DECODE.space("rocm")
+        "tb_decode_mx{mx}_kb{kb}_rw{rw}_u{u}_rg{rg}_pg{pg}_pp{pp}".format(**v.params)
+        for v in DECODE.space("rocm")
     }
     assert all((LIBRARY / p.name).is_dir() for p in (DECODE, PREFILL))

@@ -64,7 +64,7 @@ def test_push_sweep_winners_table(live_server: LiveServer, tmp_path: Path) -> No
     builtin = {
         **spec,
         "kernel": None,
-        "variants": ["MX4/KB1/RW1/U4/RG1/PG0", "MX4/KB4/RW2/U2/RG1/PG0"],
+        "variants": ["MX4/KB1/RW1/U4/RG1/PG0/PP0", "MX4/KB4/RW2/U2/RG1/PG0/PP0"],
         "labels": {"ci": "builtin"},
     }
     builtin.pop("kernel")

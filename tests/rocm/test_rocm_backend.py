@@ -30,8 +30,8 @@ from workers.isa.analyze import analyze_file
 
 DECODE = builtin_packages()["tb-decode"]
 
-VARIANTS = ("MX4/KB1/RW1/U4/RG1/PG0", "MX4/KB8/RW2/U2/RG1/PG0")
-SYMBOLS = ("tb_decode_mx4_kb1_rw1_u4_rg1_pg0", "tb_decode_mx4_kb8_rw2_u2_rg1_pg0")
+VARIANTS = ("MX4/KB1/RW1/U4/RG1/PG0/PP0", "MX4/KB4/RW2/U2/RG1/PG0/PP1")
+SYMBOLS = ("tb_decode_mx4_kb1_rw1_u4_rg1_pg0_pp0", "tb_decode_mx4_kb4_rw2_u2_rg1_pg0_pp1")
 
 pytestmark = pytest.mark.skipif(shutil.which("hipcc") is None, reason="Debian hipcc not installed")
 
@@ -99,16 +99,16 @@ def test_compile_error_stays_with_its_variant(tmp_path: Path) -> None:
     text = decode.read_text()
     anchor = "__device__ TB_FORCEINLINE void tb_decode_body(TB_DECODE_PARAMS) {\n"
     assert anchor in text
-    decode.write_text(text.replace(anchor, anchor + '    static_assert(KB != 2, "KB2 broken on purpose");\n'))
+    decode.write_text(text.replace(anchor, anchor + '    static_assert(KB != 4, "KB4 broken on purpose");\n'))
     package = load_folder(folder)
-    names = ("MX4/KB2/RW1/U4/RG1/PG0", "MX4/KB8/RW2/U2/RG1/PG0")
+    names = ("MX4/KB4/RW1/U4/RG1/PG0/PP1", "MX4/KB1/RW2/U2/RG1/PG0/PP0")
     variants = [package.parse(name, "rocm") for name in names]
     built = RocmBackend(tmp_path / "cache").build(package, "gfx906", "Q4_0", variants)
     assert not built.artifact.ok
     broken, fine = built.variants[names[0]], built.variants[names[1]]
-    assert broken.path is None and broken.error is not None and "KB2 broken on purpose" in broken.error
+    assert broken.path is None and broken.error is not None and "KB4 broken on purpose" in broken.error
     assert fine.error is None and fine.path is not None
-    assert set(built.artifact.resources) == {SYMBOLS[1]}
+    assert set(built.artifact.resources) == {"tb_decode_mx4_kb1_rw2_u2_rg1_pg0_pp0"}
 
 
 def test_registry_knows_rocm(tmp_path: Path) -> None:

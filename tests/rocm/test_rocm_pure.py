@@ -24,7 +24,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "rocprof"
 
 
 def test_decode_argument_buffer_layout() -> None:
-    variant = DECODE.parse("MX4/KB8/RW2/U4/RG1/PG0", "rocm")
+    variant = DECODE.parse("MX4/KB4/RW2/U2/RG1/PG0/PP1", "rocm")
     values = DECODE.bindings(variant, 17408, 5120, 2, FORMATS["Q4_0"], DeviceFacts("rocm", "gfx906", 60, 64))
     names = ("qs", "qh", "sc", "x", "y", "workspace", "counters")
     pointers = {name: 0x7F00_0000_1000 * (i + 1) if name != "qh" else 0 for i, name in enumerate(names)}
@@ -62,13 +62,13 @@ def test_launch_geometry_from_the_manifest() -> None:
     device = DeviceFacts("rocm", "gfx906", 60, 64)
     decode = DECODE.geometry(
         DECODE.bindings(
-            DECODE.parse("MX4/KB8/RW2/U4/RG1/PG0", "rocm"), 17408, 5120, 1, FORMATS["Q4_0"], device
+            DECODE.parse("MX4/KB4/RW2/U2/RG1/PG0/PP1", "rocm"), 17408, 5120, 1, FORMATS["Q4_0"], device
         )
     )
     # 256 threads = 4 waves of 64, 2 rows each: grid.x = 17408 / 8 = 2176; grid.y = KB
-    assert (decode.grid, decode.block, decode.shared_bytes) == ((2176, 8, 1), (256, 1, 1), 0)
+    assert (decode.grid, decode.block, decode.shared_bytes) == ((2176, 4, 1), (256, 1, 1), 0)
     persistent = DECODE.bindings(
-        DECODE.parse("MX1/KB1/RW1/U8/RG1/PG2", "rocm"), 1024, 5120, 1, FORMATS["Q4_0"], device
+        DECODE.parse("MX1/KB1/RW1/U8/RG1/PG2/PP0", "rocm"), 1024, 5120, 1, FORMATS["Q4_0"], device
     )
     # 256 tiles of 4 rows, but a persistent grid of 2 workgroups per CU: 120 workgroups stride over them
     assert DECODE.geometry(persistent).grid == (120, 1, 1) and as_int(persistent["tiles"]) == 256

@@ -130,7 +130,7 @@ def test_decode_shapes_and_tails(backend: HostBackend, fmt: str, n: int, k: int,
     for r in result.results:
         assert r.error is None and r.parity is not None and r.parity.passed, (r.variant, r.parity)
         p = DECODE.parse(r.variant, "host").params
-        assert r.symbol == "tb_decode_mx{mx}_kb{kb}_rw{rw}_u{u}_rg{rg}_pg{pg}".format(**p)
+        assert r.symbol == "tb_decode_mx{mx}_kb{kb}_rw{rw}_u{u}_rg{rg}_pg{pg}_pp{pp}".format(**p)
 
 
 @pytest.mark.parametrize(("n", "k", "m"), [(129, 96, 33), (5, 32, 1), (64, 256, 16)])
@@ -200,7 +200,13 @@ def test_kernel_that_drops_a_k_block_fails_parity_but_is_timed(tmp_path: Path) -
     # the same at a realistic K: one block of 17408 / 32 = 544 is still caught by the int8 bounds
     big = backend.run_task(
         spec(
-            "Q4_K", 8, 17408, 1, variants=("MX4/KB4/RW1/U4/RG1/PG0",), min_dispatches=1, kernel_root=str(src)
+            "Q4_K",
+            8,
+            17408,
+            1,
+            variants=("MX4/KB4/RW1/U4/RG1/PG0/PP0",),
+            min_dispatches=1,
+            kernel_root=str(src),
         )
     )
     assert big.results[0].parity is not None and not big.results[0].parity.passed
@@ -226,7 +232,7 @@ def test_kernel_that_skips_an_output_row_fails_via_nan_fill(tmp_path: Path) -> N
 
 
 def test_invalid_variant_is_reported_and_others_run(backend: HostBackend) -> None:
-    gpu_only, ok = "MX4/KB2/RW1/U4/RG1/PG0", "MX4/KB4/RW2/U2/RG1/PG0"
+    gpu_only, ok = "MX4/KB2/RW1/U4/RG1/PG0/PP0", "MX4/KB4/RW2/U2/RG1/PG0/PP0"
     result = backend.run_task(spec("Q8_0", 16, 64, 1, variants=(gpu_only, ok, "bogus")))
     by_name = {r.variant: r for r in result.results}
     assert "breaks restriction(s) for host" in (by_name[gpu_only].error or "")

@@ -5,7 +5,7 @@
  * format specifics (nibble unpack, IQ4 codebook by byte permutes, Q5/Q6 high bits, K-quant scales,
  * dp4a / sdot4) live in tb_formats.h, shared with prefill and with the host twin (decode_gemv.c).
  *
- * Exported symbols (one per variant):  tb_decode_rg{RG}_rw{RW}_u{U}_kb{KB}_pg{PG}
+ * Exported symbols (one per variant):  tb_decode_mx{MX}_kb{KB}_rw{RW}_u{U}_rg{RG}_pg{PG}_pp{PP}
  *
  * Kernel arguments (ABI; declared in tunebase-kernel.toml [[args]], keep in sync):
  *   0  const uint8_t *qs         [N][K*TB_QBITS/8]     payload
@@ -23,6 +23,7 @@
  * Launch: block = (256,1,1), grid = (grid_x, KB, 1), no dynamic LDS (static LDS per variant, below).
  *
  * Variant meaning (every lane reads 16-byte payload CHUNKS, lane-contiguous, so a row's loads coalesce):
+ *   MX  rows of M compiled for (m <= MX): MX = 1 keeps registers and static LDS of M = 1 small
  *   RG  row groups per wave: a row is read by wave/RG lanes (RG = 2: half-waves, for short K)
  *   RW  rows per lane group processed together: each x chunk read from LDS serves RW rows
  *   U   chunks per lane per row loaded before any arithmetic: RW*U 16-byte loads in flight per lane
@@ -30,6 +31,10 @@
  *       tile adds the partials in slice order (no atomics on y, bitwise reproducible)
  *   PG  0: one workgroup per row tile; P > 0: a persistent grid of P workgroups per CU looping over
  *       tiles, so x is quantised into LDS once per workgroup for many tiles instead of once per tile
+ *   PP  1: software pipeline: a workgroup's (tile, batch) sequence is one stream, and the loads of the
+ *       next batch are issued before the arithmetic of this one (two register buffers); 0: batches in turn
+ *       (measured on the H200, 2026-11-30: the single-buffered kernel left the GateUp at 62 % of copy
+ *       bandwidth, latency-bound with one batch per row and 16-24 warps per SM)
  *
  * Data flow: (1) the first batch of weight loads is issued, (2) x of this workgroup's K slice is
  * quantised per 32-block to int8 into static LDS (kernels/activations.py's rule; each 16-weight half
@@ -37,17 +42,17 @@
  * no bank conflicts) together with per-block (xs, xs*xsum), (3) chunks are unpacked in registers and
  * dotted against x with dp4a / sdot4, (4) the RW x 4 partial sums of a lane group are reduced with a
  * transposing butterfly (RW*4/2 + ... shuffles instead of RW*4*log2(lanes)).
- * Static LDS: x of the K slice for up to 4 rows of M, 1.25 bytes per weight per row: TB_XB(KB) bytes,
- * 40 KiB at KB <= 2, 20 KiB at KB = 4, 12 KiB at KB = 8. It sets the occupancy on AMD (gfx906/90a/942:
- * 64 KiB per CU -> 1, 3, 5 workgroups; gfx950: 160 KiB) and the manifest's point rule says when a
- * (m, k, kb) slice fits.
+ * Static LDS: x of the K slice for MX rows, 1.25 bytes per weight per row: TB_XB(KB, MX) bytes, MX x 10 KiB
+ * at KB <= 2, MX x 6 KiB at KB = 4, MX x 3 KiB at KB = 8. It sets the occupancy on AMD (gfx906/90a/942:
+ * 64 KiB per CU -> 1 workgroup at 40 KiB, 2 at 24, 6 at 10; gfx950: 160 KiB) and the manifest's point
+ * rule says when a (m, k, kb) slice fits.
  */
 #include "tb_formats.h"
 
 #define TB_THREADS 256
 #define TB_WAVES (TB_THREADS / TB_WAVE)
 /* static LDS bytes: x of the K slice for MX rows, 1.25 bytes per weight per row */
-#define TB_XB(KB, MX) ((MX) * ((KB) <= 2 ? 10240 : ((KB) == 4 ? 5120 : 3072)))
+#define TB_XB(KB, MX) ((MX) * ((KB) <= 2 ? 10240 : ((KB) == 4 ? 6144 : 3072)))
 
 /* 32-bit registers one chunk keeps live between its loads and its arithmetic (payload + meta) */
 #if defined(TB_FMT_Q6_K)
@@ -72,9 +77,14 @@
 #define TB_LDS_PER_CU 65536
 #endif
 #define TB_LDS_WAVES(KB, MX) (TB_LDS_PER_CU / TB_XB(KB, MX) > 0 ? TB_LDS_PER_CU / TB_XB(KB, MX) : 1)
-/* AMD code needs about one VGPR more per chunk in flight than sm_90 (gfx906 hipcc: 84 VGPRs + 3 spills at
- * MX=1, RW=1, U=8 when capped at 3 waves) */
+/* AMD code needs more VGPRs than sm_90 needs registers: about one more per chunk in flight (gfx906 hipcc:
+ * 84 VGPRs + 3 spills at MX=1, RW=1, U=8 capped at 3 waves), and half as many again for the formats
+ * with two or more meta words (Q4_K / IQ4_XS at MX=1, RW=2, U=4: 128 VGPRs + 28 spills at 2 waves) */
+#if TB_META_REGS >= 2
+#define TB_EST_VGPRS(RW, U, MX) (TB_EST_REGS(RW, U, MX) * 3 / 2)
+#else
 #define TB_EST_VGPRS(RW, U, MX) (TB_EST_REGS(RW, U, MX) + (RW) * (U))
+#endif
 #define TB_REG_WAVES(RW, U, MX) (256 / TB_EST_VGPRS(RW, U, MX) > 0 ? 256 / TB_EST_VGPRS(RW, U, MX) : 1)
 #define TB_OCC(RW, U, KB, MX)                                                                           \
     (TB_LDS_WAVES(KB, MX) < TB_REG_WAVES(RW, U, MX) ? TB_LDS_WAVES(KB, MX) : TB_REG_WAVES(RW, U, MX))
@@ -167,126 +177,104 @@ struct tb_reduce {
     }
 };
 
-template <int RG, int RW, int U, int KB, int PG, int MX>
-__device__ TB_FORCEINLINE void tb_decode_body(TB_DECODE_PARAMS) {
-    constexpr int G = TB_WAVE / RG;           /* lanes per row */
-    constexpr int ROWS_WG = TB_WAVES * RG * RW; /* rows per tile */
-    constexpr int XB = TB_XB(KB, MX);
-    constexpr int V = RW * MX;
-    static_assert(V <= G, "the butterfly needs RW * MX <= lanes per row");
-    __shared__ tb_u32x4 lds[XB / 16];
-    (void)PG;
+/* the 16-byte payload chunks (and their scale / high-bit words) of one batch: U chunks of RW rows */
+template <int RW, int U>
+struct tb_batch {
+    tb_u32 q[RW][U][4];
+    tb_meta mt[RW][U];
+};
 
-    const int tid = TB_TID;
-    const int lane = tid & (TB_WAVE - 1);
-    const int wave = tid / TB_WAVE;
-    const int lg = lane & (G - 1);  /* lane inside its row group */
-    const int grp = lane / G;       /* row group inside the wave */
+/* Everything a workgroup knows about its share of the problem: K slice, LDS x, row geometry. */
+template <int RG, int RW, int U, int KB, int MX>
+struct tb_work {
+    static constexpr int G = TB_WAVE / RG;              /* lanes per row */
+    static constexpr int ROWS_WG = TB_WAVES * RG * RW;  /* rows per tile */
+    static constexpr int V = RW * MX;                   /* partial sums per lane */
+    const tb_u8 *qs, *qh, *sc;
+    float *y, *workspace;
+    tb_u32 *counters;
+    int m, n, tid, lg, rowoff, slice, c0, c1, nchunks, xb0, nxb;
+    tb_size qs_row, qh_row, sc_row;
+    const tb_u32x4 *xq;
+    const float *xm;
 
-    /* this workgroup's K slice, in whole format blocks */
-    const int nblk = k / TB_BLOCK_WEIGHTS;
-    const int slice = KB > 1 ? TB_BID_Y : 0;
-    const int per = (nblk + KB - 1) / KB;
-    const int blk0 = slice * per < nblk ? slice * per : nblk;
-    const int blk1 = blk0 + per < nblk ? blk0 + per : nblk;
-    const int c0 = blk0 * TB_CHUNKS_PER_BLOCK, c1 = blk1 * TB_CHUNKS_PER_BLOCK;
-    const int nchunks = c1 - c0;
-    const int xb0 = blk0 * (TB_BLOCK_WEIGHTS / 32), nxb = (blk1 - blk0) * (TB_BLOCK_WEIGHTS / 32);
-    tb_u32x4 *xq = lds;
-    float *xm = (float *)(lds + m * TB_RUNS * nchunks);
-
-    const tb_size qs_row = (tb_size)k * TB_QBITS / 8;
-    const tb_size qh_row = (tb_size)(k / TB_BLOCK_WEIGHTS) * TB_QH_BYTES;
-    const tb_size sc_row = (tb_size)(k / TB_BLOCK_WEIGHTS) * TB_SC_BYTES;
-
-    bool staged = false;
-    for (int tile = TB_BID_X; tile < tiles; tile += grid_x) {
-        const int row0 = tile * ROWS_WG + (wave * RG + grp) * RW;
-        const tb_u8 *qsr[RW];
-        const tb_u8 *qhr[RW];
-        const tb_u8 *scr[RW];
+    /* issue the loads of batch `base` of tile `tile` (rows past n are clamped: loads stay valid) */
+    __device__ TB_FORCEINLINE void load(tb_batch<RW, U> &b, int tile, int base) const {
+        const int row0 = tile * ROWS_WG + rowoff;
 #pragma unroll
         for (int r = 0; r < RW; ++r) {
-            const int row = row0 + r < n ? row0 + r : n - 1; /* clamp: loads stay valid, writes are skipped */
-            qsr[r] = qs + (tb_size)row * qs_row;
-            qhr[r] = TB_QH_BYTES ? qh + (tb_size)row * qh_row : qh;
-            scr[r] = sc + (tb_size)row * sc_row;
-        }
-        float acc[V];
-#pragma unroll
-        for (int j = 0; j < V; ++j) acc[j] = 0.0f;
-
-        /* uniform trip count across the workgroup: the staging barrier below is reached by all */
-        for (int base = c0; base < c1 || !staged; base += G * U) {
-            tb_u32 q[RW][U][4];
-            tb_meta mt[RW][U];
+            const tb_size row = (tb_size)(row0 + r < n ? row0 + r : n - 1);
+            const tb_u8 *qsr = qs + row * qs_row;
+            const tb_u8 *qhr = TB_QH_BYTES ? qh + row * qh_row : qh;
+            const tb_u8 *scr = sc + row * sc_row;
 #pragma unroll
             for (int u = 0; u < U; ++u) {
                 const int c = base + u * G + lg;
                 if (c < c1) {
-#pragma unroll
-                    for (int r = 0; r < RW; ++r) {
-                        tb_ld_u32x4(qsr[r] + 16 * (tb_size)c, q[r][u]);
-                        mt[r][u] = tb_load_meta(qhr[r], scr[r], c);
-                    }
+                    tb_ld_u32x4(qsr + 16 * (tb_size)c, b.q[r][u]);
+                    b.mt[r][u] = tb_load_meta(qhr, scr, c);
                 }
             }
-            if (!staged) { /* first batch of this workgroup: its loads are in flight while x is staged */
-                tb_stage_x(x, m, k, xb0, nxb, c0, nchunks, xq, xm);
-                tb_sync();
-                staged = true;
-                if (base >= c1) break; /* empty slice */
-            }
+        }
+    }
+
+    /* unpack the batch in registers and add its dot products with x (from LDS) into acc */
+    __device__ TB_FORCEINLINE void compute(const tb_batch<RW, U> &b, int base, float *acc) const {
 #pragma unroll
-            for (int u = 0; u < U; ++u) {
-                const int c = base + u * G + lg;
-                if (c < c1) {
-                    const int lc = c - c0;
-                    const int bl = tb_chunk_p_lo(c) / 32 - xb0, bh = tb_chunk_p_hi(c) / 32 - xb0;
-                    tb_chunk ch[RW];
+        for (int u = 0; u < U; ++u) {
+            const int c = base + u * G + lg;
+            if (c < c1) {
+                const int lc = c - c0;
+                const int bl = tb_chunk_p_lo(c) / 32 - xb0, bh = tb_chunk_p_hi(c) / 32 - xb0;
+                (void)bh;
+                tb_chunk ch[RW];
 #pragma unroll
-                    for (int r = 0; r < RW; ++r) ch[r] = tb_unpack(q[r][u], mt[r][u], c);
+                for (int r = 0; r < RW; ++r) ch[r] = tb_unpack(b.q[r][u], b.mt[r][u], c);
 #pragma unroll
-                    for (int i = 0; i < MX; ++i) {
-                        if (i < m) { /* x of row i read once from LDS, used by all RW rows */
-                            tb_i32 xl[4], xh[4];
-                            const tb_u32x4 a = xq[(i * TB_RUNS) * nchunks + lc];
-                            xl[0] = (tb_i32)a.x, xl[1] = (tb_i32)a.y, xl[2] = (tb_i32)a.z, xl[3] = (tb_i32)a.w;
+                for (int i = 0; i < MX; ++i) {
+                    if (i < m) { /* x of row i read once from LDS, used by all RW rows */
+                        tb_i32 xl[4], xh[4];
+                        const tb_u32x4 a = xq[(i * TB_RUNS) * nchunks + lc];
+                        xl[0] = (tb_i32)a.x, xl[1] = (tb_i32)a.y, xl[2] = (tb_i32)a.z, xl[3] = (tb_i32)a.w;
 #if TB_RUNS == 2
-                            const tb_u32x4 b = xq[(i * TB_RUNS + 1) * nchunks + lc];
-                            xh[0] = (tb_i32)b.x, xh[1] = (tb_i32)b.y, xh[2] = (tb_i32)b.z, xh[3] = (tb_i32)b.w;
+                        const tb_u32x4 h = xq[(i * TB_RUNS + 1) * nchunks + lc];
+                        xh[0] = (tb_i32)h.x, xh[1] = (tb_i32)h.y, xh[2] = (tb_i32)h.z, xh[3] = (tb_i32)h.w;
 #else
-                            xh[0] = xh[1] = xh[2] = xh[3] = 0;
+                        xh[0] = xh[1] = xh[2] = xh[3] = 0;
 #endif
-                            const tb_f2 ml = *(const tb_f2 *)(xm + 2 * (i * nxb + bl));
+                        const tb_f2 ml = *(const tb_f2 *)(xm + 2 * (i * nxb + bl));
 #if TB_SAME_BLOCK || TB_RUNS == 1
-                            const tb_f2 mh = ml; /* both runs in one 32-block of x */
+                        const tb_f2 mh = ml; /* both runs in one 32-block of x */
 #else
-                            const tb_f2 mh = *(const tb_f2 *)(xm + 2 * (i * nxb + bh));
+                        const tb_f2 mh = *(const tb_f2 *)(xm + 2 * (i * nxb + bh));
 #endif
 #pragma unroll
-                            for (int r = 0; r < RW; ++r)
-                                acc[r * MX + i] += tb_chunk_dot(&ch[r], c, xl, xh, ml.x, mh.x, ml.y, mh.y);
-                        }
+                        for (int r = 0; r < RW; ++r)
+                            acc[r * MX + i] += tb_chunk_dot(&ch[r], c, xl, xh, ml.x, mh.x, ml.y, mh.y);
                     }
                 }
             }
         }
+    }
 
+    /* reduce the lane group's sums, write y (KB = 1) or this slice's partials; with KB > 1 the
+     * last slice of the tile to arrive adds the partials in slice order. Zeroes acc. */
+    __device__ TB_FORCEINLINE void finish(int tile, float *acc) const {
         tb_reduce<V, G>::run(acc, lg);
         const int j = tb_reduce<V, G>::owned(lg);
         const int r = j / MX, i = j % MX;
-        const int row = row0 + r;
+        const int row = tile * ROWS_WG + rowoff + r;
         if ((lg & (G / V - 1)) == 0 && i < m && row < n) {
             if (KB == 1)
                 y[(tb_size)i * (tb_size)n + (tb_size)row] = acc[0];
             else
                 workspace[((tb_size)slice * (tb_size)m + (tb_size)i) * (tb_size)n + (tb_size)row] = acc[0];
         }
-
-        if (KB > 1) { /* the last slice of this tile to arrive adds the partials in slice order */
+#pragma unroll
+        for (int v = 0; v < V; ++v) acc[v] = 0.0f;
+        if (KB > 1) {
             __shared__ int tb_last;
-            tb_fence_release_device();
+            tb_fence_release_device(); /* this thread's partials visible device-wide before the count */
             tb_sync();
             if (tid == 0) tb_last = tb_atomic_inc(&counters[tile]) == (tb_u32)(KB - 1);
             tb_sync();
@@ -309,29 +297,118 @@ __device__ TB_FORCEINLINE void tb_decode_body(TB_DECODE_PARAMS) {
             tb_sync(); /* tb_last is rewritten by the next tile */
         }
     }
-}
+};
 
-#define TB_DECODE_VARIANT(MX, KB, RW, U, RG, PG)                                                       \
-    extern "C" __global__ TB_LAUNCH_BOUNDS(TB_THREADS, TB_OCC(RW, U, KB, MX)) void                    \
-        tb_decode_mx##MX##_kb##KB##_rw##RW##_u##U##_rg##RG##_pg##PG(TB_DECODE_PARAMS) {              \
-        tb_decode_body<RG, RW, U, KB, PG, MX>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x); \
+template <int RG, int RW, int U, int KB, int PG, int MX, int PP>
+__device__ TB_FORCEINLINE void tb_decode_body(TB_DECODE_PARAMS) {
+    typedef tb_work<RG, RW, U, KB, MX> W;
+    static_assert(W::V <= W::G, "the butterfly needs RW * MX <= lanes per row");
+    __shared__ tb_u32x4 lds[TB_XB(KB, MX) / 16];
+    (void)PG;
+
+    W w;
+    w.qs = qs, w.qh = qh, w.sc = sc, w.y = y, w.workspace = workspace, w.counters = counters;
+    w.m = m, w.n = n;
+    w.tid = TB_TID;
+    const int lane = w.tid & (TB_WAVE - 1);
+    w.lg = lane & (W::G - 1);                                       /* lane inside its row group */
+    w.rowoff = ((w.tid / TB_WAVE) * RG + lane / W::G) * RW;        /* first row of this group in a tile */
+    /* this workgroup's K slice, in whole format blocks */
+    const int nblk = k / TB_BLOCK_WEIGHTS;
+    w.slice = KB > 1 ? TB_BID_Y : 0;
+    const int per = (nblk + KB - 1) / KB;
+    const int blk0 = w.slice * per < nblk ? w.slice * per : nblk;
+    const int blk1 = blk0 + per < nblk ? blk0 + per : nblk;
+    w.c0 = blk0 * TB_CHUNKS_PER_BLOCK, w.c1 = blk1 * TB_CHUNKS_PER_BLOCK;
+    w.nchunks = w.c1 - w.c0;
+    w.xb0 = blk0 * (TB_BLOCK_WEIGHTS / 32), w.nxb = (blk1 - blk0) * (TB_BLOCK_WEIGHTS / 32);
+    w.qs_row = (tb_size)k * TB_QBITS / 8;
+    w.qh_row = (tb_size)(k / TB_BLOCK_WEIGHTS) * TB_QH_BYTES;
+    w.sc_row = (tb_size)(k / TB_BLOCK_WEIGHTS) * TB_SC_BYTES;
+    tb_u32x4 *xq = lds;
+    float *xm = (float *)(lds + m * TB_RUNS * w.nchunks);
+    w.xq = xq, w.xm = xm;
+
+    float acc[W::V];
+#pragma unroll
+    for (int v = 0; v < W::V; ++v) acc[v] = 0.0f;
+    int tile = TB_BID_X;
+    if (tile >= tiles) return; /* uniform over the workgroup */
+    constexpr int STEP = W::G * U;
+
+    if (PP == 0) {
+        /* batches one after the other: the next loads start after this batch's arithmetic */
+        bool staged = false;
+        for (; tile < tiles; tile += grid_x) {
+            for (int base = w.c0; base < w.c1 || !staged; base += STEP) { /* uniform trip count */
+                tb_batch<RW, U> b;
+                w.load(b, tile, base);
+                if (!staged) { /* first batch: its loads are in flight while x is staged */
+                    tb_stage_x(x, m, k, w.xb0, w.nxb, w.c0, w.nchunks, xq, xm);
+                    tb_sync();
+                    staged = true;
+                    if (base >= w.c1) break; /* empty slice */
+                }
+                w.compute(b, base, acc);
+            }
+            w.finish(tile, acc);
+        }
+        return;
     }
 
-/* -DTB_DECODE_VARIANTS='TB_DECODE_VARIANT(1,1,1,4,1,0) ...' builds a subset; default: the whole GPU space
+    /* PP = 1: software pipeline over the flattened (tile, batch) sequence of this workgroup: the loads
+     * of the next batch (of this tile or the next) are issued before this batch's arithmetic, so every
+     * lane keeps 16-byte loads in flight through the unpack, the dots and the end-of-tile reduction */
+    if (w.c1 == w.c0) { /* empty K slice (KB > number of blocks): partials are zero */
+        for (; tile < tiles; tile += grid_x) w.finish(tile, acc);
+        return;
+    }
+    tb_batch<RW, U> a, b;
+    int base = w.c0;
+    w.load(a, tile, base);
+    tb_stage_x(x, m, k, w.xb0, w.nxb, w.c0, w.nchunks, xq, xm);
+    tb_sync();
+    for (;;) {
+        int nt = tile, nb = base + STEP;
+        if (nb >= w.c1) nt += grid_x, nb = w.c0;
+        if (nt < tiles) w.load(b, nt, nb);
+        w.compute(a, base, acc);
+        if (nb == w.c0) w.finish(tile, acc);
+        if (nt >= tiles) return;
+        tile = nt, base = nb;
+        nt = tile, nb = base + STEP; /* the same step with the buffers' roles swapped */
+        if (nb >= w.c1) nt += grid_x, nb = w.c0;
+        if (nt < tiles) w.load(a, nt, nb);
+        w.compute(b, base, acc);
+        if (nb == w.c0) w.finish(tile, acc);
+        if (nt >= tiles) return;
+        tile = nt, base = nb;
+    }
+}
+
+#define TB_DECODE_VARIANT(MX, KB, RW, U, RG, PG, PP)                                                   \
+    extern "C" __global__ TB_LAUNCH_BOUNDS(TB_THREADS, TB_OCC(RW, U * (1 + PP), KB, MX)) void         \
+        tb_decode_mx##MX##_kb##KB##_rw##RW##_u##U##_rg##RG##_pg##PG##_pp##PP(TB_DECODE_PARAMS) {     \
+        tb_decode_body<RG, RW, U, KB, PG, MX, PP>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x); \
+    }
+
+/* -DTB_DECODE_VARIANTS='TB_DECODE_VARIANT(1,1,1,4,1,0,1) ...' builds a subset; default: the whole GPU space
  * (tests/packages/test_builtin_packages.py checks that this list equals the manifest's space) */
 #ifndef TB_DECODE_VARIANTS
 #define TB_DECODE_VARIANTS \
-    TB_DECODE_VARIANT(1, 1, 1, 4, 1, 0) TB_DECODE_VARIANT(1, 1, 1, 4, 1, 2) TB_DECODE_VARIANT(1, 1, 1, 4, 2, 0) \
-    TB_DECODE_VARIANT(1, 1, 1, 8, 1, 0) TB_DECODE_VARIANT(1, 1, 1, 8, 1, 2) TB_DECODE_VARIANT(1, 1, 1, 8, 2, 0) \
-    TB_DECODE_VARIANT(1, 1, 2, 4, 1, 0) TB_DECODE_VARIANT(1, 1, 2, 4, 1, 2) TB_DECODE_VARIANT(1, 1, 2, 4, 2, 0) \
-    TB_DECODE_VARIANT(1, 2, 1, 4, 1, 0) TB_DECODE_VARIANT(1, 2, 1, 8, 1, 0) TB_DECODE_VARIANT(1, 2, 2, 4, 1, 0) \
-    TB_DECODE_VARIANT(1, 4, 1, 4, 1, 0) TB_DECODE_VARIANT(1, 4, 1, 8, 1, 0) TB_DECODE_VARIANT(1, 4, 2, 4, 1, 0) \
-    TB_DECODE_VARIANT(1, 8, 1, 4, 1, 0) TB_DECODE_VARIANT(1, 8, 1, 8, 1, 0) TB_DECODE_VARIANT(1, 8, 2, 4, 1, 0) \
-    TB_DECODE_VARIANT(4, 1, 1, 4, 1, 0) TB_DECODE_VARIANT(4, 1, 1, 4, 1, 2) TB_DECODE_VARIANT(4, 1, 1, 4, 2, 0) \
-    TB_DECODE_VARIANT(4, 1, 2, 2, 1, 0) TB_DECODE_VARIANT(4, 1, 2, 2, 1, 2) TB_DECODE_VARIANT(4, 1, 2, 2, 2, 0) \
-    TB_DECODE_VARIANT(4, 1, 2, 4, 1, 0) TB_DECODE_VARIANT(4, 1, 2, 4, 1, 2) TB_DECODE_VARIANT(4, 1, 2, 4, 2, 0) \
-    TB_DECODE_VARIANT(4, 2, 1, 4, 1, 0) TB_DECODE_VARIANT(4, 2, 2, 2, 1, 0) TB_DECODE_VARIANT(4, 2, 2, 4, 1, 0) \
-    TB_DECODE_VARIANT(4, 4, 1, 4, 1, 0) TB_DECODE_VARIANT(4, 4, 2, 2, 1, 0) TB_DECODE_VARIANT(4, 4, 2, 4, 1, 0) \
-    TB_DECODE_VARIANT(4, 8, 1, 4, 1, 0) TB_DECODE_VARIANT(4, 8, 2, 2, 1, 0) TB_DECODE_VARIANT(4, 8, 2, 4, 1, 0)
+    TB_DECODE_VARIANT(1, 1, 1, 2, 1, 0, 1) TB_DECODE_VARIANT(1, 1, 1, 2, 1, 2, 1) TB_DECODE_VARIANT(1, 1, 1, 2, 2, 0, 1) \
+    TB_DECODE_VARIANT(1, 1, 1, 4, 1, 0, 0) TB_DECODE_VARIANT(1, 1, 1, 4, 1, 0, 1) TB_DECODE_VARIANT(1, 1, 1, 4, 1, 2, 0) \
+    TB_DECODE_VARIANT(1, 1, 1, 4, 1, 2, 1) TB_DECODE_VARIANT(1, 1, 1, 4, 2, 0, 0) TB_DECODE_VARIANT(1, 1, 1, 4, 2, 0, 1) \
+    TB_DECODE_VARIANT(1, 1, 1, 8, 1, 0, 0) TB_DECODE_VARIANT(1, 1, 1, 8, 1, 2, 0) TB_DECODE_VARIANT(1, 1, 1, 8, 2, 0, 0) \
+    TB_DECODE_VARIANT(1, 1, 2, 2, 1, 0, 1) TB_DECODE_VARIANT(1, 1, 2, 2, 1, 2, 1) TB_DECODE_VARIANT(1, 1, 2, 2, 2, 0, 1) \
+    TB_DECODE_VARIANT(1, 1, 2, 4, 1, 0, 0) TB_DECODE_VARIANT(1, 1, 2, 4, 1, 2, 0) TB_DECODE_VARIANT(1, 1, 2, 4, 2, 0, 0) \
+    TB_DECODE_VARIANT(1, 4, 1, 2, 1, 0, 1) TB_DECODE_VARIANT(1, 4, 1, 4, 1, 0, 1) TB_DECODE_VARIANT(1, 4, 2, 2, 1, 0, 1) \
+    TB_DECODE_VARIANT(4, 1, 1, 2, 1, 0, 1) TB_DECODE_VARIANT(4, 1, 1, 2, 1, 2, 1) TB_DECODE_VARIANT(4, 1, 1, 2, 2, 0, 1) \
+    TB_DECODE_VARIANT(4, 1, 1, 4, 1, 0, 0) TB_DECODE_VARIANT(4, 1, 1, 4, 1, 0, 1) TB_DECODE_VARIANT(4, 1, 1, 4, 1, 2, 0) \
+    TB_DECODE_VARIANT(4, 1, 1, 4, 1, 2, 1) TB_DECODE_VARIANT(4, 1, 1, 4, 2, 0, 0) TB_DECODE_VARIANT(4, 1, 1, 4, 2, 0, 1) \
+    TB_DECODE_VARIANT(4, 1, 2, 2, 1, 0, 0) TB_DECODE_VARIANT(4, 1, 2, 2, 1, 0, 1) TB_DECODE_VARIANT(4, 1, 2, 2, 1, 2, 0) \
+    TB_DECODE_VARIANT(4, 1, 2, 2, 1, 2, 1) TB_DECODE_VARIANT(4, 1, 2, 2, 2, 0, 0) TB_DECODE_VARIANT(4, 1, 2, 2, 2, 0, 1) \
+    TB_DECODE_VARIANT(4, 1, 2, 4, 1, 0, 0) TB_DECODE_VARIANT(4, 1, 2, 4, 1, 2, 0) TB_DECODE_VARIANT(4, 1, 2, 4, 2, 0, 0) \
+    TB_DECODE_VARIANT(4, 4, 1, 2, 1, 0, 1) TB_DECODE_VARIANT(4, 4, 1, 4, 1, 0, 1) TB_DECODE_VARIANT(4, 4, 2, 2, 1, 0, 1)
 #endif
 TB_DECODE_VARIANTS

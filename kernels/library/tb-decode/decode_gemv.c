@@ -6,12 +6,12 @@
  * 32-block to int8 exactly as the GPU kernels do, so parity runs the GPU's unpack and dot code on
  * every machine. Compile once per format:
  *   cc -O3 -std=c11 -fPIC -shared -DTB_FMT_<NAME>=1 -DTB_QBITS=.. -DTB_QS_BYTES=.. -DTB_QH_BYTES=..
- *      -DTB_SC_BYTES=.. -DTB_BLOCK_WEIGHTS=.. [-DTB_DECODE_VARIANTS='TB_DECODE_VARIANT(4,1,1,4,1,0)'] ... -lm
- * Every TB_DECODE_VARIANT(mx, kb, rw, u, rg, pg) becomes one exported symbol
- *   void tb_decode_mx<mx>_kb<kb>_rw<rw>_u<u>_rg<rg>_pg<pg>(const uint8_t *qs, const uint8_t *qh,
+ *      -DTB_SC_BYTES=.. -DTB_BLOCK_WEIGHTS=.. [-DTB_DECODE_VARIANTS='TB_DECODE_VARIANT(4,1,1,4,1,0,0)'] ... -lm
+ * Every TB_DECODE_VARIANT(mx, kb, rw, u, rg, pg, pp) becomes one exported symbol
+ *   void tb_decode_mx<mx>_kb<kb>_rw<rw>_u<u>_rg<rg>_pg<pg>_pp<pp>(const uint8_t *qs, const uint8_t *qh,
  *        const uint8_t *sc, const float *x, float *y, int m, int n, int k)
  * CPU meaning: rw rows share one pass over x, the K blocks are cut into kb slices whose partial sums
- * are added in slice order (the GPU's order), u chunks are unrolled; mx, rg and pg have no CPU meaning
+ * are added in slice order (the GPU's order), u chunks are unrolled; mx, rg, pg, pp have no CPU meaning
  * (any M runs).
  */
 #include "tb_host.h"
@@ -71,16 +71,16 @@ static void tb_decode_host(const uint8_t *qs, const uint8_t *qh, const uint8_t *
     free(xd);
 }
 
-#define TB_SYM(mx, kb, rw, u, rg, pg) tb_decode_mx##mx##_kb##kb##_rw##rw##_u##u##_rg##rg##_pg##pg
+#define TB_SYM(mx, kb, rw, u, rg, pg, pp) tb_decode_mx##mx##_kb##kb##_rw##rw##_u##u##_rg##rg##_pg##pg##_pp##pp
 
-#define TB_DECODE_VARIANT(MX, KB, RW, U, RG, PG)                                                       \
-    void TB_SYM(MX, KB, RW, U, RG, PG)(const uint8_t *qs, const uint8_t *qh, const uint8_t *sc,          \
-                                       const float *x, float *y, int m, int n, int k) {                  \
+#define TB_DECODE_VARIANT(MX, KB, RW, U, RG, PG, PP)                                                   \
+    void TB_SYM(MX, KB, RW, U, RG, PG, PP)(const uint8_t *qs, const uint8_t *qh, const uint8_t *sc,      \
+                                           const float *x, float *y, int m, int n, int k) {              \
         tb_decode_host(qs, qh, sc, x, y, m, n, k, (RW), (U), (KB));                                      \
     }
 
 #ifndef TB_DECODE_VARIANTS
-#define TB_DECODE_VARIANTS TB_DECODE_VARIANT(4, 1, 1, 4, 1, 0) TB_DECODE_VARIANT(4, 4, 2, 4, 1, 0)
+#define TB_DECODE_VARIANTS TB_DECODE_VARIANT(4, 1, 1, 4, 1, 0, 0) TB_DECODE_VARIANT(4, 1, 2, 4, 1, 0, 0)
 #endif
 
 TB_DECODE_VARIANTS
