@@ -17,9 +17,9 @@ if [[ $what == *tests* ]]; then
   log="$OUT/gpu-tests-decode-h200-$tag.log"
   stamp "python3 -m pytest -m gpu tests/cuda/test_cuda_gpu.py -k decode (3 processes by format)" > "$log"
   i=0
-  for sel in "Q8_0 or Q4_0 or Q4_1 or cupti or large" "Q5_0 or Q5_1 or IQ4_NL or cubin" "Q4_K or Q6_K or IQ4_XS"; do
+  for sel in "Q8_0 or Q4_0 or Q4_1" "Q5_0 or Q5_1 or IQ4_NL" "Q4_K or Q6_K or IQ4_XS"; do
     timeout ${TESTS_TIMEOUT:-150} python3 -m pytest -m gpu tests/cuda/test_cuda_gpu.py -q -rs -p no:cacheprovider \
-      -k "(decode or cupti or large or cubin) and ($sel)" > "$OUT/t$i.log" 2>&1 &
+      -k "(${TESTS_K:-decode or cupti or large or cubin}) and ($sel)" > "$OUT/t$i.log" 2>&1 &
     i=$((i + 1))
   done
   wait
@@ -35,8 +35,9 @@ fi
 if [[ $what == *ncu* ]] && [ -f "$json" ]; then
   nlog="$OUT/ncu-decode-true-bytes-h200-$tag.log"
   : > "$nlog"
-  for shape in Qwen36_LM_Head Qwen36_FFN_GateUp; do
-    cmd="ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats -k regex:tb_decode --launch-skip 1 --launch-count 1 python3 bench/ncu_decode.py --roofline $json --format Q4_0 --shape $shape --m 1"
+  for point in ${NCU_POINTS:-Qwen36_LM_Head:1 Qwen36_FFN_GateUp:1}; do
+    shape=${point%%:*}; m=${point##*:}
+    cmd="ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats -k regex:tb_decode --launch-skip 1 --launch-count 1 python3 bench/ncu_decode.py --roofline $json --format Q4_0 --shape $shape --m $m"
     stamp "$cmd" >> "$nlog"
     timeout ${NCU_TIMEOUT:-90} $cmd >> "$nlog" 2>&1
     echo "# rc=$?" >> "$nlog"
