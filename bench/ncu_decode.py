@@ -19,6 +19,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
 
 
 def main() -> int:
@@ -32,7 +33,8 @@ def main() -> int:
     parser.add_argument("--variant")
     args = parser.parse_args()
 
-    from bench.decode_roofline import GATE_UP, LM_HEAD, install_tiled_weights
+    from decode_roofline import GATE_UP, LM_HEAD, install_tiled_weights
+
     from kernels.profiles import load_profiles
     from workers.backends.base import TaskSpec
     from workers.backends.cuda import CudaBackend

@@ -62,7 +62,7 @@ def test_family_compiles_with_every_variant_symbol(
     assert got.result.ok, got.result.log[-4000:]
     assert got.result.path is not None
     expected = set(unit.symbols(package).values())
-    assert len(expected) == (36 if family == "decode" else 40)
+    assert len(expected) == (42 if family == "decode" else 40)
     found = kernel_symbols(got.result.path)
     assert expected <= found, sorted(expected - found)
     elfs = device_elfs(got.result.path)
