@@ -84,7 +84,9 @@ def test_sweep_to_compiled_table(live_server: LiveServer, tmp_path: Path) -> Non
     assert (
         unknown_field.status_code == 422 and unknown_field.json()["error"]["fields"][0]["field"] == "colour"
     )
-    bad_variant = client.post("/v1/sweeps", json={**SPEC, "variants": ["KB1/TW4", "KB3/TW4"]})
+    bad_variant = client.post(
+        "/v1/sweeps", json={**SPEC, "variants": ["MX4/KB1/RW1/U4/RG1/PG0/PP0", "MX4/KB3/RW1/U4/RG1/PG0/PP0"]}
+    )
     assert (
         bad_variant.status_code == 422 and bad_variant.json()["error"]["fields"][0]["field"] == "variants.1"
     )
