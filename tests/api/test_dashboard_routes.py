@@ -20,7 +20,7 @@ def test_dashboard_pages_render_real_data(populated: Populated) -> None:
     assert {v for v, _ in cells} <= {
         "MX4/KB1/RW1/U4/RG1/PG0/PP0",
         "MX4/KB1/RW2/U2/RG1/PG0/PP0",
-        "MX4/KB4/RW2/U4/RG1/PG0/PP0",
+        "MX4/KB1/RW2/U4/RG1/PG0/PP0",
     }
     assert 'class="sweep" data-id="' in index.text and "Api_Wide 256x256" in index.text
     only_q8 = client.get("/", params={"format": "Q8_0"}).text
@@ -36,7 +36,7 @@ def test_dashboard_pages_render_real_data(populated: Populated) -> None:
     assert sorted(v for v, _ in series) == [
         "MX4/KB1/RW1/U4/RG1/PG0/PP0",
         "MX4/KB1/RW2/U2/RG1/PG0/PP0",
-        "MX4/KB4/RW2/U4/RG1/PG0/PP0",
+        "MX4/KB1/RW2/U4/RG1/PG0/PP0",
     ]
     assert all(int(n) >= 6 for _, n in series) and point.text.count('class="box"') == 3
 
@@ -75,7 +75,7 @@ def test_plot_helpers() -> None:
                 {"name": "decode_kb8_tw8", "vgpr": 64, "diagnosis": ["spills"]},
             ]
         },
-        "MX4/KB4/RW2/U4/RG1/PG0/PP0",
+        "KB8/TW8",
     )
     assert (
         sections[0][0] == "decode_kb8_tw8"

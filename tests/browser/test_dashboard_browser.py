@@ -34,7 +34,7 @@ VARIANTS = [
     "MX4/KB1/RW1/U4/RG1/PG0/PP0",
     "MX4/KB1/RW2/U2/RG1/PG0/PP0",
     "MX4/KB4/RW2/U2/RG1/PG0/PP0",
-    "MX4/KB4/RW2/U4/RG1/PG0/PP0",
+    "MX4/KB1/RW2/U4/RG1/PG0/PP0",
 ]
 SPEC: dict[str, Any] = {
     "arch": "host",

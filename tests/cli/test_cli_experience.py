@@ -22,7 +22,7 @@ HOST_SPEC = {
     "formats": ["Q8_0"],
     "shapes": [{"name": "Exp_Small", "n": 128, "k": 256}],
     "m": [1],
-    "variants": ["MX4/KB1/RW1/U4/RG1/PG0/PP0", "MX4/KB4/RW2/U4/RG1/PG0/PP0"],
+    "variants": ["MX4/KB1/RW1/U4/RG1/PG0/PP0", "MX4/KB1/RW2/U4/RG1/PG0/PP0"],
     "min_dispatches": 5,
     "max_dispatches": 5,
 }
