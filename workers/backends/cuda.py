@@ -29,9 +29,10 @@ from workers.harness.cuda_compile import compile_cubin, sass_census, summarize_c
 from workers.harness.interleave import DispatchFn
 from workers.profilers import cupti as cupti_profiler
 from workers.profilers.cuda_events import EventTimer
-from workers.runner import ArgValue, CompiledVariants, parse_variants, run_task
+from workers.runner import ArgValue, CompiledVariants, Prelaunch, parse_variants, run_task
 
 ARCH = "sm_90"
+DEFAULT_DYNAMIC_SHARED = 48 * 1024  # more needs CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 BASE_OPTIONS: tuple[str, ...] = ("--gpu-architecture=sm_90", "-std=c++17", "-default-device")
 
 
@@ -56,6 +57,8 @@ class CudaDevice:
         self._launch_log: list[str] = []
         self._event_ns: dict[str, list[int]] = {}
         self._records: list[cupti_profiler.KernelRecord] = []
+        self._kernels_per_dispatch: dict[str, int] = {}
+        self._shared_opt_in: set[Any] = set()
 
     def alloc(self, nbytes: int) -> int:
         ptr = cd.mem_alloc(max(1, nbytes))
@@ -81,25 +84,41 @@ class CudaDevice:
         cd.dtoh(out, ptr, out.nbytes)
         return out
 
+    def _allow_shared(self, kernel: Any, shared_bytes: int) -> None:
+        """Dynamic shared memory above 48 KiB must be opted into per function (sm_90: up to 227 KiB)."""
+        if shared_bytes > DEFAULT_DYNAMIC_SHARED and kernel.function not in self._shared_opt_in:
+            attr = cd.driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            cd.check(cd.driver.cuFuncSetAttribute(kernel.function, attr, shared_bytes), "cuFuncSetAttribute")
+            self._shared_opt_in.add(kernel.function)
+
     def launch(self, kernel: Any, geometry: Geometry, args: list[ArgValue]) -> None:
+        self._allow_shared(kernel, geometry.shared_bytes)
         cd.launch(kernel.function, geometry.grid, geometry.block, cd.KernelArgs(args), geometry.shared_bytes)
         cd.synchronize()
 
     def dispatcher(
-        self, name: str, kernel: Any, geometry: Geometry, args_by_copy: list[list[ArgValue]]
+        self,
+        name: str,
+        kernel: Any,
+        geometry: Geometry,
+        args_by_copy: list[list[ArgValue]],
+        pre: Prelaunch | None = None,
     ) -> DispatchFn:
         packed = [cd.KernelArgs(args) for args in args_by_copy]
         events = self._event_ns.setdefault(name, [])
         log = self._launch_log
+        steps = [(kernel, geometry)] if pre is None else [pre, (kernel, geometry)]
+        for step_kernel, step_geometry in steps:
+            self._allow_shared(step_kernel, step_geometry.shared_bytes)
+        self._kernels_per_dispatch[name] = len(steps)
 
         def dispatch(buffer_index: int) -> int:
             timer = self._timer
             assert timer is not None, "dispatch outside timing()"
             timer.start()
-            cd.launch(
-                kernel.function, geometry.grid, geometry.block, packed[buffer_index], geometry.shared_bytes
-            )
-            log.append(name)
+            for step_kernel, g in steps:
+                cd.launch(step_kernel.function, g.grid, g.block, packed[buffer_index], g.shared_bytes)
+                log.append(name)
             elapsed = timer.stop_ns()
             events.append(elapsed)
             return elapsed
@@ -120,7 +139,9 @@ class CudaDevice:
             self._timer = None
 
     def attach(self, dispatches: dict[str, list[Dispatch]]) -> dict[str, str]:
-        return pair_times(dispatches, self._launch_log, self._records, self._event_ns)
+        return pair_times(
+            dispatches, self._launch_log, self._records, self._event_ns, self._kernels_per_dispatch
+        )
 
     def resources(self, kernel: Any, geometry: Geometry) -> dict[str, object]:
         """Registers, shared/local memory (local = spills and stack), occupancy, limiter, SASS census."""
@@ -171,6 +192,7 @@ class CudaDevice:
         self._owned.clear()
         self._launch_log.clear()
         self._event_ns.clear()
+        self._kernels_per_dispatch.clear()
 
 
 @dataclass
@@ -246,7 +268,8 @@ class CudaBackend:
         for index, unit in enumerate(units):
             defines = [f"-D{key}={value}" for key, value in sorted(unit.defines.items())]
             symbols = unit.symbols(package)
-            names = set(symbols.values())
+            pre_symbols = unit.prelaunch_symbols(package, "cuda")
+            names = set(symbols.values()) | set(pre_symbols.values())
             if prepare is not None and index == 0:
                 names.add(prepare.symbol)
             result = compile_cubin(
@@ -279,6 +302,10 @@ class CudaBackend:
                     compiled.kernels[name] = CudaKernel(
                         self._function(result.path, lowered), result.path, lowered
                     )
+                    if name in pre_symbols:
+                        pre = result.symbols.get(pre_symbols[name], pre_symbols[name])
+                        function = self._function(result.path, pre)
+                        compiled.prelaunch[name] = CudaKernel(function, result.path, pre)
                 except cd.CudaError as exc:
                     compiled.errors[name] = f"load failed: {exc}"
         artifact.cache_key = _combined(keys)
@@ -330,17 +357,27 @@ def pair_times(
     launch_log: list[str],
     records: list[cupti_profiler.KernelRecord],
     event_ns: dict[str, list[int]],
+    kernels_per_dispatch: dict[str, int] | None = None,
 ) -> dict[str, str]:
     """device_ns := CUPTI kernel duration (paired with launches in order), event_ns := event time.
 
-    Returns, per variant, which clock device_ns came from: 'cupti', or 'cuda-events' when CUPTI is
-    missing or its record count does not match the launches (then it is not trusted).
+    A variant with a prelaunch kernel logs two launches per dispatch (``kernels_per_dispatch``): its
+    device time is the sum of both records. Returns, per variant, which clock device_ns came from:
+    'cupti', or 'cuda-events' when CUPTI is missing or its record count does not match the launches
+    (then it is not trusted).
     """
-    per_variant: dict[str, list[int]] = {name: [] for name in event_ns}
+    per_kernel: dict[str, list[int]] = {name: [] for name in event_ns}
     cupti_ok = bool(records) and len(records) == len(launch_log)
     if cupti_ok:
         for name, record in zip(launch_log, records, strict=True):
-            per_variant.setdefault(name, []).append(record.duration_ns)
+            per_kernel.setdefault(name, []).append(record.duration_ns)
+    per_variant: dict[str, list[int]] = {}
+    for name, durations in per_kernel.items():
+        step = max(1, (kernels_per_dispatch or {}).get(name, 1))
+        if len(durations) % step:
+            per_variant[name] = []  # a partial dispatch: do not trust the pairing
+            continue
+        per_variant[name] = [sum(durations[i : i + step]) for i in range(0, len(durations), step)]
     clocks: dict[str, str] = {}
     for name, rows in dispatches.items():
         if not rows:
