@@ -202,7 +202,7 @@ def _prepared_weights(
         raise RuntimeError(f"{package.name}: the prepare kernel {prepare.symbol!r} did not compile or load")
     fmt = get_format(spec.format)
     bindings = {
-        "n": spec.n, "k": spec.k, "m": spec.m, "block_weights": fmt.block_weights,
+        "n": spec.n, "k": spec.k, "m": spec.m, "format": fmt.name, "block_weights": fmt.block_weights,
         "block_bytes": fmt.block_bytes, "row_bytes": fmt.row_bytes(spec.k), **device.facts.bindings(),
     }  # fmt: skip
     size = parse(prepare.size).evaluate_int(bindings)

@@ -25,7 +25,7 @@ MAX_POINTS = 4096
 # names every expression may read besides the package's parameters and derived values
 PROBLEM_NAMES = frozenset({"n", "k", "m"})
 DEVICE_NAMES = frozenset({"cus", "wave", "backend", "arch"})
-FORMAT_NAMES = frozenset({"block_weights", "block_bytes", "row_bytes"})
+FORMAT_NAMES = frozenset({"format", "block_weights", "block_bytes", "row_bytes"})  # format: e.g. "Q4_K"
 
 ArgRole = Literal["weights", "x", "y", "workspace", "m", "n", "k", "scalar", "gguf"]
 ExpressionText = Annotated[str, StringConstraints(min_length=1, max_length=500)]
@@ -219,8 +219,6 @@ def semantic_problems(manifest: Manifest) -> list[tuple[str, str]]:
         if unknown:
             found.append((key, f"unknown name(s) {', '.join(sorted(unknown))} in {source!r}"))
 
-    for index, rule in enumerate(manifest.restrictions.rules):
-        check(f"restrictions.rules.{index}", rule, point_names)
     derived_names: set[str] = set()
     for name, source in manifest.derived.items():
         if not re.match(PARAM_PATTERN, name):
@@ -229,6 +227,8 @@ def semantic_problems(manifest: Manifest) -> list[tuple[str, str]]:
             found.append((f"derived.{name}", "shadows a parameter or a built-in name"))
         check(f"derived.{name}", source, point_names | derived_names)
         derived_names.add(name)
+    for index, rule in enumerate(manifest.restrictions.rules):  # a rule may read [derived] values (per point)
+        check(f"restrictions.rules.{index}", rule, point_names | derived_names)
     launch_names = point_names | derived_names
     for axis in ("block", "grid"):
         for index, source in enumerate(getattr(manifest.launch, axis)):

@@ -206,6 +206,7 @@ class KernelPackage:
             "n": n,
             "k": k,
             "m": m,
+            "format": fmt.name,
             "block_weights": fmt.block_weights,
             "block_bytes": fmt.block_bytes,
             "row_bytes": k // fmt.block_weights * fmt.block_bytes,
