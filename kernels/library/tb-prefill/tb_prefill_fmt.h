@@ -106,7 +106,7 @@ struct TbpStage {
 #if defined(TB_FMT_Q6_K)
     static constexpr int QH_STRIDE = QH + 16;    /* read with ldmatrix like qs */
 #else
-    static constexpr int QH_STRIDE = (KB >= 8) ? QH + 16 : QH; /* Q5: one word per row and block */
+    static constexpr int QH_STRIDE = (QH && KB >= 8) ? QH + 16 : QH; /* Q5: one word per row and block */
 #endif
 #if defined(TB_FMT_Q4_K)
     static constexpr int SC = 16;                /* d, dmin, scales[12] of the super-block */
