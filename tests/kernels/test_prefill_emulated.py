@@ -143,3 +143,32 @@ def test_kernel_shared_memory_equals_the_manifest(tmp_path: Path, fmt: str) -> N
         emu = build(tmp_path, fmt, name)
         values = PACKAGE.bindings(emu.variant, 4096, 4096, 512, emu.fmt, emu.device)
         assert emu.lib.emu_smem_bytes() == as_int(values["smem"]), name
+
+
+AMD_CASES = [
+    # (arch, format, variant, n, k, m)
+    ("gfx942", "Q4_0", "N64/M32/W2x2/K4/S2/SK1", 72, 512, 37),
+    ("gfx942", "Q4_K", "N128/M64/W2x2/K4/S2/SK2", 130, 768, 40),
+    ("gfx942", "Q6_K", "N64/M32/W2x2/K4/S2/SK1", 64, 512, 20),
+    ("gfx950", "Q5_1", "N64/M64/W2x2/K2/S2/SK1", 70, 512, 33),
+    ("gfx90a", "Q8_0", "N64/M32/W2x2/K2/S2/SK2", 66, 512, 31),
+    ("gfx90a", "IQ4_XS", "N128/M32/W4x2/K4/S2/SK1", 128, 512, 16),
+    ("gfx906", "Q5_0", "N64/M32/W2x2/K4/S2/SK1", 64, 512, 18),
+    ("gfx906", "Q6_K", "N64/M32/W2x2/K4/S2/SK1", 40, 512, 9),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("arch", "fmt", "variant", "n", "k", "m"), AMD_CASES, ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in AMD_CASES]
+)
+def test_amd_paths_pass_parity(tmp_path: Path, arch: str, fmt: str, variant: str, n: int, k: int, m: int) -> None:
+    emu = build(tmp_path, fmt, variant, backend="rocm", arch=arch)
+    check(emu, n, k, m)
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx906"])
+def test_amd_path_fast(tmp_path: Path, arch: str) -> None:
+    """The default-run subset: MFMA 16x16x32 and sdot4, a 4-bit K-quant with tails."""
+    emu = build(tmp_path, "Q4_K", "N64/M32/W2x2/K4/S2/SK1", backend="rocm", arch=arch)
+    check(emu, 70, 512, 19)

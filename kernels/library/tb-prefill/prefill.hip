@@ -102,6 +102,14 @@ typedef int tbp_v4i __attribute__((ext_vector_type(4)));
 #endif
 /* (TB_EMU: tb_portability.h of tests/kernels/emu supplies the same names, emulated on the host) */
 
+TB_DEV float tbp_fma(float a, float b, float c) {
+#if defined(TB_AMD)
+    return __builtin_fmaf(a, b, c);
+#else
+    return fmaf(a, b, c);
+#endif
+}
+
 TB_DEV float tbp_rint(float v) {
 #if defined(TB_AMD)
     return __builtin_rintf(v);
@@ -551,9 +559,9 @@ TB_DEV void tbp_nv_body(TB_PREFILL_PARAMS) {
 #pragma unroll
                         for (int e = 0; e < 4; ++e) {
                             const float *s2 = sw[e & 1];
-                            const float tl = fmaf(tbp_as_float(dl[e] + ci[i][e >> 1]), s2[0], s2[1]);
-                            const float th = fmaf(tbp_as_float(dh[e] + ci[i][e >> 1]), s2[2], s2[3]);
-                            acc[i][f][e] = fmaf(tl + th, dx[i][e >> 1], acc[i][f][e]);
+                            const float tl = tbp_fma(tbp_as_float(dl[e] + ci[i][e >> 1]), s2[0], s2[1]);
+                            const float th = tbp_fma(tbp_as_float(dh[e] + ci[i][e >> 1]), s2[2], s2[3]);
+                            acc[i][f][e] = tbp_fma(tl + th, dx[i][e >> 1], acc[i][f][e]);
                         }
 #else
                         tb_i32 d[4];
@@ -561,10 +569,10 @@ TB_DEV void tbp_nv_body(TB_PREFILL_PARAMS) {
 #pragma unroll
                         for (int e = 0; e < 4; ++e) {
                             const float *s2 = sw[e & 1];
-                            const float tv = fmaf(tbp_as_float(d[e] + ci[i][e >> 1]), s2[0], s2[1]);
-                            acc[i][f][e] = fmaf(tv, dx[i][e >> 1], acc[i][f][e]);
+                            const float tv = tbp_fma(tbp_as_float(d[e] + ci[i][e >> 1]), s2[0], s2[1]);
+                            acc[i][f][e] = tbp_fma(tv, dx[i][e >> 1], acc[i][f][e]);
 #if TBP_ASYM
-                            acc[i][f][e] = fmaf(s2[2], sx[i][e >> 1], acc[i][f][e]);
+                            acc[i][f][e] = tbp_fma(s2[2], sx[i][e >> 1], acc[i][f][e]);
 #endif
                         }
 #endif
