@@ -111,10 +111,10 @@ def check(emu: Emulated, n: int, k: int, m: int) -> None:
 NV_CASES = [
     # (format, variant, n, k, m): tails in n and m, every stage depth, split-K, 64 x 64 warp tiles
     ("Q8_0", "N128/M64/W4x2/K4/S2/SK1", 200, 512, 37),
-    ("Q4_0", "N64/M64/W2x2/K2/S3/SK2", 136, 768, 70),
+    ("Q4_0", "N64/M64/W2x2/K4/S3/SK2", 136, 768, 70),
     ("Q4_1", "N128/M32/W4x1/K4/S4/SK1", 130, 512, 33),
     ("Q5_0", "N128/M32/W4x1/K8/S2/SK1", 64, 512, 19),
-    ("Q5_1", "N64/M64/W2x2/K2/S2/SK4", 72, 1024, 50),
+    ("Q5_1", "N64/M64/W2x2/K4/S2/SK4", 72, 1024, 50),
     ("IQ4_NL", "N128/M128/W2x2/K4/S3/SK1", 140, 512, 129),
     ("Q4_K", "N128/M64/W4x2/K4/S3/SK2", 150, 768, 65),
     ("Q6_K", "N64/M64/W2x2/K4/S2/SK1", 90, 768, 40),
@@ -124,7 +124,9 @@ NV_CASES = [
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("fmt", "variant", "n", "k", "m"), NV_CASES, ids=[f"{c[0]}-{c[1]}" for c in NV_CASES])
+@pytest.mark.parametrize(
+    ("fmt", "variant", "n", "k", "m"), NV_CASES, ids=[f"{c[0]}-{c[1]}" for c in NV_CASES]
+)
 def test_nvidia_path_passes_parity(tmp_path: Path, fmt: str, variant: str, n: int, k: int, m: int) -> None:
     emu = build(tmp_path, fmt, variant)
     check(emu, n, k, m)
@@ -150,8 +152,8 @@ AMD_CASES = [
     ("gfx942", "Q4_0", "N64/M32/W2x2/K4/S2/SK1", 72, 512, 37),
     ("gfx942", "Q4_K", "N128/M64/W2x2/K4/S2/SK2", 130, 768, 40),
     ("gfx942", "Q6_K", "N64/M32/W2x2/K4/S2/SK1", 64, 512, 20),
-    ("gfx950", "Q5_1", "N64/M64/W2x2/K2/S2/SK1", 70, 512, 33),
-    ("gfx90a", "Q8_0", "N64/M32/W2x2/K2/S2/SK2", 66, 512, 31),
+    ("gfx950", "Q5_1", "N64/M64/W2x2/K4/S2/SK1", 70, 512, 33),
+    ("gfx90a", "Q8_0", "N64/M32/W2x2/K4/S2/SK2", 66, 512, 31),
     ("gfx90a", "IQ4_XS", "N128/M32/W4x2/K4/S2/SK1", 128, 512, 16),
     ("gfx906", "Q5_0", "N64/M32/W2x2/K4/S2/SK1", 64, 512, 18),
     ("gfx906", "Q6_K", "N64/M32/W2x2/K4/S2/SK1", 40, 512, 9),
@@ -162,7 +164,9 @@ AMD_CASES = [
 @pytest.mark.parametrize(
     ("arch", "fmt", "variant", "n", "k", "m"), AMD_CASES, ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in AMD_CASES]
 )
-def test_amd_paths_pass_parity(tmp_path: Path, arch: str, fmt: str, variant: str, n: int, k: int, m: int) -> None:
+def test_amd_paths_pass_parity(
+    tmp_path: Path, arch: str, fmt: str, variant: str, n: int, k: int, m: int
+) -> None:
     emu = build(tmp_path, fmt, variant, backend="rocm", arch=arch)
     check(emu, n, k, m)
 

@@ -39,15 +39,15 @@ def test_decode_argument_buffer_layout() -> None:
 
 
 def test_prefill_argument_buffer_layout_pads_to_eight() -> None:
-    variant = PREFILL.parse("N128/MT32/MB1/U4", "rocm")
+    variant = PREFILL.parse("N128/M64/W2x4/K4/S2/SK2", "rocm")
     values = PREFILL.bindings(
         variant, 5120, 17408, 512, FORMATS["Q4_0"], DeviceFacts("rocm", "gfx942", 304, 64)
     )
-    args = kernel_args(PREFILL.args_for("rocm"), {"qs": 8, "scales": 16, "mins": 0}, 24, 32, {}, values)
+    args = kernel_args(PREFILL.args_for("rocm"), {"qs": 8, "qh": 0, "sc": 16}, 24, 32, {5: 40}, values)
     raw = pack_kernel_args(args)
-    # 5 pointers (40 bytes) + m, n, k (12 bytes) = 52, padded to 56; a NULL mins pointer
-    assert len(raw) == 56
-    assert struct.unpack("<5Q3i4x", raw) == (8, 16, 0, 24, 32, 512, 5120, 17408)
+    # 6 pointers (qs, a NULL qh, sc, x, y, workspace: 48 bytes) + m, n, k (12 bytes) = 60, padded to 64
+    assert len(raw) == 64
+    assert struct.unpack("<6Q3i4x", raw) == (8, 0, 16, 24, 32, 40, 512, 5120, 17408)
 
 
 def test_every_argument_kind_packs_with_natural_alignment() -> None:
@@ -68,10 +68,14 @@ def test_launch_geometry_from_the_manifest() -> None:
     # 4 * 60 = 240 waves; ceil(1024 / 240) = 5 rows a wave; ceil(1024 / 20) = 52 workgroups
     assert DECODE.geometry(single).grid == (52, 1, 1)
     mi300 = DeviceFacts("rocm", "gfx942", 304, 64)
-    prefill = PREFILL.geometry(
-        PREFILL.bindings(PREFILL.parse("N128/MT32/MB1/U4", "rocm"), 5120, 17408, 600, FORMATS["Q4_0"], mi300)
+    values = PREFILL.bindings(
+        PREFILL.parse("N128/M32/W4x2/K4/S2/SK2", "rocm"), 5120, 17408, 600, FORMATS["Q4_0"], mi300
     )
-    assert prefill.grid == (40, 19, 1) and prefill.block == (256, 1, 1)
+    prefill = PREFILL.geometry(values)
+    # 8 waves of 64; grid.z = split-K; static LDS (no dynamic bytes on AMD)
+    assert (prefill.grid, prefill.block, prefill.shared_bytes) == ((40, 19, 2), (512, 1, 1), 0)
+    pre = PREFILL.prelaunch_geometry(values)  # one thread per 4 x values or 4 y cells (split-K zeroes y)
+    assert pre.grid == (-(-max(600 * 17408 // 4, 600 * 5120 // 4) // 256), 1, 1) and pre.block == (256, 1, 1)
 
 
 def test_rotation_exceeds_the_last_level_cache() -> None:

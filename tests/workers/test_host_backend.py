@@ -10,6 +10,7 @@ import pytest
 
 from kernels.activations import int8_gemm, quantize_activations
 from kernels.formats.packing import FIRST_WAVE
+from kernels.formats.split import dequantize_split, split_blocks
 from kernels.packages.loader import INCLUDE_DIR, builtin_packages
 from kernels.reference import build_problem
 from workers.backends.base import TaskSpec
@@ -76,9 +77,18 @@ def _host_output(
     package = DECODE if phase == "decode" else PREFILL
     compiled = backend.build(package, fmt, [package.parse(variant, "host")])
     kernel = compiled.kernels[variant]
-    p = build_problem(fmt, n, k, m, seed=5)
-    assert p.packed is not None
+    p = build_problem(fmt, n, k, m, seed=5, packed=package.manifest.weights == "tb-packed")
     y = np.full((m, n), np.nan, dtype=np.float32)
+    if package.manifest.weights == "tb-split":  # true bytes: qs, qh, sc; the model uses the exact weights
+        parts = split_blocks(fmt, p.weights)
+        ptrs = [0 if parts[a] is None else parts[a].ctypes.data for a in ("qs", "qh", "sc")]  # type: ignore[union-attr]
+        kernel.call(*ptrs, p.x.ctypes.data, y.ctypes.data, m, n, k)
+        qa = quantize_activations(p.x)
+        xs = np.repeat(qa.xs.astype(np.float64), 32, axis=1) * qa.xq.astype(np.float64)
+        model = (xs @ dequantize_split(fmt, parts).astype(np.float64).T).astype(np.float32)
+        np.testing.assert_allclose(y, model, rtol=1e-4, atol=1e-4 * float(np.abs(model).max()))
+        return y
+    assert p.packed is not None
     mins = p.packed.mins.ctypes.data if p.packed.mins is not None else 0
     kernel.call(
         p.packed.qs.ctypes.data, p.packed.scales.ctypes.data, mins, p.x.ctypes.data, y.ctypes.data, m, n, k
@@ -189,7 +199,7 @@ def test_kernel_that_drops_a_k_block_fails_parity_but_is_timed(tmp_path: Path) -
 
 def test_prefill_kernel_that_drops_a_k_block_fails(tmp_path: Path) -> None:
     src = patched_package(
-        tmp_path, "for (int b = 0; b < nb; ++b) {", "for (int b = 0; b < nb - 1; ++b) {", "prefill"
+        tmp_path, "for (int c = 0; c < chunks; ++c) {", "for (int c = 0; c < chunks - 1; ++c) {", "prefill"
     )
     result = HostBackend(tmp_path / "art").run_task(
         spec("IQ4_XS", 40, 512, 20, phase="prefill", kernel_root=str(src))

@@ -260,9 +260,7 @@ TB_DEV void tbp_amd_tiles(TB_PREFILL_PARAMS) {
         }
         tb_sync();
 
-#if TBP_MFMA == 0
-#pragma unroll 1 /* sdot4 tiles are 8x the instructions: one block at a time keeps them in registers */
-#endif
+#pragma unroll 1 /* one block group at a time: the operands of a fully unrolled stage spill */
         for (int kg = 0; kg < KB; kg += TBP_G) {
             for (int j = 0; j < TBP_G; ++j) {
                 const int kb = kg + j;

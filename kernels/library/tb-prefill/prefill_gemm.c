@@ -14,7 +14,7 @@
 #include "tb_host.h"
 
 #ifndef TB_PREFILL_VARIANTS
-#define TB_PREFILL_VARIANTS TB_PREFILL_VARIANT(64, 32, 1, 1, 4, 2, 1)
+#define TB_PREFILL_VARIANTS TB_PREFILL_VARIANT(64, 32, 2, 2, 4, 2, 1)
 #endif
 
 static void tb_prefill_host(const uint8_t *qs, const uint8_t *qh, const uint8_t *sc, const float *x, float *y,
