@@ -143,3 +143,22 @@ def test_capture_that_misses_a_dispatch_is_refused() -> None:
     rows = parse_capture((FIXTURES / "v3_rocm60_kernel_trace.csv").read_text(), "t.csv").dispatches
     result = times_from_capture(rows, _launch_log(len(rows) // 2 + 1))
     assert isinstance(result, str) and "harness launched" in result
+
+
+def test_prelaunch_and_variant_rows_add_up_per_dispatch() -> None:
+    """A dispatch with a prelaunch kernel logs two launches with one dispatch id: one time, their sum."""
+    from workers.profilers.rocprof_common import DispatchRow
+
+    launches = []
+    rows = []
+    t = 0
+    for d, stage in enumerate(["parity", "timed", "timed"]):
+        for symbol, ns in (("tb_prefill_prep_sk1", 5), ("tb_prefill_n64_m32", 100 + d)):
+            entry = {"variant": "V", "symbol": symbol, "stage": stage, "buffer": 0}
+            if stage == "timed":
+                entry["dispatch"] = d
+            launches.append(entry)
+            rows.append(DispatchRow(index=len(rows), kernel=symbol, start_ns=t, end_ns=t + ns))
+            t += 1000
+    times = times_from_capture(rows, launches)
+    assert times == {"V": [5 + 101, 5 + 102]}
