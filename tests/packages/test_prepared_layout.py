@@ -49,7 +49,10 @@ PRELAUNCH = Path(__file__).resolve().parents[1] / "fixtures" / "packages" / "pre
 
 def test_prelaunch_kernel_runs_before_every_launch_and_is_timed_with_it(tmp_path: Path) -> None:
     package = load_folder(PRELAUNCH)
-    assert package.prelaunch_for("host") is not None and package.prelaunch_symbol(package.space("host")[0]) == "prep"
+    assert (
+        package.prelaunch_for("host") is not None
+        and package.prelaunch_symbol(package.space("host")[0]) == "prep"
+    )
     result = HostBackend(tmp_path).run_task(
         spec(PRELAUNCH, kernel="prelaunch-q8", n=16, k=64, m=2, min_dispatches=2)
     )
@@ -74,7 +77,9 @@ def test_prelaunch_manifest_errors_name_their_key() -> None:
     from kernels.packages.manifest import ManifestError, load_manifest
 
     text = (PRELAUNCH / "tunebase-kernel.toml").read_text()
-    bad = text.replace('symbol = "prep"', 'symbol = "prep_{ROWS}"').replace('grid = ["1", "1", "1"]', 'grid = ["n_rows", "1", "1"]')
+    bad = text.replace('symbol = "prep"', 'symbol = "prep_{ROWS}"').replace(
+        'grid = ["1", "1", "1"]', 'grid = ["n_rows", "1", "1"]'
+    )
     with pytest.raises(ManifestError) as info:
         load_manifest(bad)
     keys = {key for key, _ in info.value.problems}
