@@ -31,6 +31,12 @@
 #include "tb_formats.h"
 #include "tb_prefill_fmt.h"
 
+#define TBP_STR(x) #x
+#define TBP_UNROLL(n) _Pragma(TBP_STR(unroll n))
+#ifndef TBP_KG_UNROLL
+#define TBP_KG_UNROLL 1 /* block groups of a stage unrolled: more ILP, but a full stage's operands spill */
+#endif
+
 #if !defined(TB_DEV_MEMBER)
 #define TB_DEV_MEMBER __device__ TB_FORCEINLINE
 #endif
@@ -473,7 +479,7 @@ TB_DEV void tbp_nv_body(TB_PREFILL_PARAMS) {
 
         const tb_u8 *sa = stage + a_off;
         const tb_u8 *sq = stage + L::OFF_QS + b_row * S::QS_STRIDE;
-#pragma unroll
+        TBP_UNROLL(TBP_KG_UNROLL)
         for (int kg = 0; kg < KB; kg += TBP_G) {
             /* payload (and Q6_K high-bit) words of 4 fragments per ldmatrix.x4 */
             tb_u32 w[NI][TBP_QS_CHUNKS];
