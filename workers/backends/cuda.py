@@ -20,12 +20,12 @@ import numpy as np
 
 from kernels.arches import get_arch
 from kernels.families.base import Variant
-from kernels.packages.build import compile_units
+from kernels.packages.build import CompileUnit, compile_units
 from kernels.packages.loader import package_for
 from kernels.packages.package import DeviceFacts, Geometry, KernelPackage
 from workers.backends.base import ArtifactInfo, DeviceInfo, Dispatch, ProgressCallback, TaskResult, TaskSpec
 from workers.harness import cuda_driver as cd
-from workers.harness.cuda_compile import compile_cubin, sass_census, summarize_census
+from workers.harness.cuda_compile import CompileResult, compile_cubin, sass_census, summarize_census
 from workers.harness.interleave import DispatchFn
 from workers.profilers import cupti as cupti_profiler
 from workers.profilers.cuda_events import EventTimer
@@ -258,18 +258,16 @@ class CudaBackend:
 
     # -- compilation ----------------------------------------------------------------
 
-    def build(self, package: KernelPackage, format_name: str, variants: list[Variant]) -> CompiledVariants:
-        """NVRTC (through the cache) every unit; load each variant's function; failures per variant."""
-        units = compile_units(package, format_name, "cuda", variants)
-        artifact = ArtifactInfo("", "", package.version, "", BASE_OPTIONS, False)
-        compiled = CompiledVariants(artifact)
-        keys, logs = [], []
+    def compile(
+        self, package: KernelPackage, format_name: str, variants: list[Variant]
+    ) -> list[tuple[CompileUnit, CompileResult]]:
+        """NVRTC (through the cache) every unit; needs no GPU (a bench may warm the cache in parallel)."""
+        out = []
         prepare = package.manifest.prepare
-        for index, unit in enumerate(units):
+        for index, unit in enumerate(compile_units(package, format_name, "cuda", variants)):
             defines = [f"-D{key}={value}" for key, value in sorted(unit.defines.items())]
-            symbols = unit.symbols(package)
-            pre_symbols = unit.prelaunch_symbols(package, "cuda")
-            names = set(symbols.values()) | set(pre_symbols.values())
+            names = set(unit.symbols(package).values())
+            names |= set(unit.prelaunch_symbols(package, "cuda").values())
             if prepare is not None and index == 0:
                 names.add(prepare.symbol)
             result = compile_cubin(
@@ -279,6 +277,19 @@ class CudaBackend:
                 [*BASE_OPTIONS, *defines],
                 sorted(names),
             )
+            out.append((unit, result))
+        return out
+
+    def build(self, package: KernelPackage, format_name: str, variants: list[Variant]) -> CompiledVariants:
+        """NVRTC (through the cache) every unit; load each variant's function; failures per variant."""
+        units = self.compile(package, format_name, variants)
+        artifact = ArtifactInfo("", "", package.version, "", BASE_OPTIONS, False)
+        compiled = CompiledVariants(artifact)
+        keys, logs = [], []
+        prepare = package.manifest.prepare
+        for index, (unit, result) in enumerate(units):
+            symbols = unit.symbols(package)
+            pre_symbols = unit.prelaunch_symbols(package, "cuda")
             if prepare is not None and index == 0 and result.ok:
                 lowered = result.symbols.get(prepare.symbol, prepare.symbol)
                 try:

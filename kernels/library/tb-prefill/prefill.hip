@@ -76,19 +76,20 @@ TB_DEV void tbp_ldsm2(tb_u32 &r0, tb_u32 &r1, const void *p) {
 TB_DEV void tbp_ldsm1(tb_u32 &r0, const void *p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n" : "=r"(r0) : "r"(tbp_saddr(p)));
 }
-/* d = a(16x32 s8) . b(32x8 s8), C = 0 (RZ): the caller adds the rows' start values to d */
+/* d = a(16x32 s8) . b(32x8 s8) + bits(1.5 * 2^23): ONE constant C quad for every mma (ptxas keeps it in four
+ * registers; per-row start values would cost a copy or an add per accumulator) */
 TB_DEV void tbp_mma32(tb_i32 *d, const tb_u32 *a, tb_u32 b0, tb_u32 b1) {
     asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
                  "{%10, %10, %10, %10};\n"
                  : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(TBP_MAGIC_BITS));
 }
-/* d = a(16x16 s8: a0 rows g, a1 rows g+8) . b(16x8 s8), C = 0 */
+/* d = a(16x16 s8: a0 rows g, a1 rows g+8) . b(16x8 s8) + bits(1.5 * 2^23) */
 TB_DEV void tbp_mma16(tb_i32 *d, tb_u32 a0, tb_u32 a1, tb_u32 b0) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
                  "{%7, %7, %7, %7};\n"
                  : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-                 : "r"(a0), "r"(a1), "r"(b0), "r"(0));
+                 : "r"(a0), "r"(a1), "r"(b0), "r"(TBP_MAGIC_BITS));
 }
 TB_DEV float tbp_as_float(tb_i32 v) { return __int_as_float(v); }
 TB_DEV tb_i32 tbp_float_bits(float v) { return __float_as_int(v); }
@@ -134,10 +135,16 @@ TB_DEV void tbp_unpack(const tb_u32 *w, const tb_u32 *h, int j, int q, tb_u32 &l
 #if defined(TB_FMT_Q8_0)
     lo = w[0];
     hi = w[1];
-#elif defined(TB_FMT_Q4_0) || defined(TB_FMT_Q4_1)
+#elif defined(TB_FMT_Q4_0) /* q - 8 per byte: signed operands, so every mma starts from one constant */
+    lo = tb_bytes_sub(TB_NIB_LO(w[0]), 0x08080808u);
+    hi = tb_bytes_sub(TB_NIB_HI(w[0]), 0x08080808u);
+#elif defined(TB_FMT_Q4_1)
     lo = TB_NIB_LO(w[0]);
     hi = TB_NIB_HI(w[0]);
-#elif defined(TB_FMT_Q5_0) || defined(TB_FMT_Q5_1)
+#elif defined(TB_FMT_Q5_0)
+    lo = tb_bytes_sub(TB_NIB_LO(w[0]) | tb_spread4_to_bit4(h[0] >> (4 * q)), 0x10101010u);
+    hi = tb_bytes_sub(TB_NIB_HI(w[0]) | tb_spread4_to_bit4(h[0] >> (16 + 4 * q)), 0x10101010u);
+#elif defined(TB_FMT_Q5_1)
     lo = TB_NIB_LO(w[0]) | tb_spread4_to_bit4(h[0] >> (4 * q));
     hi = TB_NIB_HI(w[0]) | tb_spread4_to_bit4(h[0] >> (16 + 4 * q));
 #elif defined(TB_FMT_IQ4_NL) || defined(TB_FMT_IQ4_XS)
@@ -513,7 +520,6 @@ TB_DEV void tbp_nv_body(TB_PREFILL_PARAMS) {
                 const int kb = kg + j;
                 tb_u32 a[MI][4];
                 float dx[MI][2];
-                tb_i32 ci[MI][2];
 #if TBP_ASYM
                 float sx[MI][2];
 #endif
@@ -521,11 +527,9 @@ TB_DEV void tbp_nv_body(TB_PREFILL_PARAMS) {
                 for (int i = 0; i < MI; ++i) {
                     tbp_ldsm4(a[i][0], a[i][1], a[i][2], a[i][3], sa + i * 16 * L::A_STRIDE + kb * 32);
                     const tb_u8 *rp = stage + r_off + (kb * (BM / 16) + i) * 8 * (TBP_REC * 4);
-                    const int4 r4 = *(const int4 *)rp;
+                    const int2 r4 = *(const int2 *)rp;
                     dx[i][0] = tbp_as_float(r4.x);
                     dx[i][1] = tbp_as_float(r4.y);
-                    ci[i][0] = r4.z;
-                    ci[i][1] = r4.w;
 #if TBP_ASYM
                     const float2 s2 = *(const float2 *)(rp + 16);
                     sx[i][0] = s2.x;
@@ -565,8 +569,8 @@ TB_DEV void tbp_nv_body(TB_PREFILL_PARAMS) {
 #pragma unroll
                         for (int e = 0; e < 4; ++e) {
                             const float *s2 = sw[e & 1];
-                            const float tl = tbp_fma(tbp_as_float(dl[e] + ci[i][e >> 1]), s2[0], s2[1]);
-                            const float th = tbp_fma(tbp_as_float(dh[e] + ci[i][e >> 1]), s2[2], s2[3]);
+                            const float tl = tbp_fma(tbp_as_float(dl[e]), s2[0], s2[1]);
+                            const float th = tbp_fma(tbp_as_float(dh[e]), s2[2], s2[3]);
                             acc[i][f][e] = tbp_fma(tl + th, dx[i][e >> 1], acc[i][f][e]);
                         }
 #else
@@ -575,7 +579,7 @@ TB_DEV void tbp_nv_body(TB_PREFILL_PARAMS) {
 #pragma unroll
                         for (int e = 0; e < 4; ++e) {
                             const float *s2 = sw[e & 1];
-                            const float tv = tbp_fma(tbp_as_float(d[e] + ci[i][e >> 1]), s2[0], s2[1]);
+                            const float tv = tbp_fma(tbp_as_float(d[e]), s2[0], s2[1]);
                             acc[i][f][e] = tbp_fma(tv, dx[i][e >> 1], acc[i][f][e]);
 #if TBP_ASYM
                             acc[i][f][e] = tbp_fma(s2[2], sx[i][e >> 1], acc[i][f][e]);

@@ -45,14 +45,9 @@
 #else
 #define TBP_G16 0
 #endif
-/* unsigned payload of a symmetric format: w = d * (q - OFF); folded into the int32 accumulator's start */
-#if defined(TB_FMT_Q4_0)
-#define TBP_OFF 8
-#elif defined(TB_FMT_Q5_0)
-#define TBP_OFF 16
-#else
+/* Q4_0 / Q5_0 store q + 8 / q + 16 unsigned: the unpack subtracts per byte (signed operands), so no
+ * per-row start value (OFF * activation sum) enters the accumulators; kept 0 for the records' ci field */
 #define TBP_OFF 0
-#endif
 /* blocks whose payload words are shared (unpacked together) */
 #if defined(TB_FMT_Q4_K)
 #define TBP_G 2

@@ -198,6 +198,9 @@ struct alignas(16) float4 {
 struct alignas(16) int4 {
     int x, y, z, w;
 };
+struct alignas(8) int2 {
+    int x, y;
+};
 inline float2 make_float2(float a, float b) { return {a, b}; }
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 
@@ -248,9 +251,11 @@ TB_DEV void tbp_ldsm2(tb_u32 &r0, tb_u32 &r1, const void *p) {
 }
 TB_DEV void tbp_ldsm1(tb_u32 &r0, const void *p) { tbemu_ldsm(1, &r0, p); }
 
-/* mma.m16n8k32 .s8: A a0..a15 in 4 regs: row g for regs 0, 2 and g+8 for regs 1, 3; col 4t + i (+16 for
+/* (C: the constant quad bits(1.5 * 2^23) that prefill.hip's inline asm passes.)
+ * mma.m16n8k32 .s8: A a0..a15 in 4 regs: row g for regs 0, 2 and g+8 for regs 1, 3; col 4t + i (+16 for
  * regs 2, 3). B b0..b7 in 2 regs: k = 4t + i (+16 for reg 1), col g. D: d0, d1 row g, d2, d3 row g+8;
  * col 2t + (i & 1).  (g = lane / 4, t = lane % 4) */
+#define TBP_EMU_C 0x4B400000 /* the C quad prefill.hip's mma asm passes */
 TB_DEV void tbp_mma32(tb_i32 *d, const tb_u32 *a, tb_u32 b0, tb_u32 b1) {
     using namespace tbemu;
     const int w = wave(), l = lane();
@@ -260,7 +265,7 @@ TB_DEV void tbp_mma32(tb_i32 *d, const tb_u32 *a, tb_u32 b0, tb_u32 b1) {
     const int g = l / 4, t = l % 4;
     for (int e = 0; e < 4; ++e) {
         const int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
-        tb_i32 s = 0;
+        tb_i32 s = TBP_EMU_C;
         for (int kk = 0; kk < 32; ++kk) {
             const int al = (row % 8) * 4 + (kk % 16) / 4, areg = (row >= 8 ? 1 : 0) + (kk >= 16 ? 2 : 0);
             const int bl = col * 4 + (kk % 16) / 4, breg = kk >= 16 ? 1 : 0;
@@ -280,7 +285,7 @@ TB_DEV void tbp_mma16(tb_i32 *d, tb_u32 a0, tb_u32 a1, tb_u32 b0) {
     const int g = l / 4, t = l % 4;
     for (int e = 0; e < 4; ++e) {
         const int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
-        tb_i32 s = 0;
+        tb_i32 s = TBP_EMU_C;
         for (int kk = 0; kk < 16; ++kk) {
             const int al = (row % 8) * 4 + kk / 4, areg = row >= 8 ? 1 : 0;
             const int bl = col * 4 + kk / 4;
