@@ -91,6 +91,19 @@ TB_DEV void tbp_mma16(tb_i32 *d, tb_u32 a0, tb_u32 a1, tb_u32 b0) {
                  : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
                  : "r"(a0), "r"(a1), "r"(b0), "r"(TBP_MAGIC_BITS));
 }
+/* acc (16x8 f32, C layout of the int8 mma) += a (16x4 tf32: a0 row g, a1 row g+8, col t) . b (4x8: row t, col g) */
+TB_DEV void tbp_mma_tf32(float *acc, const tb_u32 *a, tb_u32 b) {
+    asm volatile("mma.sync.aligned.m16n8k4.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(b));
+}
+/* v = hi + lo, both tf32 (round to nearest): three tf32 products give an fp32-grade product */
+TB_DEV void tbp_split_tf32(float v, tb_u32 &hi, tb_u32 &lo) {
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(hi) : "f"(v));
+    const float rest = v - __int_as_float((int)hi);
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(lo) : "f"(rest));
+}
 TB_DEV float tbp_as_float(tb_i32 v) { return __int_as_float(v); }
 TB_DEV tb_i32 tbp_float_bits(float v) { return __float_as_int(v); }
 TB_DEV void tbp_red_add(float *p, float v) { atomicAdd(p, v); }
@@ -135,15 +148,18 @@ TB_DEV void tbp_unpack(const tb_u32 *w, const tb_u32 *h, int j, int q, tb_u32 &l
 #if defined(TB_FMT_Q8_0)
     lo = w[0];
     hi = w[1];
-#elif defined(TB_FMT_Q4_0) /* q - 8 per byte: signed operands, so every mma starts from one constant */
-    lo = tb_bytes_sub(TB_NIB_LO(w[0]), 0x08080808u);
-    hi = tb_bytes_sub(TB_NIB_HI(w[0]), 0x08080808u);
+#elif defined(TB_FMT_Q4_0)
+    /* signed operands 16 * (q - 8): (q ^ 8) in a byte's high nibble is q - 8 as a signed nibble, times 16 as
+     * an int8; one LOP3 (+ a shift for the low nibbles). The scale decode divides dw by 16 (exact). */
+    lo = ((w[0] << 4) ^ 0x80808080u) & 0xF0F0F0F0u;
+    hi = (w[0] ^ 0x88888888u) & 0xF0F0F0F0u;
 #elif defined(TB_FMT_Q4_1)
     lo = TB_NIB_LO(w[0]);
     hi = TB_NIB_HI(w[0]);
 #elif defined(TB_FMT_Q5_0)
-    lo = tb_bytes_sub(TB_NIB_LO(w[0]) | tb_spread4_to_bit4(h[0] >> (4 * q)), 0x10101010u);
-    hi = tb_bytes_sub(TB_NIB_HI(w[0]) | tb_spread4_to_bit4(h[0] >> (16 + 4 * q)), 0x10101010u);
+    /* signed operands 8 * (q - 16): the 5-bit q with its top bit flipped, shifted to a byte's top (dw / 8) */
+    lo = ((TB_NIB_LO(w[0]) | tb_spread4_to_bit4(h[0] >> (4 * q))) ^ 0x10101010u) << 3;
+    hi = ((TB_NIB_HI(w[0]) | tb_spread4_to_bit4(h[0] >> (16 + 4 * q))) ^ 0x10101010u) << 3;
 #elif defined(TB_FMT_Q5_1)
     lo = TB_NIB_LO(w[0]) | tb_spread4_to_bit4(h[0] >> (4 * q));
     hi = TB_NIB_HI(w[0]) | tb_spread4_to_bit4(h[0] >> (16 + 4 * q));
@@ -173,7 +189,7 @@ TB_DEV void tbp_decode_scale(const tb_u8 *raw, int kb, int b, int delta, float *
     (void)delta;
     float dw, mw = 0.0f;
 #if TBP_KQUANT == 0
-    dw = tb_half(tb_ld_u16(raw + kb * TBP_SCB));
+    dw = tb_half(tb_ld_u16(raw + kb * TBP_SCB)) * TBP_OPERAND_SCALE;
 #if TBP_ASYM
     mw = tb_half(tb_ld_u16(raw + kb * TBP_SCB + 2));
 #endif
@@ -198,8 +214,7 @@ TB_DEV void tbp_decode_scale(const tb_u8 *raw, int kb, int b, int delta, float *
     out[0] = dw;
     out[1] = -TBP_MAGIC * dw;
 #if TBP_ASYM
-    out[2] = mw;
-    out[3] = 0.0f;
+    out[2] = mw; /* stored in the mins plane */
 #endif
     (void)mw;
 }
@@ -291,7 +306,8 @@ struct TbpLayout {
     static constexpr int OFF_QH = OFF_QS + QS_BYTES;
     static constexpr int OFF_SC = OFF_QH + QH_BYTES;
     static constexpr int STAGE = OFF_SC + SC_BYTES;
-    static constexpr int WS_BYTES = KB * BN * TBP_NSC * 4; /* decoded weight scales of the current stage */
+    static constexpr int WS_BYTES = KB * BN * (TBP_NSC + TBP_ASYM) * 4; /* decoded scales [+ mins] of a stage */
+    static constexpr int MW_OFF = KB * BN * TBP_NSC; /* floats: the mins plane inside the decoded scales */
     static constexpr int smem(int stages) { return stages * STAGE + WS_BYTES; }
 };
 
@@ -373,6 +389,7 @@ TB_DEV void tbp_decode_stage(const tb_u8 *stage, float *wsc, int s, int n0, int 
             *(float4 *)o = make_float4(out[0], out[1], out[2], out[3]);
         else
             *(float2 *)o = make_float2(out[0], out[1]);
+        if (TBP_ASYM) wsc[L::MW_OFF + kb * BN + r] = out[2];
     }
 }
 
@@ -520,9 +537,6 @@ TB_DEV void tbp_nv_body(TB_PREFILL_PARAMS) {
                 const int kb = kg + j;
                 tb_u32 a[MI][4];
                 float dx[MI][2];
-#if TBP_ASYM
-                float sx[MI][2];
-#endif
 #pragma unroll
                 for (int i = 0; i < MI; ++i) {
                     tbp_ldsm4(a[i][0], a[i][1], a[i][2], a[i][3], sa + i * 16 * L::A_STRIDE + kb * 32);
@@ -530,11 +544,6 @@ TB_DEV void tbp_nv_body(TB_PREFILL_PARAMS) {
                     const int2 r4 = *(const int2 *)rp;
                     dx[i][0] = tbp_as_float(r4.x);
                     dx[i][1] = tbp_as_float(r4.y);
-#if TBP_ASYM
-                    const float2 s2 = *(const float2 *)(rp + 16);
-                    sx[i][0] = s2.x;
-                    sx[i][1] = s2.y;
-#endif
                 }
 #pragma unroll
                 for (int f = 0; f < NI; ++f) {
@@ -549,7 +558,7 @@ TB_DEV void tbp_nv_body(TB_PREFILL_PARAMS) {
                     tbp_unpack(w[f], hw, j, t, b0, b1);
                     /* scales of columns 2t, 2t+1: sw[col][0..NSC) */
                     const float *wp = (const float *)((const tb_u8 *)wsc + w_off) + (kb * BN + 8 * f) * TBP_NSC;
-                    float sw[2][4];
+                    float sw[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
                     {
                         const float4 v0 = *(const float4 *)wp;
                         if (TBP_NSC == 2) {
@@ -581,15 +590,39 @@ TB_DEV void tbp_nv_body(TB_PREFILL_PARAMS) {
                             const float *s2 = sw[e & 1];
                             const float tv = tbp_fma(tbp_as_float(d[e]), s2[0], s2[1]);
                             acc[i][f][e] = tbp_fma(tv, dx[i][e >> 1], acc[i][f][e]);
-#if TBP_ASYM
-                            acc[i][f][e] = tbp_fma(s2[2], sx[i][e >> 1], acc[i][f][e]);
-#endif
                         }
 #endif
                     }
                 }
             }
         }
+#if TBP_ASYM
+        /* min terms, sum over blocks of mw[n][b] * sx[m][b] (sx = x scale * x block sum): a GEMM of depth K/32 on
+         * the tensor cores, m16n8k4 tf32 accumulating into acc itself, operands split hi + lo (3 products:
+         * fp32-grade sums), instead of one more FFMA per accumulator and block */
+#pragma unroll
+        for (int kq = 0; kq < KB; kq += 4) {
+            tb_u32 ah[MI][2], al[MI][2];
+#pragma unroll
+            for (int i = 0; i < MI; ++i) {
+                const float2 s2 =
+                    *(const float2 *)(stage + r_off + ((kq + t) * (BM / 16) + i) * 8 * (TBP_REC * 4) + 16);
+                tbp_split_tf32(s2.x, ah[i][0], al[i][0]);
+                tbp_split_tf32(s2.y, ah[i][1], al[i][1]);
+            }
+#pragma unroll
+            for (int f = 0; f < NI; ++f) {
+                tb_u32 bh, bl;
+                tbp_split_tf32(wsc[L::MW_OFF + (kq + t) * BN + wn * WTN + 8 * f + g], bh, bl);
+#pragma unroll
+                for (int i = 0; i < MI; ++i) {
+                    tbp_mma_tf32(acc[i][f], al[i], bh);
+                    tbp_mma_tf32(acc[i][f], ah[i], bl);
+                    tbp_mma_tf32(acc[i][f], ah[i], bh);
+                }
+            }
+        }
+#endif
     }
     tbp_cp_wait<0>();
 

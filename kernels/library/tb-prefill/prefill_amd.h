@@ -257,6 +257,7 @@ TB_DEV void tbp_amd_tiles(TB_PREFILL_PARAMS) {
             float out[4] = {0.0f, 0.0f, 0.0f, 0.0f};
             tbp_decode_scale(stage + L::OFF_SC + r * S::SC_STRIDE, kb, b0 + kb, delta, out);
             for (int e = 0; e < TBP_NSC; ++e) wsc[(kb * BN + r) * TBP_NSC + e] = out[e];
+            if (TBP_ASYM) wsc[L::MW_OFF + kb * BN + r] = out[2];
         }
         tb_sync();
 
@@ -295,6 +296,7 @@ TB_DEV void tbp_amd_tiles(TB_PREFILL_PARAMS) {
                     }
                     const float *ws4 = wsc + (kb * BN + wrow) * TBP_NSC;
                     for (int e = 0; e < 4; ++e) sw[f][e] = e < TBP_NSC ? ws4[e] : 0.0f;
+                    if (TBP_ASYM) sw[f][2] = wsc[L::MW_OFF + kb * BN + wrow]; /* the min */
                 }
                 for (int i = 0; i < MI; ++i) {
                     /* activation operand and records of row tile i: lane rows 4q..4q+3 of the tile */

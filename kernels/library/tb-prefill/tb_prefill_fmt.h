@@ -48,6 +48,14 @@
 /* Q4_0 / Q5_0 store q + 8 / q + 16 unsigned: the unpack subtracts per byte (signed operands), so no
  * per-row start value (OFF * activation sum) enters the accumulators; kept 0 for the records' ci field */
 #define TBP_OFF 0
+/* their unpacked operands carry a power-of-two factor (16 (q - 8), 8 (q - 16)): dw absorbs its inverse */
+#if defined(TB_FMT_Q4_0)
+#define TBP_OPERAND_SCALE 0.0625f
+#elif defined(TB_FMT_Q5_0)
+#define TBP_OPERAND_SCALE 0.125f
+#else
+#define TBP_OPERAND_SCALE 1.0f
+#endif
 /* blocks whose payload words are shared (unpacked together) */
 #if defined(TB_FMT_Q4_K)
 #define TBP_G 2
@@ -81,8 +89,9 @@
 #define TBP_SCB 2
 #endif
 
-/* decoded weight scale floats per (row, block): dw, -MAGIC*dw [, mw | dw_hi, -MAGIC*dw_hi] */
-#define TBP_NSC ((TBP_ASYM || TBP_G16) ? 4 : 2)
+/* decoded weight scale floats per (row, block): dw, -MAGIC*dw [, dw_hi, -MAGIC*dw_hi for Q6_K]; the mins of
+ * asymmetric formats in a plane of their own after them ([KB][BN] floats) */
+#define TBP_NSC (TBP_G16 ? 4 : 2)
 /* activation record words per pair of rows (g, g+8) on NVIDIA: dx, dx', ci, ci' [, sx, sx', 0, 0] */
 #define TBP_REC (TBP_ASYM ? 8 : 4)
 

@@ -296,6 +296,40 @@ TB_DEV void tbp_mma16(tb_i32 *d, tb_u32 a0, tb_u32 a1, tb_u32 b0) {
     warp_sync();
 }
 
+/* cvt.rna.tf32.f32: round to 10 explicit mantissa bits, nearest, ties away from zero (low 13 bits zero) */
+inline tb_u32 tbemu_tf32(float v) {
+    tb_u32 b;
+    memcpy(&b, &v, 4);
+    if ((b & 0x7F800000u) == 0x7F800000u) return b; /* inf / nan kept */
+    b += 0x1000u;                                  /* half of the dropped 13 bits: ties away from zero */
+    return b & 0xFFFFE000u;
+}
+TB_DEV void tbp_split_tf32(float v, tb_u32 &hi, tb_u32 &lo) {
+    hi = tbemu_tf32(v);
+    lo = tbemu_tf32(v - tbp_as_float((tb_i32)hi));
+}
+/* mma.m16n8k4 .tf32, f32 accumulate: A a0 (row g, col t), a1 (row g+8, col t); B b0 (row t, col g);
+ * C/D as m16n8k32's. Operands are tf32 bit patterns (low 13 bits ignored, as the tensor cores do). */
+TB_DEV void tbp_mma_tf32(float *acc, const tb_u32 *a, tb_u32 b) {
+    using namespace tbemu;
+    const int w = wave(), l = lane();
+    tb_u32 *x = block->xw[w][l];
+    x[0] = a[0], x[1] = a[1], x[2] = b;
+    warp_sync();
+    const int g = l / 4, t = l % 4;
+    for (int e = 0; e < 4; ++e) {
+        const int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
+        double s = acc[e];
+        for (int kk = 0; kk < 4; ++kk) {
+            const float av = tbp_as_float((tb_i32)(block->xw[w][(row % 8) * 4 + kk][row >= 8 ? 1 : 0] & 0xFFFFE000u));
+            const float bv = tbp_as_float((tb_i32)(block->xw[w][col * 4 + kk][2] & 0xFFFFE000u));
+            s += (double)av * (double)bv;
+        }
+        acc[e] = (float)s;
+    }
+    warp_sync();
+}
+
 /* ---- AMD MFMA (wave 64) -------------------------------------------------------------------------------
  * v_mfma_i32_16x16x32_i8: A[i][k] in lane i + 16 * (k / 8), byte k % 8 of its 64-bit operand (2 regs);
  * B[k][j] in lane j + 16 * (k / 8), byte k % 8; D[i][j] in lane j + 16 * (i / 4), item i % 4.
