@@ -147,6 +147,7 @@ class CudaDevice:
         """Registers, shared/local memory (local = spills and stack), occupancy, limiter, SASS census."""
         attr = cd.driver.CUfunction_attribute
         function = kernel.function
+        self._allow_shared(kernel, geometry.shared_bytes)  # else the occupancy query sees no room for it
 
         def get(name: str) -> int:
             return int(cd.check(cd.driver.cuFuncGetAttribute(getattr(attr, name), function), name))
