@@ -64,7 +64,7 @@ def test_families(settings: Settings, read_token: str) -> None:
     assert spaces["rocm"]["count"] == 20 and spaces["host"]["count"] == 8
     assert spaces["host"]["variants"][0] == {"name": "KB1/TW4", "params": {"kb": 1, "tw": 4}, "order": 0}
     prefill = fams["tb-prefill"]["backends"]
-    assert prefill["cuda"]["count"] == 252 and prefill["host"]["count"] == 4
+    assert prefill["cuda"]["count"] == 288 and prefill["host"]["count"] == 4
     assert any("stages == 2" in p["rule"] for p in prefill["rocm"]["invalid"])
     assert fams["tb-prefill"]["phase"] == "prefill" and fams["tb-prefill"]["weights"] == "tb-split"
     assert fams["tb-prefill"]["prelaunch"] == {

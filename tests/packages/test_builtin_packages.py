@@ -33,23 +33,24 @@ def test_decode_spaces() -> None:
 
 def test_prefill_spaces() -> None:
     cuda = PREFILL.space("cuda")
-    assert len(cuda) == 252 and cuda[0].name == "N64/M64/W2x2/K4/S2/SK1"
+    assert len(cuda) == 288 and cuda[0].name == "N64/M64/W2x2/K4/S2/SK1/MB1"
     # NVIDIA warp tiles are 32 or 64 wide in both directions; 4 or 8 warps
     for v in cuda:
         p = v.params
         assert p["n_tile"] // p["warps_n"] in (32, 64) and p["m_tile"] // p["warps_m"] in (32, 64)
         assert p["warps_n"] * p["warps_m"] in (4, 8)
+        assert p["min_blocks"] == 1 or (p["warps_n"] * p["warps_m"] == 8 and p["n_tile"] // p["warps_n"] == 32)
     rocm = PREFILL.space("rocm")
     assert len(rocm) == 84 and all(v.params["stages"] == 2 for v in rocm)
     assert [v.name for v in PREFILL.space("host")] == [
-        "N64/M32/W2x2/K4/S2/SK1", "N64/M64/W2x2/K4/S2/SK1",
-        "N128/M32/W2x2/K4/S2/SK1", "N128/M64/W2x2/K4/S2/SK1",
+        "N64/M32/W2x2/K4/S2/SK1/MB1", "N64/M64/W2x2/K4/S2/SK1/MB1",
+        "N128/M32/W2x2/K4/S2/SK1/MB1", "N128/M64/W2x2/K4/S2/SK1/MB1",
     ]  # fmt: skip
     invalid = {p["point"]: p["rule"] for p in PREFILL.invalid_points("cuda")}
-    assert "n_tile // warps_n in (32, 64)" in invalid["N256/M32/W2x2/K4/S2/SK1"]
+    assert "n_tile // warps_n in (32, 64)" in invalid["N256/M32/W2x2/K4/S2/SK1/MB1"]
     assert (
         "stages == 2"
-        in {p["point"]: p["rule"] for p in PREFILL.invalid_points("rocm")}["N64/M64/W2x2/K4/S3/SK1"]
+        in {p["point"]: p["rule"] for p in PREFILL.invalid_points("rocm")}["N64/M64/W2x2/K4/S3/SK1/MB1"]
     )
 
 
@@ -57,22 +58,22 @@ def test_prefill_point_rules_carry_reasons() -> None:
     """Rules over the format, K, and the shared memory a variant needs are checked per task."""
     h200 = DeviceFacts("cuda", "sm_90", 132, 32)
     q6 = PREFILL.bindings(
-        PREFILL.parse("N128/M64/W4x2/K4/S3/SK1", "cuda"), 4096, 5120, 512, FORMATS["Q6_K"], h200
+        PREFILL.parse("N128/M64/W4x2/K4/S3/SK1/MB1", "cuda"), 4096, 5120, 512, FORMATS["Q6_K"], h200
     )
     assert PREFILL.point_problems(q6) == []
     odd_k = PREFILL.bindings(
-        PREFILL.parse("N128/M64/W4x2/K4/S3/SK1", "cuda"), 4096, 4160, 512, FORMATS["Q8_0"], h200
+        PREFILL.parse("N128/M64/W4x2/K4/S3/SK1/MB1", "cuda"), 4096, 4160, 512, FORMATS["Q8_0"], h200
     )
     assert PREFILL.point_problems(odd_k) == ["k % (block_weights if backend == 'host' else 256) == 0"]
     big = PREFILL.bindings(
-        PREFILL.parse("N256/M128/W4x2/K8/S4/SK1", "cuda"), 4096, 4096, 512, FORMATS["Q8_0"], h200
+        PREFILL.parse("N256/M128/W4x2/K8/S4/SK1/MB1", "cuda"), 4096, 4096, 512, FORMATS["Q8_0"], h200
     )
     assert as_int(big["smem"]) > 232448 and PREFILL.point_problems(big) == [
         "backend != 'cuda' or smem <= 232448"
     ]
     mi100 = DeviceFacts("rocm", "gfx906", 60, 64)
     lds = PREFILL.bindings(
-        PREFILL.parse("N128/M64/W2x2/K8/S2/SK1", "rocm"), 4096, 4096, 512, FORMATS["Q8_0"], mi100
+        PREFILL.parse("N128/M64/W2x2/K8/S2/SK1/MB1", "rocm"), 4096, 4096, 512, FORMATS["Q8_0"], mi100
     )
     assert "smem <= (163840 if arch == 'gfx950' else 65536)" in PREFILL.point_problems(lds)[0]
 
@@ -94,9 +95,9 @@ def test_parse_roundtrip(package: object) -> None:
         (DECODE, "kb8/tw8", "rocm", "expected KB{kb}/TW{tw}"),
         (DECODE, "N128/MT32/MB1/U4", "rocm", "not a tb-decode variant name"),
         (DECODE, "KB8/TW8", "vulkan", "no space for backend 'vulkan'"),
-        (PREFILL, "N128/M64/W2x2/K4/S3/SK1", "rocm", "stages == 2"),
-        (PREFILL, "N96/M32/W2x2/K4/S2/SK1", "cuda", "n_tile must be one of 64,128,256"),
-        (PREFILL, "N64/M32/W2x2/K4/S2/SK2", "host", "split_k == 1"),
+        (PREFILL, "N128/M64/W2x2/K4/S3/SK1/MB1", "rocm", "stages == 2"),
+        (PREFILL, "N96/M32/W2x2/K4/S2/SK1/MB1", "cuda", "n_tile must be one of 64,128,256"),
+        (PREFILL, "N64/M32/W2x2/K4/S2/SK2/MB1", "host", "split_k == 1"),
         (PREFILL, "KB8/TW8", "rocm", "not a tb-prefill variant name"),
     ],
 )
@@ -138,7 +139,7 @@ def test_decode_point_rules_reject_large_m() -> None:
 
 
 def test_prefill_launch_tiles() -> None:
-    v = PREFILL.parse("N128/M64/W4x2/K4/S3/SK2", "cuda")
+    v = PREFILL.parse("N128/M64/W4x2/K4/S3/SK2/MB1", "cuda")
     values = PREFILL.bindings(v, 17408, 5120, 600, FORMATS["Q4_0"], DeviceFacts("cuda", "sm_90", 132, 32))
     g = PREFILL.geometry(values)
     assert g.grid == (136, 10, 2) and g.block == (256, 1, 1) and g.shared_bytes == as_int(values["smem"])

@@ -25,7 +25,7 @@
  *   dx = amax / 127, ci = bits(1.5*2^23) - OFF * xsum, sx = dx * xsum.
  * Launch: block = (32|64) * warps_n * warps_m threads, grid = (ceil(N/BN), ceil(M/BM), SK), dynamic shared
  * memory (NVIDIA) / static LDS (AMD) sized as the manifest's [derived] smem.
- * Exported symbols: tb_prefill_n{BN}_m{BM}_wn{WN}_wm{WM}_kb{KB}_s{ST}_sk{SK}, tb_prefill_prep_sk{1,2,4}.
+ * Exported symbols: tb_prefill_n{BN}_m{BM}_wn{WN}_wm{WM}_kb{KB}_s{ST}_sk{SK}_mb{MB}, tb_prefill_prep_sk{1,2,4}.
  */
 #include "tb_portability.h"
 #include "tb_formats.h"
@@ -652,9 +652,12 @@ TB_DEV void tbp_nv_body(TB_PREFILL_PARAMS) {
     }
 }
 
-#define TB_PREFILL_VARIANT(BN, BM, WN, WM, KB, ST, SK)                                                     \
-    extern "C" __global__ TB_LAUNCH_BOUNDS(32 * WN * WM, 1) void                                           \
-        tb_prefill_n##BN##_m##BM##_wn##WN##_wm##WM##_kb##KB##_s##ST##_sk##SK(TB_PREFILL_PARAMS) {           \
+/* MB = the second __launch_bounds__ argument (minimum resident workgroups per SM): 2 caps registers at 128
+ * for 8 warps, so two workgroups (16 warps) hide latency and halve the wave-quantisation loss, at the
+ * price of a few spilled registers for the bigger formats; the tuner measures both */
+#define TB_PREFILL_VARIANT(BN, BM, WN, WM, KB, ST, SK, MB)                                                 \
+    extern "C" __global__ TB_LAUNCH_BOUNDS(32 * WN * WM, MB) void                                          \
+        tb_prefill_n##BN##_m##BM##_wn##WN##_wm##WM##_kb##KB##_s##ST##_sk##SK##_mb##MB(TB_PREFILL_PARAMS) {   \
         tbp_nv_body<BN, BM, WN, WM, KB, ST, SK>(TB_PREFILL_ARGS);                                          \
     }
 
@@ -666,8 +669,8 @@ TB_PREFILL_PREP(1)
 TB_PREFILL_PREP(2)
 TB_PREFILL_PREP(4)
 
-/* -DTB_PREFILL_VARIANTS='TB_PREFILL_VARIANT(128,128,4,2,4,3,1) ...' builds a subset; default: a few */
+/* -DTB_PREFILL_VARIANTS='TB_PREFILL_VARIANT(128,128,4,2,4,3,1,1) ...' builds a subset; default: one */
 #ifndef TB_PREFILL_VARIANTS
-#define TB_PREFILL_VARIANTS TB_PREFILL_VARIANT(128, 64, 4, 2, 4, 2, 1)
+#define TB_PREFILL_VARIANTS TB_PREFILL_VARIANT(128, 64, 4, 2, 4, 2, 1, 1)
 #endif
 TB_PREFILL_VARIANTS

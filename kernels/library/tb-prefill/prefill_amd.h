@@ -360,9 +360,9 @@ TB_DEV void tbp_amd_tiles(TB_PREFILL_PARAMS) {
         }
 }
 
-#define TB_PREFILL_VARIANT(BN, BM, WN, WM, KB, ST, SK)                                                     \
-    extern "C" __global__ TB_LAUNCH_BOUNDS(64 * WN * WM, 1) void                                           \
-        tb_prefill_n##BN##_m##BM##_wn##WN##_wm##WM##_kb##KB##_s##ST##_sk##SK(TB_PREFILL_PARAMS) {           \
+#define TB_PREFILL_VARIANT(BN, BM, WN, WM, KB, ST, SK, MB)                                                 \
+    extern "C" __global__ TB_LAUNCH_BOUNDS(64 * WN * WM, MB) void                                          \
+        tb_prefill_n##BN##_m##BM##_wn##WN##_wm##WM##_kb##KB##_s##ST##_sk##SK##_mb##MB(TB_PREFILL_PARAMS) {   \
         tbp_amd_body<BN, BM, WN, WM, KB, SK>(TB_PREFILL_ARGS);                                            \
     }
 
