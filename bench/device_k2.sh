@@ -28,7 +28,7 @@ log="$OUT/k2-prefill-h200-$tag.log"
 el() { echo "# t=$(( $(date +%s) - t0 ))s $*" | tee -a "$log"; }
 
 el "stage 1: warm the NVRTC cache"
-timeout 35 python3 - >> "$log" 2>&1 <<'EOF'
+timeout 30 python3 - >> "$log" 2>&1 <<'EOF'
 import os
 from pathlib import Path
 import bench.prefill_roofline as b
@@ -40,22 +40,25 @@ for r in b.warm_cache(Path(os.environ["TUNEBASE_CUDA_ARTIFACTS"]), jobs, os.cpu_
 EOF
 echo "# rc=$?" >> "$log"
 
-el "stage 2: GPU parity, 9 formats"
-timeout 30 python3 -m pytest -m gpu tests/cuda/test_cuda_gpu.py -k "every_prefill" -q -rs -p no:cacheprovider \
-  --durations=5 >> "$log" 2>&1
-echo "# rc=$?" >> "$log"
-grep -E "passed|failed|error" "$log" | tail -3
+el "stage 2: GPU parity, 9 formats (3 processes: parity runs only, nothing timed against each other)"
+for sel in "Q8_0 or Q4_0 or Q4_1" "Q5_0 or Q5_1 or IQ4_NL" "Q4_K or Q6_K or IQ4_XS"; do
+  timeout 28 python3 -m pytest -m gpu tests/cuda/test_cuda_gpu.py -k "every_prefill and ($sel)" -q -rs \
+    -p no:cacheprovider > "$OUT/k2-gpu-tests-${sel// /_}.log" 2>&1 &
+done
+wait
+for f in "$OUT"/k2-gpu-tests-*.log; do echo "## $f" >> "$log"; cat "$f" >> "$log"; done
+grep -hE "passed|failed|error" "$OUT"/k2-gpu-tests-*.log | tail -6
 
 el "stage 3: roofline"
 json="$OUT/prefill-roofline-h200-$tag.json"
-timeout 60 python3 bench/prefill_roofline.py --artifacts "$ART" --dispatches 6 --warmup 2 --out "$json" \
+timeout 60 python3 bench/prefill_roofline.py --artifacts "$ART" --dispatches 5 --warmup 2 --out "$json" \
   > "$OUT/prefill-roofline-h200-$tag.log" 2>&1
 echo "# rc=$?" >> "$log"
 tail -25 "$OUT/prefill-roofline-h200-$tag.log"
 
 el "stage 4: ncu"
 if [ -f "$json" ]; then
-  TUNEBASE_CUPTI=0 timeout 25 ncu --kernel-name regex:tb_prefill_n --launch-count 1 \
+  TUNEBASE_CUPTI=0 timeout 20 ncu --kernel-name regex:tb_prefill_n --launch-count 1 \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section SchedulerStats --section WarpStateStats \
     --section InstructionStats --section Occupancy --section LaunchStats \
     python3 bench/prefill_ncu.py --json "$json" --point Q4_0,GateUp,2048 --artifacts "$ART" \
