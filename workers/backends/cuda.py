@@ -58,7 +58,7 @@ class CudaDevice:
         self._event_ns: dict[str, list[int]] = {}
         self._records: list[cupti_profiler.KernelRecord] = []
         self._kernels_per_dispatch: dict[str, int] = {}
-        self._shared_opt_in: set[Any] = set()
+        self._shared_opt_in: dict[tuple[str, str], int] = {}  # (cubin, symbol) -> dynamic bytes allowed
 
     def alloc(self, nbytes: int) -> int:
         ptr = cd.mem_alloc(max(1, nbytes))
@@ -86,10 +86,11 @@ class CudaDevice:
 
     def _allow_shared(self, kernel: Any, shared_bytes: int) -> None:
         """Dynamic shared memory above 48 KiB must be opted into per function (sm_90: up to 227 KiB)."""
-        if shared_bytes > DEFAULT_DYNAMIC_SHARED and kernel.function not in self._shared_opt_in:
+        key = (kernel.path, kernel.symbol)
+        if shared_bytes > self._shared_opt_in.get(key, DEFAULT_DYNAMIC_SHARED):
             attr = cd.driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
             cd.check(cd.driver.cuFuncSetAttribute(kernel.function, attr, shared_bytes), "cuFuncSetAttribute")
-            self._shared_opt_in.add(kernel.function)
+            self._shared_opt_in[key] = shared_bytes
 
     def launch(self, kernel: Any, geometry: Geometry, args: list[ArgValue]) -> None:
         self._allow_shared(kernel, geometry.shared_bytes)
