@@ -48,7 +48,10 @@ SPEC: dict[str, Any] = {
 }
 # a second sweep adds a shape, so the second table version has entries the first lacks
 EXTRA: dict[str, Any] = {
-    **SPEC, "formats": ["Q8_0"], "shapes": [{"name": "Browser_Extra", "n": 384, "k": 256}], "m": [1]
+    **SPEC,
+    "formats": ["Q8_0"],
+    "shapes": [{"name": "Browser_Extra", "n": 384, "k": 256}],
+    "m": [1],
 }
 NO_WORKER: dict[str, Any] = {
     "arch": "gfx906",
@@ -156,9 +159,7 @@ def test_dashboard_walk_in_chromium(private_server: LiveServer, browser: Any, tm
     assert re.search(r"\d µs", page.locator("figure.heatmap text.cell-text").nth(1).text_content() or "")
     legend = page.locator("p.legend").first.inner_text()
     assert "not measured" in legend and "statistical tie" in legend
-    lefts = page.evaluate(
-        "() => [...document.querySelectorAll('text.row-label')].map(t => t.getBBox().x)"
-    )
+    lefts = page.evaluate("() => [...document.querySelectorAll('text.row-label')].map(t => t.getBBox().x)")
     assert lefts and min(lefts) >= 0, lefts  # the longest shape name fits inside its SVG
     shot = tmp_path / "dashboard.png"
     page.screenshot(path=str(shot), full_page=True)

@@ -182,4 +182,3 @@ def test_cancelled_tasks_are_not_run_when_their_messages_arrive(cluster: Cluster
         time.sleep(0.3)
     counts = cluster.counts(sweep_id)
     assert counts["cancelled"] == 4 and counts["done"] == 0, counts
-

@@ -55,6 +55,7 @@ def test_twin_dequant_and_dot(tmp_path: Path, name: str) -> None:
     model = expected.astype(np.float64) @ xr
     for style in (0, 1, 2):
         lib = _build(tmp_path, name, style)
+        assert lib.tb_twin_slots_ok(k) == 1  # the x slot of every (chunk, run), as decode.hip stages x
         got = np.full((n, k), np.nan, dtype=np.float32)
         lib.tb_twin_dequant(_ptr(parts["qs"]), _ptr(parts["qh"]), _ptr(parts["sc"]), n, k, _ptr(got))
         assert np.array_equal(got.view(np.uint32), expected.view(np.uint32)), f"style {style}"

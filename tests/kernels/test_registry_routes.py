@@ -56,13 +56,17 @@ def test_families(settings: Settings, read_token: str) -> None:
     fams = {f["name"]: f for f in body["items"]}
     assert set(fams) == {"tb-decode", "tb-prefill"} and body["total"] == 2
     decode = fams["tb-decode"]
-    assert decode["phase"] == "decode" and decode["builtin"] and decode["weights"] == "tb-packed"
+    assert decode["phase"] == "decode" and decode["builtin"] and decode["weights"] == "tb-split"
     params = {p["name"]: p for p in decode["params"]}
-    assert params["kb"]["values"] == [1, 2, 4, 8, 16] and params["tw"]["values"] == [4, 8, 12, 24]
-    assert "split-K" in params["kb"]["meaning"] and "waves per CU" in params["tw"]["meaning"]
+    assert params["kb"]["values"] == [1, 2, 4, 8] and params["mx"]["values"] == [1, 4]
+    assert "split-K" in params["kb"]["meaning"] and "persistent grid" in params["pg"]["meaning"]
     spaces = decode["backends"]
-    assert spaces["rocm"]["count"] == 20 and spaces["host"]["count"] == 8
-    assert spaces["host"]["variants"][0] == {"name": "KB1/TW4", "params": {"kb": 1, "tw": 4}, "order": 0}
+    assert spaces["rocm"]["count"] == 42 and spaces["host"]["count"] == 6
+    assert spaces["host"]["variants"][0] == {
+        "name": "MX4/KB1/RW1/U4/RG1/PG0/PP0",
+        "params": {"mx": 4, "kb": 1, "rw": 1, "u": 4, "rg": 1, "pg": 0, "pp": 0},
+        "order": 0,
+    }
     prefill = fams["tb-prefill"]["backends"]
     assert prefill["cuda"]["count"] == 288 and prefill["host"]["count"] == 4
     assert any("stages == 2" in p["rule"] for p in prefill["rocm"]["invalid"])

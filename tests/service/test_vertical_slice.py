@@ -111,8 +111,10 @@ def test_sweep_to_compiled_table(live_server: LiveServer, tmp_path: Path) -> Non
     for winner in winners:
         assert winner["median_us"] > 0 and winner["variant"].startswith("KB")
         # a decided winner is faster than its runner-up; a tie may go to the incumbent or the simpler variant
-        assert winner["runner_up_median_us"] is None or not winner["decided"] or (
-            winner["runner_up_median_us"] >= winner["median_us"]
+        assert (
+            winner["runner_up_median_us"] is None
+            or not winner["decided"]
+            or (winner["runner_up_median_us"] >= winner["median_us"])
         )
         assert winner["decided"] or winner["variant"] in winner["tie_group"]
     q8_only = reader.get("/v1/winners", params={"format": "Q8_0", "m": 2}).json()["items"]

@@ -239,17 +239,6 @@ TB_FN void tb_iq4_lookup(tb_u32 w, tb_i32 *lo, tb_i32 *hi) {
 #endif
 }
 
-/* Q4_K 6-bit (scale, min) of sub-block j from the 12 packed bytes (llama.cpp get_scale_min_k4) */
-TB_FN void tb_q4k_scale_min(const tb_u8 *q, int j, tb_u32 *sc, tb_u32 *mn) {
-    if (j < 4) {
-        *sc = q[j] & 63u;
-        *mn = q[j + 4] & 63u;
-    } else {
-        *sc = (q[j + 4] & 0xFu) | ((tb_u32)(q[j - 4] >> 6) << 4);
-        *mn = (tb_u32)(q[j + 4] >> 4) | ((tb_u32)(q[j] >> 6) << 4);
-    }
-}
-
 /* ---- the chunk API ------------------------------------------------------------------------- */
 
 /* start weight (inside the row) of each run of chunk c */
@@ -271,6 +260,26 @@ TB_FN int tb_chunk_p_hi(int c) {
     return tb_chunk_p_lo(c) + 64;
 #else
     return tb_chunk_p_lo(c) + 16;
+#endif
+}
+
+/* which (chunk, run) reads the 16 weights 16*hb .. 16*hb+15 of a row: the inverse of tb_chunk_p_lo / p_hi
+ * (a kernel stages x so that the x a chunk's run needs sits at that chunk's slot) */
+TB_FN void tb_half_slot(int hb, int *c, int *run) {
+#if defined(TB_FMT_Q8_0)
+    *c = hb;
+    *run = 0;
+#elif defined(TB_FMT_Q4_K)
+    const int s = hb >> 4, lh = hb & 15;
+    *c = 8 * s + 2 * (lh >> 2) + (lh & 1);
+    *run = (lh >> 1) & 1;
+#elif defined(TB_FMT_Q6_K)
+    const int s = hb >> 4, lh = hb & 15;
+    *c = 8 * s + 4 * (lh >> 3) + (lh & 3);
+    *run = (lh >> 2) & 1;
+#else
+    *c = hb >> 1;
+    *run = hb & 1;
 #endif
 }
 
@@ -307,7 +316,14 @@ TB_FN tb_meta tb_load_meta(const tb_u8 *qh_row, const tb_u8 *sc_row, int c) {
     m.e = tb_ld_u32(sc_row + 4 * c);
     m.w[0] = tb_ld_u32(qh_row + 4 * c);
 #elif defined(TB_FMT_Q4_K)
-    tb_ld_u32x4(sc_row + 16 * (c >> 3), m.w); /* d, dmin, scales[12] of the super-block */
+    { /* d|dmin, and the 2-byte pieces of scales[12] that the pair (2g, 2g+1) of sub-blocks reads:
+       * A = scales[2(g&1)..], B = scales[4+2(g&1)..], C = scales[8+2(g&1)..] (C only for g >= 2) */
+        const tb_u8 *s = sc_row + 16 * (c >> 3);
+        const int o = 2 * (((c & 7) >> 1) & 1);
+        m.w[0] = tb_ld_u32(s);
+        m.e = tb_ld_u16(s + 4 + o) | (tb_ld_u16(s + 8 + o) << 16);
+        m.w[1] = tb_ld_u16(s + 12 + o);
+    }
 #elif defined(TB_FMT_Q6_K)
     {
         const int s = c >> 3, j = c & 7, hh = j >> 2, q = j & 3;
@@ -373,13 +389,13 @@ TB_FN tb_chunk tb_unpack(const tb_u32 *q, tb_meta m, int c) {
         r.lo[i] = (tb_i32)TB_NIB_LO(q[i]);
         r.hi[i] = (tb_i32)TB_NIB_HI(q[i]);
     }
-    {
-        tb_u8 sb[12];
-        for (int i = 0; i < 12; ++i) sb[i] = (tb_u8)(m.w[1 + i / 4] >> (8 * (i & 3)));
-        const int g = (c & 7) >> 1;
-        tb_u32 sc0, mn0, sc1, mn1;
-        tb_q4k_scale_min(sb, 2 * g, &sc0, &mn0);
-        tb_q4k_scale_min(sb, 2 * g + 1, &sc1, &mn1);
+    { /* get_scale_min_k4 for j = 2g, 2g+1 from A (bytes j-4 or j), B (j+4 or j), C (j+4) */
+        const tb_u32 A = m.e & 0xFFFFu, B = m.e >> 16, C = m.w[1];
+        const int lowg = ((c & 7) >> 1) < 2;
+        const tb_u32 sc0 = lowg ? (A & 63u) : ((C & 15u) | (((A >> 6) & 3u) << 4));
+        const tb_u32 sc1 = lowg ? ((A >> 8) & 63u) : (((C >> 8) & 15u) | (((A >> 14) & 3u) << 4));
+        const tb_u32 mn0 = lowg ? (B & 63u) : (((C >> 4) & 15u) | (((B >> 6) & 3u) << 4));
+        const tb_u32 mn1 = lowg ? ((B >> 8) & 63u) : (((C >> 12) & 15u) | (((B >> 14) & 3u) << 4));
         const float d = tb_half(m.w[0] & 0xFFFFu), dmin = tb_half(m.w[0] >> 16);
         r.s_lo = d * (float)sc0;
         r.s_hi = d * (float)sc1;

@@ -180,6 +180,17 @@ TB_DEV void tbp_unpack(const tb_u32 *w, const tb_u32 *h, int j, int q, tb_u32 &l
 #endif
 }
 
+/* Q4_K 6-bit (scale, min) of sub-block j from the 12 packed bytes (llama.cpp's get_scale_min_k4) */
+TB_DEV void tbp_q4k_scale_min(const tb_u8 *q, int j, tb_u32 *sc, tb_u32 *mn) {
+    if (j < 4) {
+        *sc = q[j] & 63u;
+        *mn = q[j + 4] & 63u;
+    } else {
+        *sc = (q[j + 4] & 0xFu) | ((tb_u32)(q[j - 4] >> 6) << 4);
+        *mn = (tb_u32)(q[j + 4] >> 4) | ((tb_u32)(q[j] >> 6) << 4);
+    }
+}
+
 /* Decoded scales of one (row, block) from the row's raw sc bytes of the stage: out[0] = dw, out[1] = -MAGIC*dw,
  * and out[2] = mw (asymmetric) or out[2..3] = (dw, -MAGIC*dw) of the block's second 16 weights (Q6_K).
  * kb: block inside the stage, b: absolute block, delta: Q6_K window misalignment. */
@@ -195,7 +206,7 @@ TB_DEV void tbp_decode_scale(const tb_u8 *raw, int kb, int b, int delta, float *
 #endif
 #elif defined(TB_FMT_Q4_K)
     tb_u32 s6, m6;
-    tb_q4k_scale_min(raw + 4, b & 7, &s6, &m6);
+    tbp_q4k_scale_min(raw + 4, b & 7, &s6, &m6);
     dw = tb_half(tb_ld_u16(raw)) * (float)s6;
     mw = -(tb_half(tb_ld_u16(raw + 2)) * (float)m6);
 #elif defined(TB_FMT_Q6_K)
