@@ -98,11 +98,11 @@ TB_DEV void tbp_mma_tf32(float *acc, const tb_u32 *a, tb_u32 b) {
                  : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
                  : "r"(a[0]), "r"(a[1]), "r"(b));
 }
-/* v = hi + lo, both tf32 (round to nearest): three tf32 products give an fp32-grade product */
+/* v ~ hi + lo, both exact tf32 values (low 13 bits cleared): hi*b + lo*b + hi*b_lo is an fp32-grade product
+ * (the dropped lo*b_lo and lo's truncation are below 2^-20 relative); masks instead of cvt.rna: 3 plain ops */
 TB_DEV void tbp_split_tf32(float v, tb_u32 &hi, tb_u32 &lo) {
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(hi) : "f"(v));
-    const float rest = v - __int_as_float((int)hi);
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(lo) : "f"(rest));
+    hi = (tb_u32)__float_as_int(v) & 0xFFFFE000u;
+    lo = (tb_u32)__float_as_int(v - __int_as_float((int)hi)) & 0xFFFFE000u;
 }
 TB_DEV float tbp_as_float(tb_i32 v) { return __int_as_float(v); }
 TB_DEV tb_i32 tbp_float_bits(float v) { return __float_as_int(v); }

@@ -296,17 +296,10 @@ TB_DEV void tbp_mma16(tb_i32 *d, tb_u32 a0, tb_u32 a1, tb_u32 b0) {
     warp_sync();
 }
 
-/* cvt.rna.tf32.f32: round to 10 explicit mantissa bits, nearest, ties away from zero (low 13 bits zero) */
-inline tb_u32 tbemu_tf32(float v) {
-    tb_u32 b;
-    memcpy(&b, &v, 4);
-    if ((b & 0x7F800000u) == 0x7F800000u) return b; /* inf / nan kept */
-    b += 0x1000u;                                  /* half of the dropped 13 bits: ties away from zero */
-    return b & 0xFFFFE000u;
-}
+/* prefill.hip's split of a float into two tf32 values (low 13 bits cleared), as its CUDA code does it */
 TB_DEV void tbp_split_tf32(float v, tb_u32 &hi, tb_u32 &lo) {
-    hi = tbemu_tf32(v);
-    lo = tbemu_tf32(v - tbp_as_float((tb_i32)hi));
+    hi = (tb_u32)tbp_float_bits(v) & 0xFFFFE000u;
+    lo = (tb_u32)tbp_float_bits(v - tbp_as_float((tb_i32)hi)) & 0xFFFFE000u;
 }
 /* mma.m16n8k4 .tf32, f32 accumulate: A a0 (row g, col t), a1 (row g+8, col t); B b0 (row t, col g);
  * C/D as m16n8k32's. Operands are tf32 bit patterns (low 13 bits ignored, as the tensor cores do). */
