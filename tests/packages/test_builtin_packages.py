@@ -51,7 +51,7 @@ def test_decode_source_default_list_is_the_gpu_space() -> None:
 
 def test_prefill_spaces() -> None:
     cuda = PREFILL.space("cuda")
-    assert len(cuda) == 288 and cuda[0].name == "N64/M64/W2x2/K4/S2/SK1/MB1"
+    assert len(cuda) == 156 and cuda[0].name == "N64/M64/W2x2/K4/S3/SK1/MB1"
     # NVIDIA warp tiles are 32 or 64 wide in both directions; 4 or 8 warps
     for v in cuda:
         p = v.params
@@ -84,7 +84,7 @@ def test_prefill_point_rules_carry_reasons() -> None:
     )
     assert PREFILL.point_problems(odd_k) == ["k % (block_weights if backend == 'host' else 256) == 0"]
     big = PREFILL.bindings(
-        PREFILL.parse("N256/M128/W4x2/K8/S4/SK1/MB1", "cuda"), 4096, 4096, 512, FORMATS["Q8_0"], h200
+        PREFILL.parse("N64/M128/W2x2/K8/S4/SK1/MB1", "cuda"), 4096, 4096, 512, FORMATS["Q8_0"], h200
     )
     assert as_int(big["smem"]) > 232448 and PREFILL.point_problems(big) == [
         "backend != 'cuda' or smem <= 232448"
