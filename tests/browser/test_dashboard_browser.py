@@ -30,7 +30,12 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-VARIANTS = ["KB1/TW4", "KB2/TW8", "KB4/TW4", "KB8/TW8"]
+VARIANTS = [
+    "MX4/KB1/RW1/U4/RG1/PG0/PP0",
+    "MX4/KB1/RW2/U2/RG1/PG0/PP0",
+    "MX4/KB4/RW2/U2/RG1/PG0/PP0",
+    "MX4/KB1/RW2/U4/RG1/PG0/PP0",
+]
 SPEC: dict[str, Any] = {
     "arch": "host",
     "phase": "decode",
@@ -59,7 +64,7 @@ NO_WORKER: dict[str, Any] = {
     "formats": ["Q8_0"],
     "shapes": [{"name": "Nobody_Serves", "n": 256, "k": 256}],
     "m": [1, 2],
-    "variants": ["KB1/TW4"],
+    "variants": ["MX4/KB1/RW1/U4/RG1/PG0/PP0"],
 }
 
 
