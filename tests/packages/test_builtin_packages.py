@@ -121,7 +121,7 @@ def test_parse_roundtrip(package: object) -> None:
         (DECODE, "MX1/KB8/RW1/U4/RG1/PG0/PP0", "vulkan", "no space for backend 'vulkan'"),
         (PREFILL, "N128/M64/W2x2/K4/S3/SK1/MB1", "rocm", "stages == 2"),
         (PREFILL, "N96/M32/W2x2/K4/S2/SK1/MB1", "cuda", "n_tile must be one of 64,128,256"),
-        (PREFILL, "N64/M32/W2x2/K4/S2/SK2/MB1", "host", "split_k == 1"),
+        (PREFILL, "N64/M32/W2x2/K4/S2/SK2/MB1", "host", "stages, split_k, min_blocks) == (2, 2, 4, 2, 1, 1)"),
         (PREFILL, "KB8/TW8", "rocm", "not a tb-prefill variant name"),
     ],
 )
