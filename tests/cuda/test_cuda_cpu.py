@@ -129,3 +129,16 @@ def test_the_test_fixture_kernel_is_a_package_in_template_form() -> None:
         f"tb_decode<{v.params['kb']}, {v.params['tw']}, true>" for v in variants
     }
     assert "Q6_K" not in fixture.manifest.formats  # group-16 scales: library kernel only
+
+
+def test_a_prelaunch_kernel_adds_its_record_to_the_dispatch() -> None:
+    """Two launches per dispatch (prelaunch + variant): device_ns is the sum of both CUPTI records."""
+    rows = {"A": [Dispatch(0, 999, 50_000, 0)], "B": [Dispatch(1, 999, 50_000, 0)]}
+    launch_log = ["A", "A", "B", "A", "A", "B"]  # warm-up A (2 kernels), B; then timed A (2 kernels), B
+    records = [KernelRecord("k", 0, d, i) for i, d in enumerate([3, 10, 7, 4, 20, 8])]
+    clocks = pair_times(rows, launch_log, records, {"A": [1, 2], "B": [3, 4]}, {"A": 2, "B": 1})
+    assert clocks == {"A": "cupti", "B": "cupti"}
+    assert rows["A"][0].device_ns == 24 and rows["B"][0].device_ns == 8
+    # a record missing inside a dispatch: not trusted
+    rows = {"A": [Dispatch(0, 999, 50_000, 0)]}
+    assert pair_times(rows, ["A"], [KernelRecord("k", 0, 5, 0)], {"A": [7]}, {"A": 2}) == {"A": "cuda-events"}

@@ -72,9 +72,13 @@ def test_families(settings: Settings, read_token: str) -> None:
         "order": 0,
     }
     prefill = fams["tb-prefill"]["backends"]
-    assert prefill["cuda"]["count"] == 40 and prefill["host"]["count"] == 8
-    assert any("n_tile == 128 and m_tile == 64" in p["rule"] for p in prefill["rocm"]["invalid"])
-    assert fams["tb-prefill"]["phase"] == "prefill"
+    assert prefill["cuda"]["count"] == 156 and prefill["host"]["count"] == 4
+    assert any("stages == 2" in p["rule"] for p in prefill["rocm"]["invalid"])
+    assert fams["tb-prefill"]["phase"] == "prefill" and fams["tb-prefill"]["weights"] == "tb-split"
+    assert fams["tb-prefill"]["prelaunch"] == {
+        "symbol": "tb_prefill_prep_sk{split_k}",
+        "backends": ["cuda", "rocm"],
+    }
     mx = fams["tb-mxfp4-gemm"]
     assert mx["formats"] == ["MXFP4"] and mx["weights"] == "prepare" and mx["phase"] == "prefill"
     assert {b: s["count"] for b, s in mx["backends"].items()} == {"host": 2, "cuda": 23, "rocm": 124}

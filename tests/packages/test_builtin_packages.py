@@ -11,7 +11,7 @@ from kernels.families import family_for_phase
 from kernels.families.base import InvalidVariant
 from kernels.formats.registry import FORMATS
 from kernels.packages.build import compile_units
-from kernels.packages.expressions import as_int
+from kernels.packages.expressions import as_int, parse
 from kernels.packages.loader import LIBRARY, builtin_packages
 from kernels.packages.package import DeviceFacts
 
@@ -50,18 +50,50 @@ def test_decode_source_default_list_is_the_gpu_space() -> None:
 
 
 def test_prefill_spaces() -> None:
-    gpu = PREFILL.space("rocm")
-    assert len(gpu) == 2 * 3 * 2 * 4 - 2 * 4  # minus N128/MT64 x MB x U
-    assert gpu[0].name == "N64/MT16/MB1/U0" and gpu[-1].name == "N128/MT32/MB2/U4"
-    assert not any(v.name.startswith("N128/MT64") for v in gpu)
-    assert gpu[5].params == {"n_tile": 64, "m_tile": 16, "min_blocks": 2, "unroll": 1}
+    cuda = PREFILL.space("cuda")
+    assert len(cuda) == 156 and cuda[0].name == "N64/M64/W2x2/K4/S3/SK1/MB1"
+    # NVIDIA warp tiles are 32 or 64 wide in both directions; 4 or 8 warps
+    for v in cuda:
+        p = v.params
+        assert p["n_tile"] // p["warps_n"] in (32, 64) and p["m_tile"] // p["warps_m"] in (32, 64)
+        assert p["warps_n"] * p["warps_m"] in (4, 8)
+        assert p["min_blocks"] == 1 or (p["warps_n"] * p["warps_m"], p["n_tile"] // p["warps_n"]) == (8, 32)
+    rocm = PREFILL.space("rocm")
+    assert len(rocm) == 84 and all(v.params["stages"] == 2 for v in rocm)
     assert [v.name for v in PREFILL.space("host")] == [
-        "N64/MT16/MB1/U0", "N64/MT16/MB1/U2", "N64/MT32/MB1/U0", "N64/MT32/MB1/U2",
-        "N128/MT16/MB1/U0", "N128/MT16/MB1/U2", "N128/MT32/MB1/U0", "N128/MT32/MB1/U2",
+        "N64/M32/W2x2/K4/S2/SK1/MB1", "N64/M64/W2x2/K4/S2/SK1/MB1",
+        "N128/M32/W2x2/K4/S2/SK1/MB1", "N128/M64/W2x2/K4/S2/SK1/MB1",
     ]  # fmt: skip
-    invalid = PREFILL.invalid_points("cuda")
-    assert {p["point"] for p in invalid} == {f"N128/MT64/MB{mb}/U{u}" for mb in (1, 2) for u in (0, 1, 2, 4)}
-    assert all("n_tile == 128 and m_tile == 64" in p["rule"] for p in invalid)
+    invalid = {p["point"]: p["rule"] for p in PREFILL.invalid_points("cuda")}
+    assert "n_tile // warps_n in (32, 64)" in invalid["N256/M32/W2x2/K4/S2/SK1/MB1"]
+    assert (
+        "stages == 2"
+        in {p["point"]: p["rule"] for p in PREFILL.invalid_points("rocm")}["N64/M64/W2x2/K4/S3/SK1/MB1"]
+    )
+
+
+def test_prefill_point_rules_carry_reasons() -> None:
+    """Rules over the format, K, and the shared memory a variant needs are checked per task."""
+    h200 = DeviceFacts("cuda", "sm_90", 132, 32)
+    q6 = PREFILL.bindings(
+        PREFILL.parse("N128/M64/W4x2/K4/S3/SK1/MB1", "cuda"), 4096, 5120, 512, FORMATS["Q6_K"], h200
+    )
+    assert PREFILL.point_problems(q6) == []
+    odd_k = PREFILL.bindings(
+        PREFILL.parse("N128/M64/W4x2/K4/S3/SK1/MB1", "cuda"), 4096, 4160, 512, FORMATS["Q8_0"], h200
+    )
+    assert PREFILL.point_problems(odd_k) == ["k % (block_weights if backend == 'host' else 256) == 0"]
+    big = PREFILL.bindings(
+        PREFILL.parse("N64/M128/W2x2/K8/S4/SK1/MB1", "cuda"), 4096, 4096, 512, FORMATS["Q8_0"], h200
+    )
+    assert as_int(big["smem"]) > 232448 and PREFILL.point_problems(big) == [
+        "backend != 'cuda' or smem <= 232448"
+    ]
+    mi100 = DeviceFacts("rocm", "gfx906", 60, 64)
+    lds = PREFILL.bindings(
+        PREFILL.parse("N128/M64/W2x2/K8/S2/SK1/MB1", "rocm"), 4096, 4096, 512, FORMATS["Q8_0"], mi100
+    )
+    assert "smem <= (163840 if arch == 'gfx950' else 65536)" in PREFILL.point_problems(lds)[0]
 
 
 @pytest.mark.parametrize("package", [DECODE, PREFILL], ids=lambda p: p.name)
@@ -87,9 +119,9 @@ def test_parse_roundtrip(package: object) -> None:
         (DECODE, "kb8/tw8", "rocm", "expected MX{mx}/KB{kb}/RW{rw}/U{u}/RG{rg}/PG{pg}/PP{pp}"),
         (DECODE, "N128/MT32/MB1/U4", "rocm", "not a tb-decode variant name"),
         (DECODE, "MX1/KB8/RW1/U4/RG1/PG0/PP0", "vulkan", "no space for backend 'vulkan'"),
-        (PREFILL, "N128/MT64/MB1/U0", "rocm", "not (n_tile == 128 and m_tile == 64)"),
-        (PREFILL, "N96/MT32/MB1/U0", "cuda", "n_tile must be one of 64,128"),
-        (PREFILL, "N64/MT16/MB2/U0", "host", "min_blocks == 1"),
+        (PREFILL, "N128/M64/W2x2/K4/S3/SK1/MB1", "rocm", "stages == 2"),
+        (PREFILL, "N96/M32/W2x2/K4/S2/SK1/MB1", "cuda", "n_tile must be one of 64,128,256"),
+        (PREFILL, "N64/M32/W2x2/K4/S2/SK2/MB1", "host", "stages, split_k, min_blocks) == (2, 2, 4, 2, 1, 1)"),
         (PREFILL, "KB8/TW8", "rocm", "not a tb-prefill variant name"),
     ],
 )
@@ -145,10 +177,16 @@ def test_decode_point_rules_reject_large_m() -> None:
 
 
 def test_prefill_launch_tiles() -> None:
-    v = PREFILL.parse("N128/MT32/MB1/U4", "rocm")
-    values = PREFILL.bindings(v, 17408, 5120, 600, FORMATS["Q4_0"], DeviceFacts("rocm", "gfx942", 304, 64))
+    v = PREFILL.parse("N128/M64/W4x2/K4/S3/SK2/MB1", "cuda")
+    values = PREFILL.bindings(v, 17408, 5120, 600, FORMATS["Q4_0"], DeviceFacts("cuda", "sm_90", 132, 32))
     g = PREFILL.geometry(values)
-    assert g.grid == (136, 19, 1) and g.block == (256, 1, 1) and g.shared_bytes == 0
+    assert g.grid == (136, 10, 2) and g.block == (256, 1, 1) and g.shared_bytes == as_int(values["smem"])
+    pre = PREFILL.prelaunch_geometry(values)
+    assert pre.block == (256, 1, 1) and pre.grid == ((600 * 17408 // 4 + 255) // 256, 1, 1)
+    assert PREFILL.prelaunch_symbol(v) == "tb_prefill_prep_sk2"
+    (ws,) = [a for a in PREFILL.args_for("cuda") if a.role == "workspace"]
+    assert parse(ws.size or "").evaluate_int(values) == 608 * 5120 + 160 * 608 * 16
+    assert [a.role for a in PREFILL.args_for("host")] == ["weights"] * 3 + ["x", "y", "m", "n", "k"]
 
 
 @pytest.mark.parametrize("package", [DECODE, PREFILL], ids=lambda p: p.name)

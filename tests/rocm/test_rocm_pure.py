@@ -40,15 +40,15 @@ def test_decode_argument_buffer_layout() -> None:
 
 
 def test_prefill_argument_buffer_layout_pads_to_eight() -> None:
-    variant = PREFILL.parse("N128/MT32/MB1/U4", "rocm")
+    variant = PREFILL.parse("N128/M64/W2x4/K4/S2/SK2/MB1", "rocm")
     values = PREFILL.bindings(
         variant, 5120, 17408, 512, FORMATS["Q4_0"], DeviceFacts("rocm", "gfx942", 304, 64)
     )
-    args = kernel_args(PREFILL.args_for("rocm"), {"qs": 8, "scales": 16, "mins": 0}, 24, 32, {}, values)
+    args = kernel_args(PREFILL.args_for("rocm"), {"qs": 8, "qh": 0, "sc": 16}, 24, 32, {5: 40}, values)
     raw = pack_kernel_args(args)
-    # 5 pointers (40 bytes) + m, n, k (12 bytes) = 52, padded to 56; a NULL mins pointer
-    assert len(raw) == 56
-    assert struct.unpack("<5Q3i4x", raw) == (8, 16, 0, 24, 32, 512, 5120, 17408)
+    # 6 pointers (qs, a NULL qh, sc, x, y, workspace: 48 bytes) + m, n, k (12 bytes) = 60, padded to 64
+    assert len(raw) == 64
+    assert struct.unpack("<6Q3i4x", raw) == (8, 0, 16, 24, 32, 40, 512, 5120, 17408)
 
 
 def test_every_argument_kind_packs_with_natural_alignment() -> None:
@@ -73,10 +73,14 @@ def test_launch_geometry_from_the_manifest() -> None:
     # 256 tiles of 4 rows, but a persistent grid of 2 workgroups per CU: 120 workgroups stride over them
     assert DECODE.geometry(persistent).grid == (120, 1, 1) and as_int(persistent["tiles"]) == 256
     mi300 = DeviceFacts("rocm", "gfx942", 304, 64)
-    prefill = PREFILL.geometry(
-        PREFILL.bindings(PREFILL.parse("N128/MT32/MB1/U4", "rocm"), 5120, 17408, 600, FORMATS["Q4_0"], mi300)
+    values = PREFILL.bindings(
+        PREFILL.parse("N128/M32/W4x2/K4/S2/SK2/MB1", "rocm"), 5120, 17408, 600, FORMATS["Q4_0"], mi300
     )
-    assert prefill.grid == (40, 19, 1) and prefill.block == (256, 1, 1)
+    prefill = PREFILL.geometry(values)
+    # 8 waves of 64; grid.z = split-K; static LDS (no dynamic bytes on AMD)
+    assert (prefill.grid, prefill.block, prefill.shared_bytes) == ((40, 19, 2), (512, 1, 1), 0)
+    pre = PREFILL.prelaunch_geometry(values)  # one thread per 4 x values or 4 y cells (split-K zeroes y)
+    assert pre.grid == (-(-max(600 * 17408 // 4, 600 * 5120 // 4) // 256), 1, 1) and pre.block == (256, 1, 1)
 
 
 def test_rotation_exceeds_the_last_level_cache() -> None:
@@ -144,3 +148,22 @@ def test_capture_that_misses_a_dispatch_is_refused() -> None:
     rows = parse_capture((FIXTURES / "v3_rocm60_kernel_trace.csv").read_text(), "t.csv").dispatches
     result = times_from_capture(rows, _launch_log(len(rows) // 2 + 1))
     assert isinstance(result, str) and "harness launched" in result
+
+
+def test_prelaunch_and_variant_rows_add_up_per_dispatch() -> None:
+    """A dispatch with a prelaunch kernel logs two launches with one dispatch id: one time, their sum."""
+    from workers.profilers.rocprof_common import DispatchRow
+
+    launches = []
+    rows = []
+    t = 0
+    for d, stage in enumerate(["parity", "timed", "timed"]):
+        for symbol, ns in (("tb_prefill_prep_sk1", 5), ("tb_prefill_n64_m32", 100 + d)):
+            entry = {"variant": "V", "symbol": symbol, "stage": stage, "buffer": 0}
+            if stage == "timed":
+                entry["dispatch"] = d
+            launches.append(entry)
+            rows.append(DispatchRow(index=len(rows), kernel=symbol, start_ns=t, end_ns=t + ns))
+            t += 1000
+    times = times_from_capture(rows, launches)
+    assert times == {"V": [5 + 101, 5 + 102]}

@@ -133,7 +133,8 @@ def test_prefill_package_struct_table_uses_the_m_policy() -> None:
     assert "inline int selectTbPrefillMKey(int m) {" in table.text
     assert "(static_cast<uint64_t>(m_key & 0xFFFFFF) << 40)" in table.text
     assert "namespace tunebase::kernels::tb_prefill {" in table.text
-    assert "struct ROCmNativeVNNIPrefillDispatchConfig {\n    uint16_t n_tile = 0;" in table.text
+    assert "struct TbPrefillConfig {\n    uint16_t n_tile = 0;" in table.text
+    assert "uint16_t split_k = 0;" in table.text
 
 
 def _without_table(package: KernelPackage) -> KernelPackage:

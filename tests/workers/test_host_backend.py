@@ -79,9 +79,9 @@ def _host_output(
     package = DECODE if phase == "decode" else PREFILL
     compiled = backend.build(package, fmt, [package.parse(variant, "host")])
     kernel = compiled.kernels[variant]
-    p = build_problem(fmt, n, k, m, seed=5, packed=phase != "decode")
+    p = build_problem(fmt, n, k, m, seed=5, packed=package.manifest.weights == "tb-packed")
     y = np.full((m, n), np.nan, dtype=np.float32)
-    if phase == "decode":  # tb-split: the true bytes; model = gguf's dequantisation x int8 activations
+    if package.manifest.weights == "tb-split":  # true bytes; model = gguf dequantisation x int8 activations
         parts = split_blocks(p.format, p.weights)
         ptr = {name: 0 if a is None else a.ctypes.data for name, a in parts.items()}
         kernel.call(ptr["qs"], ptr["qh"], ptr["sc"], p.x.ctypes.data, y.ctypes.data, m, n, k)
@@ -214,7 +214,7 @@ def test_kernel_that_drops_a_k_block_fails_parity_but_is_timed(tmp_path: Path) -
 
 def test_prefill_kernel_that_drops_a_k_block_fails(tmp_path: Path) -> None:
     src = patched_package(
-        tmp_path, "for (int b = 0; b < nb; ++b) {", "for (int b = 0; b < nb - 1; ++b) {", "prefill"
+        tmp_path, "for (int c = 0; c < chunks; ++c) {", "for (int c = 0; c < chunks - 1; ++c) {", "prefill"
     )
     result = HostBackend(tmp_path / "art").run_task(
         spec("IQ4_XS", 40, 512, 20, phase="prefill", kernel_root=str(src))
