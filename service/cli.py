@@ -756,7 +756,7 @@ def _dialect_help() -> str:
     from service.tables.dialects import DIALECT_NAMES
 
     known = ", ".join(DIALECT_NAMES)
-    return f"table dialect (default llaminar-rocm-<phase>, struct-table with --kernel); known: {known}"
+    return f"table dialect (default: llaminar-rocm-<phase> if variants fit, else struct-table); {known}"
 
 
 @table_app.command("generate")

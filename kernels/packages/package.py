@@ -170,6 +170,15 @@ class KernelPackage:
                 out.append({"point": self.variant_name(params), "rule": failed[0]})
         return out
 
+    def is_variant_name(self, name: str) -> bool:
+        """True when ``name`` is the canonical name of a point of the parameter space (any backend)."""
+        match = _template_regex(self.manifest.variant.name, self.param_names).match(name)
+        if match is None:
+            return False
+        params = {p: int(match.group(p)) for p in self.param_names}
+        in_space = all(value in self.manifest.params[p] for p, value in params.items())
+        return in_space and self.variant_name(params) == name
+
     def parse(self, name: str, backend: str) -> Variant:
         """A variant by canonical name; InvalidVariant names the template or the broken rule."""
         match = _template_regex(self.manifest.variant.name, self.param_names).match(name)

@@ -129,7 +129,7 @@ def generate_table(
     """Fit the fallback, keep overlays above the threshold, render, measure, validate.
 
     ``package`` binds package-bound dialects (struct-table) and json to that package's variant names."""
-    table_dialect = get_dialect(dialect, phase, package)
+    table_dialect = get_dialect(dialect, phase, package, {c.variant for c in choices})
     if phase is not None and table_dialect.phase != phase:
         raise ValueError(f"dialect {dialect!r} is for phase {table_dialect.phase!r}, not {phase}")
     failures = check_choices(choices, known_codebooks, table_dialect)
@@ -169,6 +169,7 @@ def generate_table(
         dialect=dialect,
         phase=table_dialect.phase,
         package=package,
+        variants=frozenset(c.variant for c in choices),
     )
     report = validate_table(text, expectations)
     report.raise_for_failures()

@@ -1,7 +1,8 @@
 """Nightly regeneration (DESIGN §1, issue 7): every (arch, phase, kernel, dialect) whose winners
 changed since its latest version gets a new table; a version is stored only when
-the generated content differs from the latest one. The built-in packages get every dialect of
-their phase; an uploaded package gets json and, with a `[table]` section, struct-table.
+the generated content differs from the latest one. Every package gets each dialect that can
+express its variants: json always, struct-table with a `[table]` section, Llaminar's includes when the
+variant names fit their fields.
 
 Called by the Celery beat task `tunebase.tables.nightly` (workers/tasks.py). Each
 target runs in its own savepoint, so one table failing validation neither stops
@@ -15,12 +16,11 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from kernels.packages.loader import builtin_packages
 from service.db.models import Winner
 from service.kernel_store import PackageNotFound, resolve
-from service.tables.dialects import DIALECT_NAMES, DIALECTS, dialect_phases, dialect_problem
+from service.tables.dialects import DIALECT_NAMES, dialect_problem
 from service.tables.validate import TableValidationError
-from service.tables.versions import generate_and_store, latest_version, winners_fingerprint
+from service.tables.versions import generate_and_store, latest_version, winner_variants, winners_fingerprint
 
 
 @dataclass(frozen=True)
@@ -36,14 +36,13 @@ class NightlyResult:
     kernel: str = ""
 
 
-def _dialects_for(session: Session, phase: str, kernel: str) -> list[str]:
-    if kernel in builtin_packages():
-        return [name for name in DIALECTS if phase in dialect_phases(name)]
+def _dialects_for(session: Session, arch: str, phase: str, kernel: str) -> list[str]:
     try:
         package = resolve(session, kernel, phase)
     except PackageNotFound:
         return []  # winners of a package no longer stored: nothing to generate from
-    return [name for name in DIALECT_NAMES if dialect_problem(name, package) is None]
+    variants = winner_variants(session, arch, phase, kernel)
+    return [name for name in DIALECT_NAMES if dialect_problem(name, package, variants) is None]
 
 
 def targets(session: Session) -> list[tuple[str, str, str, str]]:
@@ -52,7 +51,7 @@ def targets(session: Session) -> list[tuple[str, str, str, str]]:
     return sorted(
         (arch, phase, name, kernel)
         for arch, phase, kernel in rows
-        for name in _dialects_for(session, phase, kernel)
+        for name in _dialects_for(session, arch, phase, kernel)
     )
 
 

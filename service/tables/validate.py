@@ -59,6 +59,7 @@ class TableExpectations:
     dialect: str = "llaminar-rocm-decode"
     phase: str | None = None  # binds phase-agnostic dialects (json)
     package: KernelPackage | None = None  # binds package-bound dialects (struct-table) and json
+    variants: frozenset[str] | None = None  # the table's variant names (json picks its codec by them)
 
 
 @dataclass(frozen=True)
@@ -194,7 +195,9 @@ def validate_table(
     timeout_s: float = COMPILE_TIMEOUT_S,
 ) -> ValidationReport:
     """Compile, key-check and replay `text`; never raises for table defects."""
-    dialect = get_dialect(expectations.dialect, expectations.phase, expectations.package)
+    dialect = get_dialect(
+        expectations.dialect, expectations.phase, expectations.package, expectations.variants
+    )
     failures: list[str] = []
     checks: list[str] = []
     warnings: list[str] = []

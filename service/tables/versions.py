@@ -35,14 +35,28 @@ def _kernel_name(phase: str, kernel: str | None) -> str:
     return kernel.partition("@")[0] if kernel else BUILTIN_FOR_PHASE.get(phase, "")
 
 
-def table_package(session: Session, phase: str, dialect: str, kernel: str | None = None) -> KernelPackage:
-    """The package a table request names, checked against the dialect.
+def winner_variants(session: Session, arch: str, phase: str, kernel: str) -> set[str]:
+    """The variant names a table of this package's winners must express."""
+    rows = session.scalars(
+        select(Winner.variant)
+        .where(Winner.arch == arch, Winner.phase == phase, Winner.kernel == kernel)
+        .distinct()
+    )
+    return set(rows)
+
+
+def table_package(
+    session: Session, phase: str, dialect: str, kernel: str | None = None, arch: str | None = None
+) -> KernelPackage:
+    """The package a table request names, checked against the dialect (and, given ``arch``, against the
+    variant names of its stored winners there).
 
     PackageNotFound (a LookupError) when no package answers; ValueError when the dialect cannot emit it."""
     if phase not in dialect_phases(dialect):
         raise ValueError(f"dialect {dialect!r} does not emit {phase} tables")
     package = resolve(session, kernel, phase)
-    problem = dialect_problem(dialect, package)
+    variants = None if arch is None else winner_variants(session, arch, phase, package.name) or None
+    problem = dialect_problem(dialect, package, variants)
     if problem:
         raise ValueError(problem)
     return package
@@ -141,7 +155,7 @@ def generate_and_store(
     session: Session, arch: str, phase: str, dialect: str, kernel: str | None = None
 ) -> TableVersion:
     """Generate from one package's current winners; store a new version only when the content changed."""
-    package = table_package(session, phase, dialect, kernel)
+    package = table_package(session, phase, dialect, kernel, arch)
     generated = build_table(session, arch, phase, dialect, package)
     sha = hashlib.sha256(generated.text.encode()).hexdigest()
     latest = latest_version(session, arch, phase, dialect, package.name)

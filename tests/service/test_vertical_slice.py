@@ -134,7 +134,7 @@ def test_sweep_to_compiled_table(live_server: LiveServer, tmp_path: Path) -> Non
     # Llaminar's KB/TW config, which refuses them
     request = {"arch": "host", "phase": "decode", "dialect": "struct-table", "kernel": "tb-decode"}
     llaminar = client.post("/v1/tables", json={**request, "dialect": "llaminar-rocm-decode", "kernel": None})
-    assert llaminar.status_code == 409 and "not of the form KB{kb}/TW{tw}" in llaminar.text
+    assert llaminar.status_code == 422 and "not of the form KB{kb}/TW{tw}" in llaminar.text
     table = client.post("/v1/tables", json=request)
     assert table.status_code == 201, table.text
     item = table.json()

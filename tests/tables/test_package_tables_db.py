@@ -41,7 +41,7 @@ SHAPES = {"Wide": (8192, 1024), "Square": (2048, 2048), "Tall": (1024, 4096)}
 MS = (1, 2)
 PACKAGES = {
     "rowsplit-gemv": {"R1/U1": 1.3, "R2/U2": 1.0, "R4/U1": 1.15, "R8/U2": 0.9},
-    "tb-decode": {"KB1/TW4": 1.1, "KB8/TW8": 1.0},
+    "tb-decode": {"MX4/KB1/RW1/U4/RG1/PG0/PP0": 1.1, "MX4/KB4/RW2/U4/RG1/PG0/PP0": 1.0},
 }
 
 
@@ -117,12 +117,13 @@ def test_struct_table_from_stored_winners_compiles_and_replays(
             (w.codebook, w.m, w.n, w.k): w.variant
             for w in session.scalars(select(Winner).where(Winner.kernel == "rowsplit-gemv"))
         }
-        builtin = generate_and_store(session, "host", "decode", "llaminar-rocm-decode")
-        assert builtin.kernel == "tb-decode"
-        assert {e["variant"] for e in builtin.entries} <= {
-            "KB1/TW4",
-            "KB8/TW8",
-        }  # no rowsplit winner leaks in
+        builtin = generate_and_store(session, "host", "decode", "struct-table")
+        assert builtin.kernel == "tb-decode" and "TbDecodeConfig" in builtin.content
+        tb_decode = builtin_packages()["tb-decode"]
+        for entry in builtin.entries:  # no rowsplit winner leaks in: every entry is a tb-decode variant
+            tb_decode.parse(entry["variant"], "host")
+        with pytest.raises(ValueError, match="cannot express tb-decode's variants"):
+            generate_and_store(session, "host", "decode", "llaminar-rocm-decode")
         with pytest.raises(ValueError, match="use struct-table or json"):
             generate_and_store(session, "host", "decode", "llaminar-rocm-decode", "rowsplit-gemv")
         again = generate_and_store(session, "host", "decode", "struct-table", f"rowsplit-gemv@{version[:10]}")
@@ -157,16 +158,17 @@ def test_nightly_generates_each_package_its_dialects(populated: tuple[str, str])
     url, _ = populated
     with session_scope(url) as session:
         results = regenerate_all(session)
+        assert not [r.detail for r in results if r.status == "failed"]
         assert {(r.kernel, r.dialect, r.status) for r in results} == {
             ("rowsplit-gemv", "json", "stored"),
             ("rowsplit-gemv", "struct-table", "stored"),
             ("tb-decode", "json", "stored"),
-            ("tb-decode", "llaminar-rocm-decode", "stored"),  # built-ins: their phase's dialects, as before
+            ("tb-decode", "struct-table", "stored"),  # its variants do not fit Llaminar's KB/TW fields
         }
         stored = {(t.kernel, t.dialect): t for t in session.scalars(select(TableVersion))}
         doc = json.loads(stored[("rowsplit-gemv", "json")].content)
         assert doc["config_fields"] == ["ROWS", "UNROLL"] and doc["kernel"]["name"] == "rowsplit-gemv"
-        assert "ROCmNativeVNNIDecodeDispatchConfig" in stored[("tb-decode", "llaminar-rocm-decode")].content
+        assert "TbDecodeConfig" in stored[("tb-decode", "struct-table")].content
         assert {r.status for r in regenerate_all(session)} == {"unchanged_winners"}
 
 
@@ -202,8 +204,9 @@ def test_api_and_dashboard_filter_by_kernel(populated: tuple[str, str], tmp_path
     )
     assert made.status_code == 201, made.text
     assert (made.json()["kernel"], made.json()["kernel_version"]) == ("rowsplit-gemv", version)
-    builtin = client.post("/v1/tables", json={"arch": "host", "dialect": "llaminar-rocm-decode"})
-    assert builtin.status_code == 201 and builtin.json()["kernel"] == "tb-decode"
+    builtin = client.post("/v1/tables", json={"arch": "host"})  # default dialect: the one that fits
+    assert builtin.status_code == 201, builtin.text
+    assert (builtin.json()["kernel"], builtin.json()["dialect"]) == ("tb-decode", "struct-table")
     listed = client.get("/v1/tables", params={"kernel": "rowsplit-gemv"}).json()
     assert [t["id"] for t in listed["items"]] == [made.json()["id"]]
     latest = client.get(
@@ -224,7 +227,7 @@ def test_api_and_dashboard_filter_by_kernel(populated: tuple[str, str], tmp_path
     assert "struct-table · rowsplit-gemv</h2>" in client.get("/dashboard/tables").text
     page = client.get("/", params={"kernel": "rowsplit-gemv"}).text
     assert 'data-kernel="rowsplit-gemv"' in page and 'data-kernel="tb-decode"' not in page
-    assert "R8/U2" in page and "KB8/TW8" not in page
+    assert "R8/U2" in page and "MX4/KB4/RW2/U4/RG1/PG0/PP0" not in page
     point = client.get(
         "/dashboard/point",
         params={
@@ -237,7 +240,7 @@ def test_api_and_dashboard_filter_by_kernel(populated: tuple[str, str], tmp_path
             "kernel": "tb-decode",
         },
     ).text
-    assert "KB1/TW4" in point and "R1/U1" not in point
+    assert "MX4/KB1/RW1/U4/RG1/PG0/PP0" in point and "R1/U1" not in point
 
 
 def test_cli_winners_and_table_generate_by_kernel(

@@ -149,7 +149,7 @@ def test_json_for_any_package_and_struct_table_needs_a_table(rowsplit: KernelPac
     with pytest.raises(TableShapeError, match="no \\[table\\] section"):
         get_dialect("struct-table", package=bare)
     assert dialect_problem("struct-table", bare) is not None
-    assert "built-in" in str(dialect_problem("llaminar-rocm-decode", rowsplit))
+    assert "cannot express rowsplit-gemv" in str(dialect_problem("llaminar-rocm-decode", rowsplit))
     assert dialect_problem("json", bare) is None
     choices, times = synthetic_data([v.name for v in bare.space("host")])
     table = generate_table(choices, times, "host", ["1"], "json", phase="decode", package=bare)

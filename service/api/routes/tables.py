@@ -15,11 +15,18 @@ from service.api.deps import MAX_ID, MAX_OFFSET, Caller, get_session, require_sc
 from service.api.errors import ERROR_RESPONSES, NOT_FOUND
 from service.api.errors import _response as _error
 from service.db.models import TableVersion
-from service.kernel_store import PackageNotFound
-from service.tables.dialects import DIALECT_NAMES, dialect_phases
+from service.kernel_store import PackageNotFound, resolve
+from service.tables.dialects import DIALECT_NAMES, default_dialect, dialect_phases
 from service.tables.diff import diff_versions
 from service.tables.validate import TableValidationError
-from service.tables.versions import NoWinners, generate_and_store, latest_version, table_item, table_package
+from service.tables.versions import (
+    NoWinners,
+    generate_and_store,
+    latest_version,
+    table_item,
+    table_package,
+    winner_variants,
+)
 
 router = APIRouter(prefix="/v1/tables", tags=["tables"], responses={**ERROR_RESPONSES})
 TableId = Path(ge=1, le=MAX_ID, description="table version id")
@@ -36,7 +43,8 @@ class TableRequest(BaseModel):
     dialect: str | None = Field(
         None,
         examples=["llaminar-rocm-decode", "struct-table"],
-        description="default: llaminar-rocm-<phase>; struct-table when `kernel` names a package",
+        description="default: llaminar-rocm-<phase> when the package's variants fit Llaminar's fields, "
+        "else struct-table, else json",
         json_schema_extra={"enum": DIALECT_ENUM},
     )
     kernel: str | None = Field(
@@ -67,14 +75,21 @@ def generate_table(
     _caller: Caller = Depends(require_scope("submit")),
     session: Session = Depends(get_session),
 ) -> dict[str, Any]:
-    default = f"llaminar-rocm-{request.phase}" if request.kernel is None else "struct-table"
-    dialect = request.dialect or default
+    dialect = request.dialect
+    if dialect is None:
+        try:
+            package = resolve(session, request.kernel, request.phase)
+            variants = winner_variants(session, request.arch, request.phase, package.name)
+            dialect = default_dialect(request.phase, package, variants or None)
+        except PackageNotFound as error:
+            _field_error("kernel", str(error))
+    assert dialect is not None
     if dialect not in DIALECT_NAMES:
         _field_error("dialect", f"unknown dialect; known: {list(DIALECT_NAMES)}")
     if request.phase not in dialect_phases(dialect):
         _field_error("phase", f"dialect {dialect} does not emit {request.phase} tables")
     try:
-        table_package(session, request.phase, dialect, request.kernel)
+        table_package(session, request.phase, dialect, request.kernel, request.arch)
     except (PackageNotFound, ValueError) as error:
         _field_error("kernel", str(error))
     try:
@@ -116,11 +131,21 @@ def list_tables(
 def latest_inc(
     arch: str = Query(..., min_length=1, max_length=32),
     phase: str = Query("decode", pattern="^(decode|prefill)$"),
-    dialect: str = Query("llaminar-rocm-decode", max_length=40),
+    dialect: str | None = Query(
+        None, max_length=40, description="default: as for POST /v1/tables", examples=["struct-table"]
+    ),
     kernel: str | None = Query(None, max_length=64, description="kernel package name; default: built-in"),
     _caller: Caller = Depends(require_scope("read")),
     session: Session = Depends(get_session),
 ) -> PlainTextResponse:
+    if dialect is None:
+        try:
+            package = resolve(session, kernel, phase)
+            dialect = default_dialect(
+                phase, package, winner_variants(session, arch, phase, package.name) or None
+            )
+        except PackageNotFound as error:
+            raise HTTPException(404, str(error)) from None
     version = latest_version(session, arch, phase, dialect, kernel)
     if version is None:
         raise HTTPException(404, f"no table for arch={arch} phase={phase} dialect={dialect} kernel={kernel}")
@@ -137,7 +162,8 @@ def _get(session: Session, table_id: int) -> TableVersion:
 @router.get("/{table_id}", responses={**NOT_FOUND})
 def get_table(
     table_id: int = TableId,
-    _caller: Caller = Depends(require_scope("read")), session: Session = Depends(get_session)
+    _caller: Caller = Depends(require_scope("read")),
+    session: Session = Depends(get_session),
 ) -> dict[str, Any]:
     version = _get(session, table_id)
     return {**table_item(version), "entries": version.entries, "metrics": version.metrics}
@@ -146,7 +172,8 @@ def get_table(
 @router.get("/{table_id}/inc", response_class=PlainTextResponse, responses={**NOT_FOUND})
 def get_table_inc(
     table_id: int = TableId,
-    _caller: Caller = Depends(require_scope("read")), session: Session = Depends(get_session)
+    _caller: Caller = Depends(require_scope("read")),
+    session: Session = Depends(get_session),
 ) -> PlainTextResponse:
     version = _get(session, table_id)
     return PlainTextResponse(version.content, headers={"ETag": version.sha256})

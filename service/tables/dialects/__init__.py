@@ -6,7 +6,10 @@ Llaminar's); `json` serves any phase and any package; `struct-table` is bound to
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from kernels.packages.package import KernelPackage
+from service.tables.codecs import PhaseCodec
 from service.tables.dialects.base import TableDialect
 from service.tables.dialects.json_table import JsonDialect
 from service.tables.dialects.llaminar_rocm_decode import LlaminarRocmDecodeDialect
@@ -25,7 +28,12 @@ PACKAGE_BOUND: dict[str, type[StructTableDialect]] = {StructTableDialect.name: S
 DIALECT_NAMES: tuple[str, ...] = tuple(sorted({*DIALECTS, *PACKAGE_BOUND}))
 
 
-def get_dialect(name: str, phase: str | None = None, package: KernelPackage | None = None) -> TableDialect:
+def get_dialect(
+    name: str,
+    phase: str | None = None,
+    package: KernelPackage | None = None,
+    variants: Collection[str] | None = None,
+) -> TableDialect:
     """Look a dialect up, with the known names in the error; `phase` binds phase-agnostic ones and
     `package` (None: the phase's built-in) the package-bound ones and json."""
     if name in PACKAGE_BOUND:
@@ -33,7 +41,7 @@ def get_dialect(name: str, phase: str | None = None, package: KernelPackage | No
             raise KeyError(f"dialect {name!r} needs a kernel package")
         return PACKAGE_BOUND[name](package)
     if name in PHASE_AGNOSTIC:
-        return PHASE_AGNOSTIC[name](phase or (package.phase if package else "decode"), package)
+        return PHASE_AGNOSTIC[name](phase or (package.phase if package else "decode"), package, variants)
     try:
         return DIALECTS[name]
     except KeyError:
@@ -47,28 +55,58 @@ def dialect_phases(name: str) -> set[str]:
     return {get_dialect(name).phase}
 
 
-def dialect_problem(name: str, package: KernelPackage) -> str | None:
-    """Why `name` cannot emit `package`'s table (None when it can)."""
+def dialect_problem(name: str, package: KernelPackage, variants: Collection[str] | None = None) -> str | None:
+    """Why `name` cannot emit `package`'s table (None when it can).
+
+    ``variants``: the names the table must hold (e.g. the stored winners'; imported Llaminar data keeps
+    Llaminar's names); None checks the package's whole space."""
     if name in PHASE_AGNOSTIC:
+        codec: PhaseCodec = PHASE_AGNOSTIC[name](package.phase, package, variants).codec
+        for variant in variants or ():
+            try:
+                codec.parse_variant(variant)
+            except ValueError as error:
+                return f"dialect {name} describes {package.name} by its parameters; {error}"
         return None
     if name in PACKAGE_BOUND:
         try:
             PACKAGE_BOUND[name](package)
         except TableShapeError as error:
             return str(error)
+        foreign = sorted(v for v in (variants or ()) if not package.is_variant_name(v))
+        if foreign:
+            return f"dialect {name}: {foreign[0]!r} is not a {package.name} variant ({len(foreign)} such)"
         return None
-    if not package.builtin:
-        return (
-            f"dialect {name} emits the built-in package's Llaminar table; "
-            f"use struct-table or json for {package.name}"
-        )
+    dialect = get_dialect(name)
+    if package.phase != dialect.phase:
+        return f"dialect {name} emits {dialect.phase} tables, not {package.phase}"
+    phase_codec: PhaseCodec | None = getattr(dialect, "codec", None)
+    if phase_codec is None:
+        return None
+    names = variants if variants is not None else [package.variant_name(p) for p in package.all_points()]
+    for variant in names:  # Llaminar's structs: every variant must fit their fields
+        try:
+            phase_codec.parse_variant(variant)
+        except ValueError as error:
+            return (
+                f"dialect {name} cannot express {package.name}'s variants ({error}); use struct-table or json"
+            )
     return None
+
+
+def default_dialect(phase: str, package: KernelPackage, variants: Collection[str] | None = None) -> str:
+    """Llaminar's include when the variants fit it, else the package's own struct table, else json."""
+    for name in (f"llaminar-rocm-{phase}", StructTableDialect.name):
+        if name in DIALECT_NAMES and dialect_problem(name, package, variants) is None:
+            return name
+    return JsonDialect.name
 
 
 __all__ = [
     "DIALECTS",
     "DIALECT_NAMES",
     "TableDialect",
+    "default_dialect",
     "dialect_phases",
     "dialect_problem",
     "get_dialect",

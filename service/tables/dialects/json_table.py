@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,16 +23,37 @@ from service.tables.model import HeaderInfo, PointKey, TableChoice
 ASPECTS = ("very_wide", "wide", "balanced", "tall")
 
 
+def _fits_phase_codec(package: KernelPackage, phase: str, names: Collection[str] | None) -> bool:
+    codec = get_codec(phase)
+    if names is None:
+        names = [package.variant_name(params) for params in package.all_points()]
+    try:
+        for name in names:
+            codec.parse_variant(name)
+    except ValueError:
+        return False
+    return True
+
+
 class JsonDialect:
     """Emits one JSON document: header, M policy, exact entries and fallback rules per codebook."""
 
     name: str = "json"
     compiled: bool = False
 
-    def __init__(self, phase: str = "decode", package: KernelPackage | None = None) -> None:
+    def __init__(
+        self,
+        phase: str = "decode",
+        package: KernelPackage | None = None,
+        variants: Collection[str] | None = None,
+    ) -> None:
         self.phase = phase
-        # the built-in packages keep the phase codec: their documents stay what they were
-        self.package = None if package is None or package.builtin else package
+        # The phase codec (Llaminar's fields) serves a built-in package's data when the names fit it: its own
+        # variants if they still do, or the table's `variants` (imported Llaminar rows keep Llaminar's names).
+        # Anything else is described by the package's own parameters.
+        names = variants if variants is not None else None
+        fits = package is not None and package.builtin and _fits_phase_codec(package, phase, names)
+        self.package = None if package is None or fits else package
         self.codec: PhaseCodec = get_codec(phase) if self.package is None else PackageCodec(self.package)
 
     def parse_variant(self, variant: str) -> tuple[int, ...]:
