@@ -296,11 +296,13 @@ def start_server(url: str, port: int, workers: int, home: Path) -> subprocess.Po
     raise RuntimeError("server did not start")
 
 
-ENDPOINTS = ("winners", "dashboard", "sweeps", "csv")
+# healthz: no database, no auth; the floor that the server and framework alone cost per request
+ENDPOINTS = ("healthz", "winners", "dashboard", "sweeps", "csv")
 
 
 def endpoint_paths(ids: list[int]) -> dict[str, str]:
     return {
+        "healthz": "/healthz",
         "winners": "/v1/winners",
         "dashboard": "/",
         "sweeps": "/v1/sweeps",
