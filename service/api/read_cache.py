@@ -2,8 +2,9 @@
 
 The database holds one generation number that triggers bump in the same transaction as any insert,
 update or delete on the watched tables (ReadGeneration.WATCHED, migration 0010), whoever the writer is.
-A request reads the generation first and the data after it, so what is stored under generation G holds
-every change committed up to G (perhaps later ones too, never fewer). Every request checks the
+A request reads the generation first (one autocommit statement that also fetches the token's grant) and
+renders in a transaction begun after it, so what is stored under generation G holds every change
+committed up to G (perhaps later ones too, never fewer). Every request checks the
 generation, so a committed write is seen by the very next read in every server process: no time-based
 expiry and no stale window. Bodies are rendered once per generation and key, then served as bytes with
 a strong ETag; `If-None-Match` with that ETag gets 304.
@@ -17,15 +18,17 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import anyio
 import anyio.to_thread
 from fastapi import Request, Response
-from sqlalchemy import func, select, text
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, bindparam, func, select, text, true
+from sqlalchemy.orm import Session, sessionmaker
 
-from service.db.models import ReadGeneration
+from service.auth import TokenGrant, hash_token, token_grant
+from service.db.models import ApiToken, ReadGeneration
+from service.db.session import transaction
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +47,23 @@ def rendered(body: bytes) -> Rendered:
 
 
 GENERATION = select(ReadGeneration.value).where(ReadGeneration.id == 1)
+_GRANT = (
+    select(ApiToken.id, ApiToken.name, ApiToken.scopes)
+    .where(ApiToken.token_hash == bindparam("digest"), ApiToken.revoked.is_(False))
+    .subquery()
+)
+# the generation and the presented token's grant in one round trip: the whole cost of a cached read
+GENERATION_AND_GRANT = (
+    select(ReadGeneration.value, _GRANT.c.id, _GRANT.c.name, _GRANT.c.scopes)
+    .select_from(ReadGeneration)
+    .outerjoin(_GRANT, true())
+    .where(ReadGeneration.id == 1)
+)
 
 
 def read_generation(session: Session) -> int | None:
     """The current generation, or None when the row is missing (then nothing is cached)."""
-    value = session.connection().execute(GENERATION).scalar()  # Core: this runs on every cached read
+    value = session.connection().execute(GENERATION).scalar()
     return int(value) if value is not None else None
 
 
@@ -60,18 +75,18 @@ def expected_triggers(dialect: str) -> set[str]:
     return {f"read_generation_{table}_{event}" for table in ReadGeneration.WATCHED for event in events}
 
 
-def triggers_present(session: Session) -> bool:
+def triggers_present(connection: Connection) -> bool:
     """Whether every watched table still has its trigger (a later SQLite batch migration that rebuilds
     a table drops them; without them a cached body could outlive the data)."""
-    dialect = session.get_bind().dialect.name
+    dialect = connection.dialect.name
     if dialect == "postgresql":
         query = "SELECT tgname FROM pg_trigger WHERE NOT tgisinternal"
     elif dialect == "sqlite":
         query = "SELECT name FROM sqlite_master WHERE type = 'trigger'"
     else:
         return False
-    names = set(session.scalars(text(query)))
-    rows = session.scalar(select(func.count()).select_from(ReadGeneration))
+    names = set(connection.execute(text(query)).scalars())
+    rows = connection.execute(select(func.count()).select_from(ReadGeneration)).scalar()
     return expected_triggers(dialect) <= names and rows == 1
 
 
@@ -83,7 +98,8 @@ class ReadCache:
     or waking dozens of threads for work that waits on a connection anyway.
     """
 
-    def __init__(self, max_entries: int = MAX_ENTRIES, threads: int = 10) -> None:
+    def __init__(self, factory: sessionmaker[Session], max_entries: int = MAX_ENTRIES, threads: int = 10):
+        self.factory = factory
         self.max_entries = max_entries
         self.threads = anyio.CapacityLimiter(threads)
         self._entries: OrderedDict[Hashable, tuple[int, Rendered]] = OrderedDict()
@@ -93,25 +109,27 @@ class ReadCache:
         self.hits = 0
         self.misses = 0
 
-    def enabled(self, session: Session) -> bool:
-        if self._enabled is None:
-            self._enabled = triggers_present(session)
-            if not self._enabled:
-                log.warning("read_generation triggers missing: cached reads are rendered per request")
-        return self._enabled
-
     async def run(self, work: Callable[[], T]) -> T:
-        """Run the blocking part of a cached read (its database session) on a worker thread."""
+        """Run the blocking part of a cached read on a worker thread (one hop per request)."""
         return await anyio.to_thread.run_sync(work, limiter=self.threads)
 
-    def get_or_render(self, session: Session, key: Hashable, render: Callable[[], bytes]) -> Rendered:
-        """The body for `key` as of now: from memory when the generation has not moved, else rendered.
+    def read(
+        self,
+        key: Hashable,
+        token: str | None,
+        admit: Callable[[TokenGrant | None], object],
+        render: Callable[[Session], bytes],
+    ) -> Rendered:
+        """Blocking. The body for `key` as of now: from memory while the generation has not moved,
+        else `render`ed in a transaction that starts after the generation was read.
 
-        The generation is read before `render` reads anything, in the caller's session.
+        `admit` gets the presented token's grant (None: no token, unknown or revoked) and raises to
+        refuse the request: a revoked token is refused on the very next request, cache or not.
         """
-        generation = read_generation(session) if self.enabled(session) else None
+        generation, grant = self._check(token)
+        admit(grant)
         if generation is None:
-            return rendered(render())
+            return self._render(render)
         hit = self._lookup(key, generation)
         if hit is not None:
             return hit
@@ -121,7 +139,7 @@ class ReadCache:
             hit = self._lookup(key, generation)
             if hit is not None:
                 return hit
-            result = rendered(render())
+            result = self._render(render)
             with self._lock:
                 self.misses += 1
                 current = self._entries.get(key)
@@ -132,6 +150,27 @@ class ReadCache:
                     evicted, _ = self._entries.popitem(last=False)
                     self._rendering.pop(evicted, None)
             return result
+
+    def _check(self, token: str | None) -> tuple[int | None, TokenGrant | None]:
+        """(generation or None when caching is off, the token's grant): one autocommit statement."""
+        engine = self.factory.kw["bind"]
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+            if self._enabled is None:
+                self._enabled = triggers_present(connection)
+                if not self._enabled:
+                    log.warning("read_generation triggers missing: cached reads are rendered per request")
+            if not self._enabled:
+                return None, token_grant(connection, token) if token is not None else None
+            if token is None:
+                return connection.execute(GENERATION).scalar(), None
+            row = connection.execute(GENERATION_AND_GRANT, {"digest": hash_token(token)}).first()
+            if row is None:  # no generation row: nothing can be cached
+                return None, token_grant(connection, token)
+            return int(row.value), cast(TokenGrant, row) if row.id is not None else None
+
+    def _render(self, render: Callable[[Session], bytes]) -> Rendered:
+        with transaction(self.factory) as session:
+            return rendered(render(session))
 
     def _lookup(self, key: Hashable, generation: int) -> Rendered | None:
         with self._lock:
