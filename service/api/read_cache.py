@@ -33,7 +33,10 @@ from service.db.session import transaction
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-MAX_ENTRIES = 256  # distinct filter/page combinations kept per process; the oldest used goes first
+# Kept per process, least recently used evicted first: distinct filter/page combinations, and their bytes
+# (a 5000-row winners page is ~2 MB; 180 rows ~70 kB; the dashboard with 180 cells ~100 kB).
+MAX_ENTRIES = 256
+MAX_BYTES = 64 * 2**20
 
 
 @dataclass(frozen=True)
@@ -98,9 +101,17 @@ class ReadCache:
     or waking dozens of threads for work that waits on a connection anyway.
     """
 
-    def __init__(self, factory: sessionmaker[Session], max_entries: int = MAX_ENTRIES, threads: int = 10):
+    def __init__(
+        self,
+        factory: sessionmaker[Session],
+        max_entries: int = MAX_ENTRIES,
+        max_bytes: int = MAX_BYTES,
+        threads: int = 10,
+    ):
         self.factory = factory
         self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self._bytes = 0
         self.threads = anyio.CapacityLimiter(threads)
         self._entries: OrderedDict[Hashable, tuple[int, Rendered]] = OrderedDict()
         self._lock = threading.Lock()
@@ -142,14 +153,26 @@ class ReadCache:
             result = self._render(render)
             with self._lock:
                 self.misses += 1
-                current = self._entries.get(key)
-                if current is None or current[0] <= generation:  # never replace a newer entry
-                    self._entries[key] = (generation, result)
-                    self._entries.move_to_end(key)
-                while len(self._entries) > self.max_entries:
-                    evicted, _ = self._entries.popitem(last=False)
-                    self._rendering.pop(evicted, None)
+                self._store(key, generation, result)
             return result
+
+    def _store(self, key: Hashable, generation: int, result: Rendered) -> None:
+        """Under self._lock. Never replaces a newer entry; evicts the least recently used past a bound."""
+        current = self._entries.get(key)
+        if current is not None and current[0] > generation:
+            return
+        if current is not None:
+            self._bytes -= len(current[1].body)
+        if len(result.body) > self.max_bytes:
+            self._entries.pop(key, None)
+            return
+        self._entries[key] = (generation, result)
+        self._entries.move_to_end(key)
+        self._bytes += len(result.body)
+        while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
+            evicted, (_, body) = self._entries.popitem(last=False)
+            self._bytes -= len(body.body)
+            self._rendering.pop(evicted, None)
 
     def _check(self, token: str | None) -> tuple[int | None, TokenGrant | None]:
         """(generation or None when caching is off, the token's grant): one autocommit statement."""

@@ -248,3 +248,23 @@ def test_every_server_process_sees_a_write_at_once(
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+def test_the_cache_stays_within_its_bounds(seeded: tuple[Settings, dict[str, str]]) -> None:
+    settings, _ = seeded
+    cache = ReadCache(session_factory(settings.resolved_database_url), max_entries=3, max_bytes=250)
+
+    def admit(grant: object) -> None:
+        return None
+
+    for key in range(6):
+        assert (
+            cache.read(key, None, admit, lambda session, key=key: bytes([key]) * 100).body
+            == bytes([key]) * 100
+        )
+    assert cache.read(5, None, admit, lambda session: b"never rendered").body == bytes([5]) * 100
+    assert cache.read(0, None, admit, lambda session: b"rendered again").body == b"rendered again"
+    assert cache.read("big", None, admit, lambda session: b"x" * 251).body == b"x" * 251  # served, not kept
+    assert cache.read("big", None, admit, lambda session: b"y" * 251).body == b"y" * 251
+    assert len(cache._entries) <= 3 and cache._bytes <= 250
+    assert cache._bytes == sum(len(rendered.body) for _, rendered in cache._entries.values())
