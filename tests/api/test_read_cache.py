@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -257,11 +257,11 @@ def test_the_cache_stays_within_its_bounds(seeded: tuple[Settings, dict[str, str
     def admit(grant: object) -> None:
         return None
 
+    def body_of(key: int) -> Callable[[object], bytes]:
+        return lambda session: bytes([key]) * 100
+
     for key in range(6):
-        assert (
-            cache.read(key, None, admit, lambda session, key=key: bytes([key]) * 100).body
-            == bytes([key]) * 100
-        )
+        assert cache.read(key, None, admit, body_of(key)).body == bytes([key]) * 100
     assert cache.read(5, None, admit, lambda session: b"never rendered").body == bytes([5]) * 100
     assert cache.read(0, None, admit, lambda session: b"rendered again").body == b"rendered again"
     assert cache.read("big", None, admit, lambda session: b"x" * 251).body == b"x" * 251  # served, not kept
