@@ -143,7 +143,7 @@ def seeded(url: str) -> tuple[list[int], int, str]:
 
 
 def _proc_stats() -> list[tuple[int, int, str, float]]:
-    """(pid, ppid, command name, CPU seconds used) of every process this user can read in /proc."""
+    """(pid, ppid, command line, CPU seconds used) of every process this user can read in /proc."""
     tick = os.sysconf("SC_CLK_TCK")
     stats = []
     for entry in os.listdir("/proc"):
@@ -151,19 +151,19 @@ def _proc_stats() -> list[tuple[int, int, str, float]]:
             continue
         try:
             raw = Path(f"/proc/{entry}/stat").read_text()
+            command = (
+                Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            )
         except OSError:
             continue
-        name = raw[raw.index("(") + 1 : raw.rindex(")")]
         fields = raw[raw.rindex(")") + 2 :].split()
-        stats.append((int(entry), int(fields[1]), name, (int(fields[11]) + int(fields[12])) / tick))
+        stats.append((int(entry), int(fields[1]), command, (int(fields[11]) + int(fields[12])) / tick))
     return stats
 
 
-def cpu_seconds(root: int) -> tuple[float, float]:
-    """CPU seconds used so far by the server (root and its descendants) and by every postgres process.
-
-    Per-request CPU does not depend on what else the shared machine runs, unlike req/s.
-    """
+def cpu_by_process(root: int, database: str) -> dict[int, tuple[str, float]]:
+    """CPU seconds used so far per process: the server (root and its descendants) and the Postgres
+    backends connected to this database (the cluster also serves the shared machine's other tests)."""
     stats = _proc_stats()
     tree, changed = {root}, True
     while changed:
@@ -172,9 +172,22 @@ def cpu_seconds(root: int) -> tuple[float, float]:
             if ppid in tree and pid not in tree:
                 tree.add(pid)
                 changed = True
-    server = sum(cpu for pid, _, _, cpu in stats if pid in tree)
-    postgres = sum(cpu for _, _, name, cpu in stats if name.startswith("postgres"))
-    return server, postgres
+    used: dict[int, tuple[str, float]] = {}
+    for pid, _, command, cpu in stats:
+        if pid in tree:
+            used[pid] = ("server", cpu)
+        elif command.startswith("postgres:") and f" {database} " in command:
+            used[pid] = ("postgres", cpu)
+    return used
+
+
+def cpu_used(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]) -> dict[str, float]:
+    """Per side, CPU seconds spent between two readings. A lower bound for Postgres: a backend that
+    exited in between is not counted (the pool keeps its connections open, so few do)."""
+    spent = {"server": 0.0, "postgres": 0.0}
+    for pid, (side, cpu) in after.items():
+        spent[side] += cpu - before.get(pid, (side, 0.0))[1]
+    return spent
 
 
 def free_port() -> int:
@@ -351,14 +364,12 @@ def main() -> None:
         paths = endpoint_paths(ids)
         for endpoint in only:
             rows = per if endpoint == "csv" else None
-            cpu_before = cpu_seconds(server.pid)
+            cpu_before = cpu_by_process(server.pid, name)
             result = asyncio.run(load(port, paths[endpoint], token, args.clients, args.seconds, rows))
-            server_cpu, postgres_cpu = (
-                a - b for a, b in zip(cpu_seconds(server.pid), cpu_before, strict=True)
-            )
+            spent = cpu_used(cpu_before, cpu_by_process(server.pid, name))
             done = max(result["requests"], 1)
-            result["server_cpu_ms_per_request"] = round(1000 * server_cpu / done, 2)
-            result["postgres_cpu_ms_per_request"] = round(1000 * postgres_cpu / done, 2)
+            result["server_cpu_ms_per_request"] = round(1000 * spent["server"] / done, 2)
+            result["postgres_cpu_ms_per_request"] = round(1000 * spent["postgres"] / done, 2)
             results.append({"endpoint": endpoint, **result})
     finally:
         if server is not None:
