@@ -37,6 +37,10 @@ T = TypeVar("T")
 # (a 5000-row winners page is ~2 MB; 180 rows ~70 kB; the dashboard with 180 cells ~100 kB).
 MAX_ENTRIES = 256
 MAX_BYTES = 64 * 2**20
+# Worker threads for cached reads. Each holds the GIL only briefly around one database round trip, so a
+# few keep up with ~1000 req/s; more only queue on the GIL and stretch the tail (bench/api_load.py on
+# 2 shared cores: p99 48-78 ms with 4 threads, 133-259 ms with 10, at the same load).
+THREADS = 4
 
 
 @dataclass(frozen=True)
@@ -96,9 +100,9 @@ def triggers_present(connection: Connection) -> bool:
 class ReadCache:
     """Per app (tests build several apps over different databases in one process); thread-safe.
 
-    `threads` bounds how many cached reads run at once: no more than the pool holds connections, so a
-    burst queues here (cheaply, on the event loop) instead of opening and closing overflow connections
-    or waking dozens of threads for work that waits on a connection anyway.
+    `threads` bounds how many cached reads run at once (at most the pool's connections, THREADS by
+    default): a burst queues here, cheaply, on the event loop, instead of opening and closing overflow
+    connections or waking dozens of threads that then contend for the GIL.
     """
 
     def __init__(
@@ -106,7 +110,7 @@ class ReadCache:
         factory: sessionmaker[Session],
         max_entries: int = MAX_ENTRIES,
         max_bytes: int = MAX_BYTES,
-        threads: int = 10,
+        threads: int = THREADS,
     ):
         self.factory = factory
         self.max_entries = max_entries

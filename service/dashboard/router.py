@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, FastAPI, Form, HTTPException, Path, Query, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials
 from fastapi.templating import Jinja2Templates
@@ -247,10 +248,15 @@ async def index(
                 raise SignInRequired() from None
             raise
 
+    # Asking the broker may take its whole timeout: on the general thread pool, not the cached reads' few
+    # threads; without a broker the answer is in memory.
+    presence = (
+        await run_in_threadpool(worker_presence, request) if settings.broker_url else worker_presence(request)
+    )
+    seen = (presence.source, presence.error, tuple(sorted(presence.online.items())))
+    key = ("dashboard", arch, phase, format, kernel, signed_in, seen)
+
     def read() -> Rendered:
-        presence = worker_presence(request)  # may ask the broker: off the event loop
-        seen = (presence.source, presence.error, tuple(sorted(presence.online.items())))
-        key = ("dashboard", arch, phase, format, kernel, signed_in, seen)
 
         def render(session: Session) -> bytes:
             context = index_context(session, presence, arch, phase, format, kernel)
