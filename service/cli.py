@@ -200,8 +200,9 @@ def serve(
     print(f"export TUNEBASE_URL=http://{shown_host}:{port}", flush=True)
     console.print(f"dashboard: http://{shown_host}:{port}/  (sign in at /login with a read token)")
     if workers > 1:  # each process builds its own app (and its own connection pool) from the environment
-        uvicorn.run("service.api.app:create_app", factory=True, host=host, port=port, workers=workers,
-                    log_level="info", access_log=access_log)  # fmt: skip
+        from service.api.listen import run_processes
+
+        run_processes(host, port, workers, access_log)
         return
     uvicorn.run(create_app(settings), host=host, port=port, log_level="info", access_log=access_log)
 

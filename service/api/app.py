@@ -10,6 +10,7 @@ from fastapi import FastAPI
 from service.api.errors import install_error_handlers
 from service.api.limits import BodySizeLimit, QueryTextGuard
 from service.api.openapi import install_openapi
+from service.api.read_cache import THREADS, ReadCache
 from service.api.responses import SafeJSONResponse
 from service.api.routes import (
     compare,
@@ -62,6 +63,7 @@ def create_app(settings: Settings | None = None, start_embedded_worker: bool = T
     app.state.settings = settings
     app.state.session_factory = session_factory(settings.resolved_database_url)
     app.state.embedded_arches = []  # set by the lifespan when the embedded worker starts
+    app.state.read_cache = ReadCache(app.state.session_factory, threads=min(THREADS, settings.db_pool_size))
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(QueryTextGuard)

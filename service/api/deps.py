@@ -12,7 +12,7 @@ from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
 from service.api.presence import broker_presence
-from service.auth import granted, lookup_token
+from service.auth import TokenGrant, granted, lookup_token
 from service.config import Settings
 from service.db.session import transaction
 from service.sweeps.availability import Presence, embedded_presence
@@ -56,35 +56,47 @@ class Caller:
         return "admin" in self.scopes
 
 
+def presented_token(
+    request: Request, credentials: HTTPAuthorizationCredentials | None, scope: str
+) -> str | None:
+    """The bearer token, else (for `read` only) the dashboard's sign-in cookie, else None."""
+    if credentials is not None:
+        return credentials.credentials
+    cookie = request.cookies.get(SESSION_COOKIE) if scope == "read" else None
+    return cookie or None
+
+
+def authorize(settings: Settings, scope: str, token: str | None, record: TokenGrant | None) -> Caller:
+    """The caller for a presented token and its stored grant (None: unknown or revoked), or 401/403."""
+    if token is None:
+        if scope == "read" and settings.anonymous_read:
+            return Caller(name="anonymous", scopes=frozenset({"read"}))
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED,
+            "a bearer token is required",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    if record is None:
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED,
+            "unknown or revoked token",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    scopes = granted(list(record.scopes))
+    if scope not in scopes:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, f"this token lacks the {scope!r} scope")
+    return Caller(name=record.name, scopes=frozenset(scopes), token_id=record.id)
+
+
 def require_scope(scope: str) -> Callable[..., Caller]:
     def dependency(
         request: Request,
         credentials: HTTPAuthorizationCredentials | None = Depends(bearer),
         session: Session = Depends(get_session),
     ) -> Caller:
-        settings: Settings = request.app.state.settings
-        cookie = request.cookies.get(SESSION_COOKIE) if scope == "read" else None
-        if credentials is None and cookie:
-            credentials = HTTPAuthorizationCredentials(scheme="Bearer", credentials=cookie)
-        if credentials is None:
-            if scope == "read" and settings.anonymous_read:
-                return Caller(name="anonymous", scopes=frozenset({"read"}))
-            raise HTTPException(
-                status.HTTP_401_UNAUTHORIZED,
-                "a bearer token is required",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
-        record = lookup_token(session, credentials.credentials)
-        if record is None:
-            raise HTTPException(
-                status.HTTP_401_UNAUTHORIZED,
-                "unknown or revoked token",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
-        scopes = granted(list(record.scopes))
-        if scope not in scopes:
-            raise HTTPException(status.HTTP_403_FORBIDDEN, f"this token lacks the {scope!r} scope")
-        return Caller(name=record.name, scopes=frozenset(scopes), token_id=record.id)
+        token = presented_token(request, credentials, scope)
+        record = lookup_token(session, token) if token is not None else None
+        return authorize(request.app.state.settings, scope, token, record)
 
     return dependency
 

@@ -9,9 +9,14 @@ from typing import Any
 from fastapi.responses import JSONResponse
 
 
+def json_bytes(content: Any) -> bytes:
+    """The body SafeJSONResponse sends, for callers that keep rendered bytes (service/api/read_cache.py)."""
+    try:
+        return json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+    except UnicodeEncodeError:  # only text that UTF-8 cannot hold; json escapes it as \\udXXX
+        return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode()
+
+
 class SafeJSONResponse(JSONResponse):
     def render(self, content: Any) -> bytes:
-        try:
-            return super().render(content)
-        except UnicodeEncodeError:  # only text that UTF-8 cannot hold; json escapes it as \\udXXX
-            return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode()
+        return json_bytes(content)

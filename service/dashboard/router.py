@@ -16,7 +16,8 @@ from typing import Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, FastAPI, Form, HTTPException, Path, Query, Request
-from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, StreamingResponse
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials
 from fastapi.templating import Jinja2Templates
 from markdown_it import MarkdownIt
@@ -26,12 +27,15 @@ from service.api.deps import (
     MAX_ID,
     SESSION_COOKIE,
     Caller,
+    authorize,
     bearer,
     get_session,
+    presented_token,
     require_scope,
     worker_presence,
 )
-from service.auth import granted, lookup_token
+from service.api.read_cache import Rendered, cache_of, conditional
+from service.auth import TokenGrant, granted, lookup_token
 from service.config import Settings
 from service.dashboard import data
 from service.dashboard.svg import (
@@ -215,32 +219,74 @@ def _legend(variants: Iterable[str], failed: bool = False) -> dict[str, Any]:
 
 
 @router.get("/", response_class=HTMLResponse)
-def index(
+async def index(
     request: Request,
     arch: str | None = Query(None, max_length=32),
     phase: str | None = Query(None, pattern="^(decode|prefill)$"),
     format: str | None = Query(None, max_length=16),
     kernel: str | None = Query(None, max_length=64),
-    _reader: Caller = Depends(dashboard_reader),
-    session: Session = Depends(get_session),
-    presence: Presence = Depends(worker_presence),
-) -> HTMLResponse:
+    credentials: HTTPAuthorizationCredentials | None = Depends(bearer),
+) -> Response:
+    """The landing page, rendered once per change of the data (service/api/read_cache.py).
+
+    What else it depends on is in the key: the filters, whether the browser is signed in (the header
+    shows sign in or sign out) and which workers are online (sweeps waiting for none say so).
+    """
+    settings: Settings = request.app.state.settings
+    cache = cache_of(request)
+    token = None if settings.dashboard_public else presented_token(request, credentials, "read")
+    signed_in = bool(request.cookies.get(SESSION_COOKIE))
+
+    def admit(grant: TokenGrant | None) -> None:
+        if settings.dashboard_public:
+            return
+        try:
+            authorize(settings, "read", token, grant)
+        except HTTPException as error:
+            if error.status_code == 401 and credentials is None:
+                raise SignInRequired() from None
+            raise
+
+    # Asking the broker may take its whole timeout: on the general thread pool, not the cached reads' few
+    # threads; without a broker the answer is in memory.
+    presence = (
+        await run_in_threadpool(worker_presence, request) if settings.broker_url else worker_presence(request)
+    )
+    seen = (presence.source, presence.error, tuple(sorted(presence.online.items())))
+    key = ("dashboard", arch, phase, format, kernel, signed_in, seen)
+
+    def read() -> Rendered:
+
+        def render(session: Session) -> bytes:
+            context = index_context(session, presence, arch, phase, format, kernel)
+            return templates.get_template("index.html").render({**context, "request": request}).encode()
+
+        return cache.read(key, token, admit, render)
+
+    result = await cache.run(read)
+    return conditional(request.headers.get("if-none-match"), result, "text/html")
+
+
+def index_context(
+    session: Session,
+    presence: Presence,
+    arch: str | None,
+    phase: str | None,
+    format: str | None,
+    kernel: str | None,
+) -> dict[str, Any]:
     groups = data.heatmap_groups(session)
     selected = [g for g in groups if (arch is None or g.arch == arch) and (phase is None or g.phase == phase)]
     selected = [g for g in selected if (format is None or g.format == format) and kernel in (None, g.kernel)]
     maps = [data.heatmap(session, g.arch, g.phase, g.format, g.kernel) for g in selected[:12]]
-    return templates.TemplateResponse(
-        request,
-        "index.html",
-        {
-            "sweeps": data.recent_sweeps(session, presence),
-            "groups": groups,
-            "heatmaps": [heatmap_view(h) for h in maps],
-            "hidden_groups": max(len(selected) - len(maps), 0),
-            "legend": _legend(v for h in maps for v in h.variants),
-            "tables": data.recent_tables(session, 5),
-        },
-    )
+    return {
+        "sweeps": data.recent_sweeps(session, presence),
+        "groups": groups,
+        "heatmaps": [heatmap_view(h) for h in maps],
+        "hidden_groups": max(len(selected) - len(maps), 0),
+        "legend": _legend(v for h in maps for v in h.variants),
+        "tables": data.recent_tables(session, 5),
+    }
 
 
 @router.get("/dashboard/sweeps/{sweep_id}", response_class=HTMLResponse)

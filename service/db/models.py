@@ -382,3 +382,17 @@ class KernelAnalysis(Base):
     resources: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     toolchain: Mapped[str] = mapped_column(String(300), default="")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class ReadGeneration(Base):
+    """One row whose value moves whenever what the cached reads show changes (service/api/read_cache.py).
+
+    Database triggers (migration 0010) bump it in the same transaction as any insert, update or delete
+    on the WATCHED tables, whoever writes, so no writer can forget to.
+    """
+
+    __tablename__ = "read_generation"
+    WATCHED: ClassVar[tuple[str, ...]] = ("winners", "sweeps", "tasks", "measurements", "tables")
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    value: Mapped[int] = mapped_column(BigInteger)
