@@ -4,8 +4,9 @@ Accepted inputs (each keeps every variant's every timed dispatch, which regret n
 
 * a Tunebase database file (``.sqlite3``, or ``.sqlite3.gz`` as committed under bench/results/):
   copied, migrated to the current schema, its winners recomputed with the current rules;
-* a recording (``.json.gz``) written by ``bench/racing_vs_exhaustive.py --save-recording``
-  (points keyed ``arch/phase/format/m{m}/{n}x{k}``): loaded into a fresh database.
+* a recording (``.json.gz``) written by ``bench/racing_vs_exhaustive.py --save-recording`` or
+  ``bench/racing_gpu.py record`` (points keyed ``arch/phase/format/m{m}/{n}x{k}``): loaded into a
+  fresh database.
 
 Either way the benches then run the service's own code (winners, alias collapse, table
 generation) on a real database, and ``provenance`` says what the data is and where it came from.
@@ -91,7 +92,8 @@ def load_recording(path: Path) -> tuple[list[RecordedPoint], dict[str, Any]]:
         n, k = int(match["n"]), int(match["k"])
         points.append(
             RecordedPoint(
-                match["arch"], match["phase"], match["format"], int(match["m"]), n, k, f"{n}x{k}",
+                match["arch"], match["phase"], match["format"], int(match["m"]), n, k,
+                str(item.get("shape") or f"{n}x{k}"),
                 {name: [int(t) for t in times] for name, times in item["times_ns"].items()},
                 set(item.get("eligible", [])),
             )

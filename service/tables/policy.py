@@ -25,7 +25,7 @@ from service.tables.fallback import (
     pick_rule,
     shape_folds,
 )
-from service.tables.model import MeasuredPoint
+from service.tables.model import FallbackRule, MeasuredPoint
 from service.tables.tree import DEPTHS, MIN_LEAF, FallbackTree, fit_tree
 
 POLICIES: tuple[str, ...] = ("segments", "tree")
@@ -90,9 +90,9 @@ class Fallback:
         return sum(len(r) for r in self.rules.values()) + sum(t.root.leaves() for t in self.trees.values())
 
 
-def as_fallback(value: Fallback | RuleMap) -> Fallback:
+def as_fallback(value: Fallback | Mapping[GroupKey, Sequence[FallbackRule]]) -> Fallback:
     """A bare segment RuleMap (older callers, tests) as a segments-only Fallback."""
-    return value if isinstance(value, Fallback) else Fallback(dict(value))
+    return value if isinstance(value, Fallback) else Fallback({key: tuple(r) for key, r in value.items()})
 
 
 def fit_tree_cv(points: Sequence[MeasuredPoint]) -> FallbackTree:
