@@ -35,7 +35,9 @@ from service.db.session import session_scope
 from service.statistics.summary import summarize_ns
 from service.winners import refresh_point
 
-_KEY = re.compile(r"^(?P<arch>[^/]+)/(?P<phase>decode|prefill)/(?P<format>[^/]+)/m(?P<m>\d+)/(?P<n>\d+)x(?P<k>\d+)")
+_KEY = re.compile(
+    r"^(?P<arch>[^/]+)/(?P<phase>decode|prefill)/(?P<format>[^/]+)/m(?P<m>\d+)/(?P<n>\d+)x(?P<k>\d+)"
+)
 PointKey = tuple[str, str, str, int, int, int]  # arch, phase, format, m, n, k
 
 
@@ -104,14 +106,23 @@ def load_recording(path: Path) -> tuple[list[RecordedPoint], dict[str, Any]]:
 def points_of_database(session: Session) -> list[RecordedPoint]:
     """Every task's variants with their dispatch rows (measurements without rows are left out)."""
     rows = session.execute(
-        select(Measurement, Variant).join(Variant, Measurement.variant_id == Variant.id).order_by(Measurement.id)
+        select(Measurement, Variant)
+        .join(Variant, Measurement.variant_id == Variant.id)
+        .order_by(Measurement.id)
     ).all()
     by_point: dict[PointKey, RecordedPoint] = {}
     ids: dict[int, tuple[PointKey, str]] = {}
     for measurement, variant in rows:
         if measurement.n_dispatches == 0:
             continue
-        key = (measurement.arch, measurement.phase, measurement.format, measurement.m, measurement.n, measurement.k)
+        key = (
+            measurement.arch,
+            measurement.phase,
+            measurement.format,
+            measurement.m,
+            measurement.n,
+            measurement.k,
+        )
         point = by_point.setdefault(key, RecordedPoint(*key[:3], *key[3:], measurement.shape, {}, set()))
         ids[measurement.id] = (key, variant.name)
         point.times_ns[variant.name] = []
@@ -185,8 +196,8 @@ def refresh_all_winners(session: Session) -> int:
     session.query(Winner).delete()
     keys = session.execute(
         select(
-            Measurement.arch, Measurement.phase, Measurement.format, Measurement.m, Measurement.n, Measurement.k,
-            Measurement.kernel,
+            Measurement.arch, Measurement.phase, Measurement.format, Measurement.m, Measurement.n,
+            Measurement.k, Measurement.kernel,
         ).distinct()
     ).all()  # fmt: skip
     done = 0

@@ -45,7 +45,11 @@ def _row(
     p: RecordedPoint, backend: str, variant: str, kb: int, tw: int, runs: list[int], parity: bool, cosine: str
 ) -> dict[str, object]:
     us = np.asarray(runs, dtype=np.float64) / 1000.0
-    min_us, mean_us, std_us = float(us.min()), float(us.mean()), float(us.std())  # population, like the trainer
+    min_us, mean_us, std_us = (
+        float(us.min()),
+        float(us.mean()),
+        float(us.std()),
+    )  # population, like the trainer
     fmt = FORMATS[p.format]
     weight_bytes = p.n * p.k * fmt.bits_per_weight / 8
     bw = weight_bytes / (min_us * 1e-6) / 1e9
@@ -86,7 +90,9 @@ def trainer_rows(
             group.append(_row(p, backend or p.arch, name, kb, tw, times[:runs], parity, cosine))
         best: dict[str, object] | None = None
         for row in group:  # trainer: strict <, first in variant order wins an exact tie
-            if row["correctness_pass"] and (best is None or float(str(row["min_us"])) < float(str(best["min_us"]))):
+            if row["correctness_pass"] and (
+                best is None or float(str(row["min_us"])) < float(str(best["min_us"]))
+            ):
                 best = row
         if best is not None:
             best["is_best"] = 1
@@ -101,8 +107,12 @@ def write_csv(rows: Sequence[dict[str, object]], path: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", type=Path, required=True, help="Tunebase database (.sqlite3[.gz]) or recording")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--data", type=Path, required=True, help="Tunebase database (.sqlite3[.gz]) or recording"
+    )
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--runs", type=int, default=TRAINER_RUNS, help="timed runs per row (trainer: 20)")
     parser.add_argument("--auto-variant", default="KB4/TW8", help="variant whose second window is AUTO")

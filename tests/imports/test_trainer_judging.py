@@ -125,10 +125,14 @@ def test_import_reproduces_is_best_wherever_the_gap_is_beyond_noise(tmp_path: Pa
         assert beyond >= 20  # many gaps of 2-9%: a 10% tie gap would lose these
 
 
-def worst_alias_regrets(name: str, answers: dict[tuple[int, int, int, int], str]) -> list[tuple[float, float]]:
+def worst_alias_regrets(
+    name: str, answers: dict[tuple[int, int, int, int], str]
+) -> list[tuple[float, float]]:
     """Per codebook key: (regret of the table's answer, regret of the trainer's own choice), both as
     worst-alias min_us(choice) / min_us(alias best), over the best achievable worst-alias choice."""
-    keyed: dict[tuple[int, int, int, int], dict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
+    keyed: dict[tuple[int, int, int, int], dict[str, dict[str, float]]] = defaultdict(
+        lambda: defaultdict(dict)
+    )
     for r in rows_of(name):
         if r["variant"] != "AUTO" and r["correctness_pass"] == "1":
             point = (int(r["codebook"]), int(r["m"]), int(r["n"]), int(r["k"]))
