@@ -26,7 +26,7 @@ from service.tables.fallback import (
     shape_folds,
 )
 from service.tables.model import FallbackRule, MeasuredPoint
-from service.tables.tree import DEPTHS, MIN_LEAF, FallbackTree, fit_tree
+from service.tables.tree import DEPTHS, MIN_LEAF, FallbackTree, fit_tree, truncate
 
 POLICIES: tuple[str, ...] = ("segments", "tree")
 Answer = Callable[[MeasuredPoint], str | None]
@@ -96,30 +96,28 @@ def as_fallback(value: Fallback | Mapping[GroupKey, Sequence[FallbackRule]]) -> 
 
 
 def fit_tree_cv(points: Sequence[MeasuredPoint]) -> FallbackTree:
-    """One codebook's tree, depth and leaf size chosen by grouped CV (fewest leaves on a tie)."""
+    """One codebook's tree, depth and leaf size by grouped CV (shallower, then larger leaves, on a tie).
+
+    Each fold grows one tree per leaf size at the deepest depth; shallower ones are its truncations."""
     codebook = points[0].codebook
     ms = tuple(sorted({p.m for p in points}))
     folds = shape_folds(points)
-    best: tuple[float, int, int, int] | None = None  # (cv, depth, -min_leaf, ...)
-    for depth in DEPTHS:
-        for min_leaf in MIN_LEAF:
-            if len(folds) >= 2:
-                held: list[float] = []
-                for fold in folds:
-                    out = set(fold)
-                    train = [p for i, p in enumerate(points) if i not in out]
-                    tree = fit_tree(train, depth, min_leaf)
-                    held += [_held_out_regret(points[i], tree.answer(points[i].m, points[i].n, points[i].k))
-                             for i in fold]  # fmt: skip
-                score = round(sum(held) / len(held), 12)
-            else:
-                score = 0.0
-            key = (score, depth, -min_leaf, 0)
-            if best is None or key < best:
-                best = key
-    assert best is not None
-    _, depth, neg_leaf, _ = best
-    return FallbackTree(codebook, ms, fit_tree(points, depth, -neg_leaf), depth, -neg_leaf)
+    held: dict[tuple[int, int], list[float]] = {(d, leaf): [] for d in DEPTHS for leaf in MIN_LEAF}
+    if len(folds) >= 2:
+        for fold in folds:
+            out = set(fold)
+            train = [p for i, p in enumerate(points) if i not in out]
+            for min_leaf in MIN_LEAF:
+                deep = fit_tree(train, max(DEPTHS), min_leaf)
+                for depth in DEPTHS:
+                    tree = truncate(deep, depth)
+                    held[(depth, min_leaf)] += [
+                        _held_out_regret(points[i], tree.answer(points[i].m, points[i].n, points[i].k))
+                        for i in fold
+                    ]
+    scores = {key: round(sum(v) / len(v), 12) if v else 0.0 for key, v in held.items()}
+    depth, min_leaf = min(scores, key=lambda key: (scores[key], key[0], -key[1]))
+    return FallbackTree(codebook, ms, fit_tree(points, depth, min_leaf), depth, min_leaf)
 
 
 def _segments_answer(rules: RuleMap) -> Answer:

@@ -40,6 +40,7 @@ class TreeNode:
     right: TreeNode | None = None
     points: int = 0
     regret: float | None = None  # mean training regret at a leaf
+    best: str = ""  # the variant this node takes as a leaf (kept on splits, for truncation)
 
     def answer(self, m: int, n: int, k: int) -> str:
         node = self
@@ -131,7 +132,7 @@ def fit_tree(
         cost = matrix[rows].sum(axis=0)
         leaf = _leaf(cost, names, wins)
         leaf_cost = float(cost[leaf])
-        node = TreeNode(names[leaf], points=len(rows), regret=leaf_cost / len(rows))
+        node = TreeNode(names[leaf], points=len(rows), regret=leaf_cost / len(rows), best=names[leaf])
         if depth >= max_depth or len(rows) < 2 * min_leaf or leaf_cost <= 1e-12:
             return node
         best: tuple[float, int, int] | None = None  # (cost, feature, threshold)
@@ -154,6 +155,20 @@ def fit_tree(
         left, right = grow(rows[go_left], depth + 1), grow(rows[~go_left], depth + 1)
         if left.variant is not None and left.variant == right.variant:
             return node  # both halves want the same variant: the split decides nothing
-        return TreeNode(None, FEATURES[f], threshold, left, right, len(rows))
+        return TreeNode(None, FEATURES[f], threshold, left, right, len(rows), node.regret, node.best)
 
     return grow(np.arange(len(points)), 0)
+
+
+def truncate(node: TreeNode, depth: int) -> TreeNode:
+    """The tree fit_tree grows with ``max_depth=depth``: growth is greedy top-down, so a shallower tree
+    is the deeper one cut at ``depth`` (and halves that then agree merged again)."""
+    if node.variant is not None:
+        return node
+    if depth <= 0:
+        return TreeNode(node.best, points=node.points, regret=node.regret, best=node.best)
+    assert node.left is not None and node.right is not None
+    left, right = truncate(node.left, depth - 1), truncate(node.right, depth - 1)
+    if left.variant is not None and left.variant == right.variant:
+        return TreeNode(node.best, points=node.points, regret=node.regret, best=node.best)
+    return TreeNode(None, node.feature, node.threshold, left, right, node.points, node.regret, node.best)
