@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from kernels.packages.loader import builtin_packages
 from service.db.models import Winner
 from service.kernel_store import PackageNotFound, resolve
-from service.tables.dialects import DIALECT_NAMES, DIALECTS, dialect_phases, dialect_problem
+from service.tables.dialects import DIALECT_NAMES, DIALECTS, ON_REQUEST_ONLY, dialect_phases, dialect_problem
 from service.tables.validate import TableValidationError
 from service.tables.versions import generate_and_store, latest_version, winners_fingerprint
 
@@ -43,7 +43,8 @@ def _dialects_for(session: Session, phase: str, kernel: str) -> list[str]:
         package = resolve(session, kernel, phase)
     except PackageNotFound:
         return []  # winners of a package no longer stored: nothing to generate from
-    return [name for name in DIALECT_NAMES if dialect_problem(name, package) is None]
+    nightly = [name for name in DIALECT_NAMES if name not in ON_REQUEST_ONLY]
+    return [name for name in nightly if dialect_problem(name, package) is None]
 
 
 def targets(session: Session) -> list[tuple[str, str, str, str]]:
