@@ -36,6 +36,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -437,18 +438,17 @@ def build(args: argparse.Namespace) -> BuildManifest:
         }  # fmt: skip
         by_format.setdefault(p.format, []).append(entry)
         manifest.points.append({k: v for k, v in entry.items() if k != "launches"})
+    jobs: list[tuple[Path, Path, int]] = []
     for fmt, pts in sorted(by_format.items()):
         source = out / f"consumer_{fmt}.cu"
         source.write_text(consumer_source(package, fmt, pts, parts, slots, sms, llc))
-        binary = out / f"consumer_{fmt}"
-        if not args.no_compile:
-            started = time.monotonic()
-            compile_program(source, binary, package, args.compile_timeout)
-            print(
-                f"compiled {binary.name} ({len(pts)} points) in {time.monotonic() - started:.1f}s",
-                file=sys.stderr,
-            )
-        manifest.programs[fmt] = binary.name
+        manifest.programs[fmt] = f"consumer_{fmt}"
+        jobs.append((source, out / f"consumer_{fmt}", len(pts)))
+    if not args.no_compile and jobs:
+        started = time.monotonic()
+        with ThreadPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as pool:
+            list(pool.map(lambda job: compile_program(job[0], job[1], package, args.compile_timeout), jobs))
+        print(f"compiled {len(jobs)} program(s) in {time.monotonic() - started:.1f}s", file=sys.stderr)
     (out / "manifest.json").write_text(json.dumps(asdict(manifest), indent=1))
     return manifest
 
@@ -584,6 +584,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             p.add_argument("--reps", type=int, default=30, help="timed rounds per point")
             p.add_argument("--warmup", type=int, default=3, help="untimed rounds per point")
             p.add_argument("--timeout-s", type=float, default=420.0, help="budget for all programs")
+            p.add_argument(
+                "--total-s",
+                type=float,
+                default=None,
+                help="all: budget for build + run (the run gets what is left)",
+            )
             p.add_argument("--out", default=None, help="JSON result file")
     args = parser.parse_args(argv)
     started = time.monotonic()
@@ -605,6 +611,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 0
         if args.reps < 1 or args.warmup < 0:
             raise UsageError("--reps must be >= 1 and --warmup >= 0")
+        if getattr(args, "total_s", None) is not None:
+            left = args.total_s - (time.monotonic() - started) - 20
+            if left < 30:
+                raise UsageError(f"--total-s {args.total_s}: the build used it up ({left + 20:.0f}s left)")
+            args.timeout_s = min(args.timeout_s, left)
         body = run(args)
     except (UsageError, DataError) as exc:
         print(f"error: {exc}", file=sys.stderr)
