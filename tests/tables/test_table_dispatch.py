@@ -89,7 +89,8 @@ def fake_output(manifest: dict, table_slower: float = 1.01) -> list[dict]:  # ty
         chosen = p["table_variant"] or "KB1/TW24"
         lines.append({
             "index": p["index"], "key": p["key"], "format": p["format"], "codebook": p["codebook"],
-            "m": p["m"], "n": p["n"], "k": p["k"], "copies": p["copies"], "lookup_ns": 12.5, "lookup_hits": 200000,
+            "m": p["m"], "n": p["n"], "k": p["k"], "copies": p["copies"], "lookup_ns": 12.5,
+            "lookup_hits": 200000,
             "table": {"found": True, "variant": chosen, "config": [1, 24]}, "variants": variants,
             "table_times_us": [variants[chosen]["median_us"] * table_slower] * 3,
         })  # fmt: skip
