@@ -153,15 +153,18 @@ def first_error_line(log: str | None) -> str:
 def print_analyses(items: list[dict[str, Any]], title: str) -> None:
     """A resources table, then one unwrapped line per variant that did not compile."""
     table = Table(title=title)
-    columns = ("arch", "format", "variant", "VGPR", "AGPR", "SGPR", "LDS B", "scratch B", "spills v/s")
+    columns: tuple[str, ...] = ("arch", "format", "variant", "VGPR", "live", "AGPR", "SGPR", "LDS B")
+    columns += ("scratch B", "spills v/s")
     for column in (*columns, "waves/SIMD", "limiter"):
         table.add_column(column, overflow="fold")
     for item in items:
         r = item["resources"] or {}
         if not item["ok"]:
-            table.add_row(item["arch"], item["format"], item["variant"], *["-"] * 7, "compile failed")
+            table.add_row(item["arch"], item["format"], item["variant"], *["-"] * 8, "compile failed")
             continue
-        cells = [str(r.get(key)) for key in ("vgpr", "agpr", "sgpr", "lds_bytes", "scratch_bytes")]
+        live = ((r.get("liveness") or {}).get("vgpr") or {}).get("high_water", "-")  # arch-VGPR high-water
+        cells = [str(r.get("vgpr")), str(live)]
+        cells += [str(r.get(key)) for key in ("agpr", "sgpr", "lds_bytes", "scratch_bytes")]
         spills = f"{r.get('vgpr_spills')}/{r.get('sgpr_spills')}"
         table.add_row(item["arch"], item["format"], item["variant"], *cells, spills,
                       str(r.get("waves_per_simd")), str(r.get("limiter")))  # fmt: skip

@@ -26,15 +26,16 @@ from kernels.packages.manifest import DEVICE_NAMES
 from kernels.packages.package import KernelPackage
 from workers.compilers import compiler_for_arch
 from workers.compilers.base import Compiler
-from workers.isa.analyze import kernel_report
+from workers.isa.analyze import disassembly_note, kernel_report
 from workers.isa.bundle import NotACodeObject, code_objects
-from workers.isa.disasm import DisassemblyUnavailable, disassemble, engine_for
+from workers.isa.isolate import disassemble_isolated
 from workers.isa.metadata import read_metadata
 
 PRESCREEN_BUDGET_S = 1800.0  # per request; each compile also has the compiler layer's own timeout
 MAX_ERROR_CHARS = 4000  # a compiler log is kept to its head; the first error is what the author needs
 RESOURCE_KEYS = (
     "vgpr",
+    "arch_vgpr",
     "agpr",
     "sgpr",
     "lds_bytes",
@@ -50,6 +51,9 @@ RESOURCE_KEYS = (
     "diagnosis",
     "target",
     "disassembler",
+    "disassembly_error",
+    "liveness",
+    "hot_loop",
 )
 
 
@@ -193,19 +197,17 @@ def _read_code_object(data: bytes, arch: str) -> dict[str, dict[str, Any]]:
     reports: dict[str, dict[str, Any]] = {}
     for obj in code_objects(data):
         meta = read_metadata(obj.data)
-        functions: dict[str, Any] = {}
-        try:
-            functions = {fn.name: fn for fn in disassemble(obj.data, meta.arch)}
-            note = engine_for(meta.arch)
-        except DisassemblyUnavailable as error:
-            note = f"no disassembly: {error}"
+        disassembly = disassemble_isolated(obj.data, meta.arch)
         for kernel in meta.kernels:
+            note, error = disassembly_note(disassembly, kernel.name)
             reports[kernel.name] = {
                 "meta": kernel,
-                "functions": functions,
+                "functions": disassembly.functions,
                 "arch": meta.arch,
                 "target": meta.target or obj.target,
                 "disassembler": note,
+                "disassembly_error": error,
+                "warnings": meta.warnings,
             }
     return reports
 
@@ -242,7 +244,13 @@ def _analyse_unit(
         report = kernel_report(
             entry["arch"], entry["meta"], entry["functions"], launch_threads(package, variant, arch)
         )
-        report.update(target=entry["target"], disassembler=entry["disassembler"])
+        report.update(
+            target=entry["target"],
+            disassembler=entry["disassembler"],
+            disassembly_error=entry["disassembly_error"],
+        )
+        if entry["warnings"]:
+            report["diagnosis"] = [*entry["warnings"], *report["diagnosis"]]
         resources = {key: report.get(key) for key in RESOURCE_KEYS}
         found.append(VariantAnalysis(fmt, variant.name, symbol, True, None, resources))
     return found

@@ -14,6 +14,7 @@ from service.db.models import Artifact, Dispatch, Measurement, Sweep, TableVersi
 from service.db.queries import at_point
 from service.sweeps.availability import Presence
 from service.sweeps.service import sweep_status_body
+from workers.isa.summary import hot_loop_lines, liveness_lines
 
 MAX_SWEEPS = 20
 MAX_TABLES = 20
@@ -160,14 +161,18 @@ class MeasurementDetail:
     measurement: Measurement
     variant: str
     artifact: Artifact | None
-    resources: list[tuple[str, list[tuple[str, str]], list[str]]]
+    resources: list[tuple[str, list[tuple[str, str]], list[str], list[str]]]
+
+
+# nested analyses shown as sentences (workers/isa/summary.py), not as key/value rows
+SUMMARISED = ("diagnosis", "liveness", "hot_loop")
 
 
 def _flatten(value: Any, prefix: str = "") -> list[tuple[str, str]]:
     if isinstance(value, dict):
         pairs: list[tuple[str, str]] = []
         for key, item in value.items():
-            if key == "diagnosis":
+            if key in SUMMARISED:
                 continue
             pairs.extend(_flatten(item, f"{prefix}{key}." if isinstance(item, dict) else f"{prefix}{key}"))
         return pairs
@@ -176,12 +181,23 @@ def _flatten(value: Any, prefix: str = "") -> list[tuple[str, str]]:
     return [(prefix.rstrip("."), str(value))]
 
 
+def isa_lines(entry: dict[str, Any]) -> list[str]:
+    """Register liveness and hot-loop sentences of one stored ISA record (empty when it has none)."""
+    liveness = entry.get("liveness") if isinstance(entry.get("liveness"), dict) else None
+    loop = entry.get("hot_loop") if isinstance(entry.get("hot_loop"), dict) else None
+    lines = liveness_lines(liveness) + hot_loop_lines(loop)
+    if entry.get("disassembly_error"):
+        lines.append(f"no disassembly: {entry['disassembly_error']}")
+    return lines
+
+
 def resource_sections(
     resources: dict[str, Any], variant: str
-) -> list[tuple[str, list[tuple[str, str]], list[str]]]:
+) -> list[tuple[str, list[tuple[str, str]], list[str], list[str]]]:
     """Show what the backend stored, whatever its shape: one section per kernel-like entry.
 
-    Entries whose name mentions this variant come first; diagnosis lines are pulled out of any entry.
+    Entries whose name mentions this variant come first; diagnosis lines are pulled out of any entry,
+    and so are the liveness / hot-loop analyses (as sentences).
     """
     entries: list[tuple[str, dict[str, Any]]] = []
     kernels = resources.get("kernels")
@@ -199,7 +215,7 @@ def resource_sections(
     for name, entry in entries:
         diagnosis = entry.get("diagnosis") or []
         lines = [str(d) for d in diagnosis] if isinstance(diagnosis, list) else [str(diagnosis)]
-        sections.append((name, _flatten(entry), lines))
+        sections.append((name, _flatten(entry), lines, isa_lines(entry)))
     return sections
 
 
@@ -231,3 +247,35 @@ def sweep_detail(session: Session, sweep_id: int, presence: Presence | None) -> 
         return None
     tasks = list(session.scalars(select(Task).where(Task.sweep_id == sweep_id).order_by(Task.id)).all())
     return SweepDetail(sweep, sweep_status_body(session, sweep, presence), tasks)
+
+
+@dataclass(frozen=True)
+class VariantIsa:
+    """One stored pre-screen row as the dashboard's ISA panel shows it."""
+
+    arch: str
+    format: str
+    variant: str
+    ok: bool
+    error: str | None
+    resources: dict[str, Any]
+    lines: list[str]
+
+    def get(self, *path: str) -> Any:
+        """resources[path[0]][path[1]]... or None where any step is missing."""
+        value: Any = self.resources
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        return value
+
+
+def kernel_isa(session: Session, kernel: str, version: str, arch: str | None = None) -> list[VariantIsa]:
+    """Every stored ISA analysis of one package version (optionally one arch), by arch/format/variant."""
+    from service.kernel_analysis_store import stored_analyses
+
+    rows = []
+    for row in stored_analyses(session, kernel, version, arch):
+        resources = dict(row.resources or {})
+        lines = isa_lines(resources) + [str(d) for d in resources.get("diagnosis") or []]
+        rows.append(VariantIsa(row.arch, row.format, row.variant, row.ok, row.error, resources, lines))
+    return rows

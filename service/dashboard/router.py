@@ -58,7 +58,6 @@ templates.env.filters["pct"] = fmt_pct
 templates.env.globals["formats_of"] = codebook_formats
 
 
-
 def _renderable(value: Any) -> Any:
     """Every {{ }} output passes here: text stored before input was validated still renders."""
     return storable(value) if isinstance(value, str) and text_problem(value) else value
@@ -393,6 +392,47 @@ def capture_page(
     if summary is None:
         raise HTTPException(404, f"capture {capture_id} not found")
     return templates.TemplateResponse(request, "capture.html", {"c": summary})
+
+
+@router.get("/dashboard/kernels", response_class=HTMLResponse)
+def kernels(
+    request: Request,
+    _reader: Caller = Depends(dashboard_reader),
+    session: Session = Depends(get_session),
+) -> HTMLResponse:
+    from service.kernel_catalog import kernel_summaries
+
+    return templates.TemplateResponse(request, "kernels.html", {"packages": kernel_summaries(session)})
+
+
+@router.get("/dashboard/kernels/{name}/{version}", response_class=HTMLResponse)
+def kernel_isa_page(
+    request: Request,
+    name: str = Path(pattern=r"^[a-z0-9][a-z0-9-]{0,63}$"),
+    version: str = Path(pattern=r"^[0-9a-f]{1,64}$", description="content sha256 or a unique prefix"),
+    arch: str | None = Query(None, max_length=32, pattern=r"^[a-z0-9-]+$"),
+    _reader: Caller = Depends(dashboard_reader),
+    session: Session = Depends(get_session),
+) -> HTMLResponse:
+    """The ISA panel of one package version: liveness and hot-loop analyses of every stored variant."""
+    from service.kernel_catalog import kernel_summaries
+
+    versions = [v["version"] for p in kernel_summaries(session, name) for v in p["versions"]]
+    matching = [v for v in versions if v.startswith(version)]
+    if len(matching) != 1:
+        why = "no version" if not matching else "more than one version starting with"
+        raise HTTPException(404, f"kernel package {name} has {why} {version}")
+    full = matching[0]
+    every = data.kernel_isa(session, name, full)
+    rows = [r for r in every if arch is None or r.arch == arch]
+    context = {
+        "name": name,
+        "version": full,
+        "arch": arch,
+        "archs": sorted({r.arch for r in every}),
+        "rows": rows,
+    }
+    return templates.TemplateResponse(request, "kernel_isa.html", context)
 
 
 CONCEPTS = FsPath(__file__).resolve().parents[2] / "docs" / "concepts.md"

@@ -74,3 +74,17 @@ def test_plot_helpers() -> None:
         and ("vgpr", "64") in sections[0][1]
         and sections[0][2] == ["spills"]
     )
+
+
+def test_resource_sections_turn_isa_analyses_into_sentences() -> None:
+    region = {"start": "0x2508", "end": "0x2510", "instructions": 2}
+    peak = {"high_water": 181, "at": "0x2508", "region": region, "loop": "0x2210-0x2698"}
+    peak["breakdown"] = {"accumulators": 64, "scales": 14}
+    liveness = {"vgpr": peak, "agpr": {"high_water": 0}, "arch_vgpr_limit": 188, "within_note": True}
+    (section,) = resource_sections({"mxfp4_gemm": {"vgpr": 188, "liveness": liveness}}, "x")
+    _name, pairs, _diagnosis, isa = section
+    assert ("vgpr", "188") in pairs and not any(key.startswith("liveness") for key, _ in pairs)
+    assert isa == [
+        "arch VGPR high-water 181/188 over 0x2508-0x2510 (2 instructions) in loop 0x2210-0x2698: "
+        "64 accumulators, 14 scales"
+    ]

@@ -81,3 +81,36 @@ def code_object(isa_build_dir: Path):  # type: ignore[no-untyped-def]
         return compile_kernel(FIXTURES / f"{stem}.hip", arch, isa_build_dir)
 
     return build
+
+
+TRITON = FIXTURES / "triton"
+ASM_ARCHS = ("gfx90a", "gfx942", "gfx950")
+
+
+def assemble(source: Path, arch: str, out_dir: Path) -> Path:
+    """A hand-written .s (``@ARCH@`` replaced) assembled by ziglang's clang 22 and linked by its lld."""
+    out = out_dir / f"{source.stem}_{arch}.co"
+    if out.is_file():
+        return out
+    text = source.read_text().replace("@ARCH@", arch)
+    src = out_dir / f"{source.stem}_{arch}.s"
+    src.write_text(text)
+    obj = out_dir / f"{source.stem}_{arch}.o"
+    for argv in (
+        [sys.executable, "-m", "ziglang", "clang", "-x", "assembler", "-target", "amdgcn-amd-amdhsa",
+         f"-mcpu={arch}", "-c", str(src), "-o", str(obj)],
+        [sys.executable, "-m", "ziglang", "ld.lld", "-shared", str(obj), "-o", str(out)],
+    ):  # fmt: skip
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, check=False)
+        assert proc.returncode == 0, f"{argv}\n{proc.stderr}"
+    return out
+
+
+@pytest.fixture(scope="session")
+def asm_object(isa_build_dir: Path):  # type: ignore[no-untyped-def]
+    """asm_object(stem, arch) → path of the assembled hand-written fixture kernel."""
+
+    def build(stem: str, arch: str) -> Path:
+        return assemble(FIXTURES / f"{stem}.s", arch, isa_build_dir)
+
+    return build

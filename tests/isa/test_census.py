@@ -79,3 +79,21 @@ def test_vgpr_diagnosis_line() -> None:
     occ = occupancy("gfx906", 130, 0, 20, 0, 256)
     lines = diagnose("gfx906", 130, 0, 20, 0, 0, 0, 0, 256, occ)
     assert lines[0].startswith("VGPR 130 → 1 wave/SIMD: cap with __launch_bounds__(256, 2)")
+
+
+def test_hot_loop_is_the_innermost_loop_doing_math() -> None:
+    from workers.isa.census import Loop, hottest_loop
+    from workers.isa.disasm import Function
+
+    def kernel(first: str) -> Function:
+        rows = [
+            Instruction(0, first, "v[0:3], v[4:5], v[6:7], v[0:3]"),
+            Instruction(4, "s_add_u32", "s0, s0, 1"),
+            Instruction(8, "s_cbranch_scc0", "65534"),  # inner loop 4..8: no math
+            Instruction(12, "s_cbranch_scc0", "65532"),  # outer loop 0..12 holds the MFMA
+            Instruction(16, "s_endpgm", ""),
+        ]
+        return Function("k", 0, 20, rows)
+
+    assert hottest_loop(kernel("v_mfma_f32_16x16x16_f16")) == Loop(0, 12, 1)
+    assert hottest_loop(kernel("v_pk_add_f32")) == Loop(4, 8, 2)  # no math anywhere: the innermost

@@ -7,6 +7,7 @@ CI cost is kept small: a handful of variants of one format per arch, never the w
 
 from __future__ import annotations
 
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -238,3 +239,33 @@ def test_variants_past_the_time_budget_are_listed_not_stored_as_failures() -> No
     package = load_folder(PACKAGE_DIR)
     result = analyse_package(package, "gfx950", None, ["R1/V0", "R2/V0"], budget_s=-1.0)
     assert result.items == [] and result.not_reached == [("Q8_0", "R1/V0"), ("Q8_0", "R2/V0")]
+
+
+@SQLITE_ONLY
+def test_liveness_and_hot_loop_are_stored_and_shown_on_the_dashboard(api: Api) -> None:
+    version = api.http.post("/v1/kernels", content=package_archive(), headers=GZIP).json()["version"]
+    response = api.http.post(f"/v1/kernels/q8-rows/{version[:12]}/analyze", json={"arch": "gfx950"})
+    assert response.status_code == 200, response.text
+    items = [i for i in response.json()["items"] if i["ok"]]
+    assert items
+    for item in items:
+        live = item["resources"]["liveness"]
+        assert live["within_note"] and 0 < live["vgpr"]["high_water"] <= item["resources"]["arch_vgpr"]
+    stored = api.http.get(f"/v1/kernels/q8-rows/{version}").json()["analyses"]
+    stored_ok = [a["resources"]["liveness"] for a in stored if a["ok"]]
+    assert stored_ok == [i["resources"]["liveness"] for i in items]
+
+    listing = api.http.get("/dashboard/kernels")
+    assert listing.status_code == 200 and f"/dashboard/kernels/q8-rows/{version}" in listing.text
+    page = api.http.get(f"/dashboard/kernels/q8-rows/{version[:12]}", params={"arch": "gfx950"})
+    assert page.status_code == 200
+    for item in items:
+        row = re.search(
+            rf'data-variant="{re.escape(item["variant"])}" data-arch="gfx950"[^>]*>.*?'
+            r'<td class="num live-vgpr">(\d+)</td>',
+            page.text,
+            re.S,
+        )
+        assert row is not None and int(row.group(1)) == item["resources"]["liveness"]["vgpr"]["high_water"]
+    assert "arch VGPR high-water" in page.text
+    assert api.http.get("/dashboard/kernels/q8-rows/ffffffffffff").status_code == 404

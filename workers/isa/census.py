@@ -16,7 +16,7 @@ from workers.isa.disasm import Function, Instruction
 BRANCH_PREFIXES = ("s_branch", "s_cbranch")
 
 
-def _is_scratch(ins: Instruction, uses_scratch: bool) -> bool:
+def is_scratch(ins: Instruction, uses_scratch: bool) -> bool:
     """scratch_* always; buffer_* without an address VGPR (``off``) when the kernel has a private segment.
 
     HIP code reaches global memory through global_* on gfx9, so in a kernel with private segment
@@ -53,7 +53,7 @@ def count(instructions: Iterable[Instruction], uses_scratch: bool = False) -> di
     """Per-category counts plus ``total`` and ``scratch`` (spill/stack memory ops)."""
     rows = list(instructions)
     result = {name: sum(1 for ins in rows if test(ins)) for name, test in CATEGORIES.items()}
-    result["scratch"] = sum(1 for ins in rows if _is_scratch(ins, uses_scratch))
+    result["scratch"] = sum(1 for ins in rows if is_scratch(ins, uses_scratch))
     result["total"] = len(rows)
     return result
 
@@ -92,12 +92,23 @@ def loops(function: Function) -> list[Loop]:
     return result
 
 
+MATH_PREFIXES = ("v_mfma", "v_smfmac", "v_wmma", "v_swmmac", "v_dot")
+
+
 def hottest_loop(function: Function) -> Loop | None:
-    """The innermost loop: deepest nesting, ties broken toward the larger body (more work per trip)."""
+    """The innermost loop doing math: among loops holding MFMA/WMMA/dot instructions (all loops when none
+    do), the deepest nesting, ties broken toward the larger body (more work per trip). A small inner loop
+    without math (an epilogue's reduction, a guard) no longer hides the K loop that encloses it."""
     found = loops(function)
     if not found:
         return None
-    return max(found, key=lambda lp: (lp.depth, lp.end - lp.start, -lp.start))
+    math = [ins.address for ins in function.instructions if ins.mnemonic.startswith(MATH_PREFIXES)]
+
+    def key(lp: Loop) -> tuple[bool, int, int, int]:
+        has_math = any(lp.start <= a <= lp.end for a in math)
+        return (has_math, lp.depth, lp.end - lp.start, -lp.start)
+
+    return max(found, key=key)
 
 
 def census(function: Function, uses_scratch: bool = False) -> dict[str, object]:

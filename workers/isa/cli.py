@@ -1,4 +1,4 @@
-"""`tunebase isa FILE [--json]`: resources, occupancy, census and diagnosis of a code object."""
+"""`tunebase isa FILE [--json]`: resources, occupancy, census, liveness and diagnosis of a code object."""
 
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ from rich.console import Console
 from rich.table import Table
 
 from workers.isa.analyze import analyze_file
+from workers.isa.att import AttFormatError, AttStats, att_lines, read_stats_csv
 from workers.isa.bundle import NotACodeObject
 from workers.isa.demangle import demangle
+from workers.isa.summary import hot_loop_lines, liveness_lines
 
 WIDTH = 100  # the table and the notes fit a 100-column terminal or CI log
 COLUMNS = ("kernel", "arch", "VGPR", "AGPR", "SGPR", "LDS B", "scratch", "spills v/s", "waves", "limiter")
@@ -75,6 +77,10 @@ def render(reports: list[dict[str, Any]], console: Console) -> None:
     for r, name in zip(reports, names, strict=True):
         loop = (r.get("census") or {}).get("hottest_loop")
         lines = ([f"hottest loop {loop_summary(loop)}"] if loop else []) + list(r["diagnosis"])
+        lines += liveness_lines(r.get("liveness")) + hot_loop_lines(r.get("hot_loop"))
+        lines += att_lines(r.get("att"))
+        if r.get("disassembly_error"):
+            lines.append(f"no disassembly: {r['disassembly_error']}")
         if lines:
             _wrapped(console, name, "")
         for line in lines:
@@ -84,12 +90,22 @@ def render(reports: list[dict[str, Any]], console: Console) -> None:
 def isa(
     file: Path = typer.Argument(..., help="AMDGPU code object (.co/.hsaco) or clang offload bundle"),
     as_json: bool = typer.Option(False, "--json", help="print the per-kernel reports as JSON"),
+    att: Path | None = typer.Option(
+        None, "--att", help="rocprofv3 --att stats_*.csv of a run of this code object: cycles per loop/wait"
+    ),
 ) -> None:
-    """Analyse an AMDGPU code object: resources, occupancy, instruction census, diagnosis."""
+    """Analyse an AMDGPU code object: resources, occupancy, census, register liveness, hot loop, diagnosis."""
+    stats: AttStats | None = None
+    if att is not None:
+        try:
+            stats = read_stats_csv(att.read_text(errors="replace"))
+        except (OSError, AttFormatError) as exc:
+            typer.echo(f"error: --att {att}: {exc}", err=True)  # one line, never wrapped
+            raise typer.Exit(2) from None
     try:
-        reports = analyze_file(file)
+        reports = analyze_file(file, att=stats)
     except NotACodeObject as exc:
-        Console(stderr=True).print(f"[red]error:[/red] {file}: {exc}")
+        Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {file}: {exc}", highlight=False)
         raise typer.Exit(2) from None
     if as_json:
         for report, name in zip(reports, demangle([r["name"] for r in reports]), strict=True):

@@ -104,6 +104,8 @@ def disassemble_objdump(data: bytes, arch: str, objdump: str = OBJDUMP) -> list[
             timeout=OBJDUMP_TIMEOUT_S,
             check=False,
         )
+    except subprocess.TimeoutExpired:
+        raise DisassemblyUnavailable(f"{objdump} ran past {OBJDUMP_TIMEOUT_S} s") from None
     finally:
         os.unlink(path)
     if proc.returncode != 0:
@@ -133,8 +135,13 @@ def _text_bytes(data: bytes) -> tuple[int, bytes]:
     return int(text["sh_addr"]), bytes(text.data())
 
 
-def disassemble_llvm(data: bytes, arch: str) -> list[Function]:
-    """Through LLVM 22's C API in rocm-llvm-python: works for every arch LLVM 22 knows."""
+def disassemble_llvm(data: bytes, arch: str, only: str | None = None) -> list[Function]:
+    """Through LLVM 22's C API in rocm-llvm-python: works for every arch LLVM 22 knows.
+
+    LLVM aborts the process on a CPU it cannot disassemble for, so call this through
+    ``workers.isa.isolate`` (a child process), never directly in a long-lived process.
+    ``only`` restricts the work to one function (the isolation retries one kernel at a time).
+    """
     dis = _llvm_disassembler_module()
     ctx = dis.LLVMCreateDisasmCPU(TRIPLE, arch.encode(), None, 0, None, None)  # type: ignore[attr-defined]
     if ctx is None:
@@ -145,7 +152,8 @@ def disassemble_llvm(data: bytes, arch: str) -> list[Function]:
         code_addr = ctypes.addressof(code)
         out = bytearray(512)
         rows: list[Instruction] = []
-        for _name, start, size in function_symbols(data):
+        symbols = [sym for sym in function_symbols(data) if only is None or sym[0] == only]
+        for _name, start, size in symbols:
             pc = start
             while pc < start + size:
                 offset = pc - base
@@ -167,7 +175,7 @@ def disassemble_llvm(data: bytes, arch: str) -> list[Function]:
                 pc += int(length)
     finally:
         dis.LLVMDisasmDispose(ctx)  # type: ignore[attr-defined]
-    return _group(function_symbols(data), rows)
+    return _group(symbols, rows)
 
 
 def engine_for(arch: str) -> str:

@@ -7,6 +7,7 @@ Reading the note with pyelftools + msgpack gives the compiler's own figures (the
 from __future__ import annotations
 
 import io
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,22 +21,56 @@ from workers.isa.bundle import NotACodeObject
 NT_AMDGPU_METADATA = 32
 EF_AMDGPU_MACH = 0x0FF
 
-# EF_AMDGPU_MACH_AMDGCN_* values from the LLVM AMDGPU ELF ABI (AMDGPUUsage, "ELF Header").
+# EF_AMDGPU_MACH_AMDGCN_* values from the LLVM AMDGPU ELF ABI (AMDGPUUsage, "ELF Header"): the processor
+# the code was generated for, whatever the metadata's target string says.
 MACH_TO_ARCH: dict[int, str] = {
     0x02C: "gfx900",
+    0x02D: "gfx902",
+    0x02E: "gfx904",
     0x02F: "gfx906",
     0x030: "gfx908",
+    0x031: "gfx909",
     0x032: "gfx90c",
+    0x033: "gfx1010",
+    0x034: "gfx1011",
+    0x035: "gfx1012",
+    0x036: "gfx1030",
+    0x037: "gfx1031",
+    0x038: "gfx1032",
+    0x039: "gfx1033",
+    0x03D: "gfx1035",
+    0x03E: "gfx1034",
     0x03F: "gfx90a",
     0x040: "gfx940",
+    0x041: "gfx1100",
+    0x042: "gfx1013",
+    0x043: "gfx1150",
+    0x044: "gfx1103",
+    0x045: "gfx1036",
+    0x046: "gfx1101",
+    0x047: "gfx1102",
+    0x048: "gfx1200",
+    0x049: "gfx1250",
+    0x04A: "gfx1151",
     0x04B: "gfx941",
     0x04C: "gfx942",
+    0x04E: "gfx1201",
     0x04F: "gfx950",
-    0x033: "gfx1010",
-    0x036: "gfx1030",
-    0x041: "gfx1100",
-    0x04E: "gfx1200",
+    0x051: "gfx9-generic",
+    0x052: "gfx10-1-generic",
+    0x053: "gfx10-3-generic",
+    0x054: "gfx11-generic",
+    0x055: "gfx1152",
+    0x058: "gfx1153",
+    0x059: "gfx12-generic",
+    0x05A: "gfx1251",
+    0x05B: "gfx12-5-generic",
+    0x05F: "gfx9-4-generic",
 }
+KNOWN_ARCHS = frozenset(MACH_TO_ARCH.values())
+# a processor name anywhere in a target string: amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-,
+# amdgpu9.42-amd-amdhsa-unknown-gfx942 (Triton 3.9), hipv4-amdgcn-amd-amdhsa--gfx90a, gfx9-4-generic
+_ARCH_IN_TARGET = re.compile(r"(?<![0-9a-z])(gfx(?:\d+(?:-\d+)*-generic|[0-9a-f]{3,4}))(?![0-9a-z])")
 
 
 @dataclass(frozen=True)
@@ -58,9 +93,26 @@ class KernelMeta:
 
 @dataclass(frozen=True)
 class CodeObjectMeta:
-    arch: str  # e.g. gfx906 (target features such as :xnack- stripped)
+    arch: str  # e.g. gfx906 (target features such as :xnack- stripped); from the ELF header when it names one
     target: str  # amdhsa.target when present, e.g. amdgcn-amd-amdhsa--gfx90a:xnack-
     kernels: list[KernelMeta]
+    warnings: list[str] = field(default_factory=list)  # e.g. the target string disagrees with the header
+
+
+# AGPRs share one 512-entry file with the arch VGPRs; the note's .vgpr_count is then the total
+# (align(arch VGPRs, 4) + AGPRs, what occupancy is computed from), not the arch VGPRs alone.
+UNIFIED_AGPR_ARCHS = frozenset({"gfx90a", "gfx940", "gfx941", "gfx942", "gfx950", "gfx9-4-generic"})
+
+
+def arch_vgpr_count(arch: str, kernel: KernelMeta) -> int:
+    """Arch VGPRs a kernel may use: ``.vgpr_count`` less the AGPRs where the note counts both.
+
+    Checked on Triton and clang objects for gfx942/gfx950: ``.vgpr_count`` 378 with ``.agpr_count`` 122
+    and the kernel descriptor's ACCUM_OFFSET 256 (AGPRs start after 256 arch VGPRs).
+    """
+    if arch in UNIFIED_AGPR_ARCHS and kernel.agpr_count > 0:
+        return max(0, kernel.vgpr_count - kernel.agpr_count)
+    return kernel.vgpr_count
 
 
 def arch_from_flags(e_flags: int) -> str:
@@ -69,9 +121,36 @@ def arch_from_flags(e_flags: int) -> str:
 
 
 def arch_from_target(target: str) -> str:
-    """``amdgcn-amd-amdhsa--gfx90a:xnack-`` → ``gfx90a``."""
-    tail = target.split("--", 1)[1] if "--" in target else target
-    return tail.split(":", 1)[0]
+    """The processor inside any target-string form ('' when it names none).
+
+    ``amdgcn-amd-amdhsa--gfx90a:xnack-`` → ``gfx90a``; ``amdgpu9.42-amd-amdhsa-unknown-gfx942`` → ``gfx942``.
+    """
+    found = _ARCH_IN_TARGET.findall(target)
+    return found[-1] if found else ""
+
+
+def resolve_arch(e_flags: int, target: str) -> tuple[str, list[str]]:
+    """(arch, warnings): the ELF header's machine wins; the target string only fills in when it is unknown."""
+    by_flags = arch_from_flags(e_flags)
+    by_target = arch_from_target(target) if target else ""
+    warnings: list[str] = []
+    if by_flags and by_target and by_flags != by_target:
+        warnings.append(
+            f"metadata target {target!r} names {by_target} but the ELF header says {by_flags}; "
+            f"using {by_flags}"
+        )
+    if by_flags:
+        return by_flags, warnings
+    if by_target:
+        warnings.append(
+            f"ELF header machine 0x{e_flags & EF_AMDGPU_MACH:03x} is not a known processor; "
+            f"using {by_target} from the target string"
+        )
+        return by_target, warnings
+    warnings.append(
+        f"unknown processor: ELF header machine 0x{e_flags & EF_AMDGPU_MACH:03x}, target {target!r}"
+    )
+    return "", warnings
 
 
 def _int(entry: dict[str, Any], key: str) -> int:
@@ -116,9 +195,7 @@ def read_metadata(data: bytes) -> CodeObjectMeta:
     except ELFError as exc:
         raise NotACodeObject(f"damaged ELF: {exc}") from None
     target = str(note.get("amdhsa.target", ""))
-    arch = arch_from_target(target) if target else arch_from_flags(e_flags)
-    if not arch:
-        arch = arch_from_flags(e_flags)
+    arch, warnings = resolve_arch(e_flags, target)
     kernels = []
     for entry in note.get("amdhsa.kernels", []) or []:
         if not isinstance(entry, dict):
@@ -139,4 +216,4 @@ def read_metadata(data: bytes) -> CodeObjectMeta:
                 raw=entry,
             )
         )
-    return CodeObjectMeta(arch=arch, target=target, kernels=kernels)
+    return CodeObjectMeta(arch=arch, target=target, kernels=kernels, warnings=warnings)

@@ -88,8 +88,9 @@ class AnalysisItem(BaseModel):
     ok: bool
     error: str | None = Field(description="the compiler's message when the variant did not compile")
     resources: dict[str, Any] = Field(
-        description="vgpr, agpr, sgpr, lds_bytes, scratch_bytes, vgpr_spills, sgpr_spills, waves_per_simd, "
-        "limiter, occupancy, census, diagnosis (the `tunebase isa` record)"
+        description="vgpr, arch_vgpr, agpr, sgpr, lds_bytes, scratch_bytes, vgpr_spills, sgpr_spills, "
+        "waves_per_simd, limiter, occupancy, census, liveness, hot_loop, disassembly_error, diagnosis "
+        "(the `tunebase isa` record; docs/rocm.md)"
     )
     toolchain: str
     created_at: str | None = None

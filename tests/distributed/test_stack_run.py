@@ -1,0 +1,43 @@
+"""bench/stack_run.py end to end on the host backend: the same driver the two-GPU machine runs.
+
+API, beat, a maintenance worker and two `tunebase worker --gpu N --arch host` Celery workers against the
+shared Postgres and a private Redis; one worker is SIGKILLed mid-task; the sweep must finish with no
+duplicate measurements and the nightly task must store tables. Slow (about two minutes on two cores).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import POSTGRES_ADMIN_URL, REPO
+from tests.distributed.conftest import RedisServer
+
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+
+
+def test_stack_run_on_host_survives_a_killed_worker(private_redis: RedisServer, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    argv = [
+        sys.executable, str(REPO / "bench/stack_run.py"), "--arch", "host", "--profile", "smoke",
+        "--formats", "Q8_0,Q4_K", "--m", "1,2,3,4", "--kill-after", "2", "--timeout", "400",
+        "--database-url", POSTGRES_ADMIN_URL, "--broker-url", f"redis://127.0.0.1:{private_redis.port}/61",
+        "--out", str(out),
+    ]  # fmt: skip
+    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    summary = json.loads((out / "stack-summary.json").read_text())
+    assert proc.returncode == 0, (summary["failures"], proc.stderr[-3000:])
+    assert summary["mode"] == "celery" and summary["ok"]
+    assert summary["sweep"]["tasks_final"]["done"] == summary["sweep"]["tasks"] == 24
+    killed = summary["killed_worker"]
+    assert killed["signal"] == "SIGKILL" and killed["tasks_in_flight"]
+    reclaimed = {row["id"] for row in summary["reclaimed_tasks"] if row["state"] == "done"}
+    assert set(killed["tasks_in_flight"]) <= reclaimed
+    assert not any(v for k, v in summary["duplicates"].items() if k != "sql")
+    assert summary["nightly"]["new_tables"]
+    assert summary["racing"]["dispatches_stored"] < summary["racing"]["exhaustive_budget"]
+    assert (out / "stack-logs" / "worker-gpu1.log").read_text().count("succeeded") >= 2

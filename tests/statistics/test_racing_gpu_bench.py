@@ -1,0 +1,58 @@
+"""bench/racing_gpu.py on the host backend: record exhaustive dispatches, then replay racing on them.
+
+The same record/replay path the H200 recording took (one pinned process per device, problems built
+ahead in CPU processes, whole points only at the deadline), on the C kernels so it runs anywhere.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO
+
+SCRIPT = str(REPO / "bench/racing_gpu.py")
+
+
+def test_split_units_balances_by_size_and_keeps_formats_in_order() -> None:
+    sys.path.insert(0, str(REPO / "bench"))
+    import racing_gpu
+
+    units = [("Q4_0", "big", 4096, 4096), ("Q4_0", "a", 256, 256), ("Q4_0", "b", 512, 512),
+             ("Q4_K", "big", 4096, 4096)]  # fmt: skip
+    shares = racing_gpu.split_units(units, 2)
+    assert sorted(u for share in shares for u in share) == sorted(units)
+    assert [u[1] for u in shares[0] if u[0] == "Q4_0"] == ["big"]  # the big one alone, the rest beside
+    assert all(share.index(u) < share.index(v) for share in shares for u in share for v in share
+               if u[0] == "Q4_0" and v[0] == "Q4_K")  # fmt: skip
+    assert len(racing_gpu.shape_list("qwen36+grid")) == 42
+
+
+def test_record_on_host_then_replay(tmp_path: Path) -> None:
+    recording = tmp_path / "rec.json.gz"
+    record = [sys.executable, SCRIPT, "record", "--arch", "host", "--gpus", "0", "--shapes", "smoke",
+              "--formats", "Q4_0", "--m", "1", "--dispatches", "30", "--builders", "1",
+              "--out", str(recording)]  # fmt: skip
+    proc = subprocess.run(record, cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with gzip.open(recording, "rt") as fh:
+        payload = json.load(fh)
+    assert payload["child_exit_codes"] == [0] and len(payload["points"]) == 3
+    for point in payload["points"]:
+        assert point["eligible"] and all(len(t) == 30 for t in point["times_ns"].values())
+        assert set(point["order"]) == set(point["times_ns"])
+    report_path = tmp_path / "replay.json"
+    replay = [sys.executable, SCRIPT, "replay", "--recording", str(recording), "--max-dispatches", "30",
+              "--min-dispatches", "10", "--rotations", "2", "--out", str(report_path)]  # fmt: skip
+    proc = subprocess.run(replay, cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(report_path.read_text())
+    block = report["current"]
+    assert report["points"] == 3 and block["dispatch_reduction"] >= 1.0
+    assert block["summary"]["exhaustive_dispatches"] == sum(
+        len(t) for p in payload["points"] for t in p["times_ns"].values()
+    )
+    assert "agreement_decided" in block and "rotated_replays" in block
