@@ -8,6 +8,7 @@ AUTO rows, aliases sharing a codebook, and parity failures. Nothing here is synt
 from __future__ import annotations
 
 import csv
+import gzip
 import statistics
 from collections import defaultdict
 from pathlib import Path
@@ -28,7 +29,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "llaminar"
 # (file, arch, timed runs behind each row); "synthetic" is the hash-timed CSV of the other import tests
 # (gaps of a few % at a 1% spread: where a fixed 10% tie gap would hand the win to the simpler variant)
 CSVS = {
-    "h200": ("h200_decode_trainer.csv", "sm_90", 15),
+    "h200": ("h200_decode_trainer.csv.gz", "sm_90", 20),
     "host-aliases": ("host_decode_aliases_trainer.csv", "host", 20),
     "synthetic": ("synthetic", "gfx906", 20),
 }
@@ -36,7 +37,11 @@ MIN_EFFECT = 0.01
 
 
 def text_of(name: str) -> str:
-    return decode_csv(("Q4_1", "Q4_K", "Q8_0")) if name == "synthetic" else (FIXTURES / name).read_text()
+    if name == "synthetic":
+        return decode_csv(("Q4_1", "Q4_K", "Q8_0"))
+    if name.endswith(".gz"):
+        return gzip.decompress((FIXTURES / name).read_bytes()).decode()
+    return (FIXTURES / name).read_text()
 
 
 def rows_of(name: str) -> list[dict[str, str]]:
@@ -113,14 +118,14 @@ def test_import_reproduces_is_best_wherever_the_gap_is_beyond_noise(tmp_path: Pa
             best = min(tunable, key=lambda r: float(r["min_us"]))
         assert winners[point].variant in {r["variant"] for r in tunable}  # never a parity failure
         judged += 1
-        runner = min((r for r in tunable if r is not best), key=lambda r: float(r["min_us"]))
-        if beyond_noise(stats(runner, runs), stats(best, runs), MIN_EFFECT):
+        others = [r for r in tunable if r is not best]  # all shown slower, not only the runner-up
+        if all(beyond_noise(stats(r, runs), stats(best, runs), MIN_EFFECT) for r in others):
             beyond += 1
             assert winners[point].variant == best["variant"], point
             assert winners[point].decided, point
     assert judged == len(by_point)
     if key == "h200":
-        assert beyond >= 2  # GPU timings: gaps of 17% and 45% are beyond noise
+        assert beyond >= 150  # H200 timings: most of the 267 points have a winner beyond noise
     if key == "synthetic":
         assert beyond >= 20  # many gaps of 2-9%: a 10% tie gap would lose these
 
