@@ -177,7 +177,11 @@ def generate_and_store(
         kernel_version=package.version,
         sha256=sha,
         content=generated.text,
-        metrics={**asdict(generated.metrics), "fingerprint": fingerprint},
+        metrics={
+            **asdict(generated.metrics),
+            "fingerprint": fingerprint,
+            "fallback_policies": {str(cb): p for cb, p in sorted(generated.fallback_policies.items())},
+        },
         entries=[decision_json(d) for d in generated.decisions],
         sweep_ids=[int(s) for s in generated.sweep_ids if s.isdigit()],
         parent_id=latest.id if latest else None,

@@ -124,7 +124,8 @@ def test_sweep_to_compiled_table(live_server: LiveServer, tmp_path: Path) -> Non
     )
     assert table.status_code == 201, table.text
     item = table.json()
-    assert item["metrics"]["coverage"] == 1.0 and item["metrics"]["exact_hit_rate"] == 1.0
+    decided = sum(w["decided"] for w in winners) / len(winners)
+    assert item["metrics"]["coverage"] == 1.0 and item["metrics"]["exact_hit_rate"] >= decided
     inc = reader.get(f"/v1/tables/{item['id']}/inc")
     assert inc.status_code == 200 and "#pragma once" in inc.text
 
@@ -134,8 +135,12 @@ def test_sweep_to_compiled_table(live_server: LiveServer, tmp_path: Path) -> Non
     codebook = {"Q8_0": 19, "Q4_0": 0}
     points = [(codebook[w["format"]], w["m"], w["n"], w["k"]) for w in winners]
     answers = _replay(inc.text, points, tmp_path)
-    expected = [tuple(int(part[2:]) for part in w["variant"].split("/")) for w in winners]
-    assert answers == expected
+    def config(variant: str) -> tuple[int, ...]:
+        return tuple(int(part[2:]) for part in variant.split("/"))
+
+    # a decided winner is the table's answer; within a tie the table takes the measured best (no incumbent yet)
+    for w, answer in zip(winners, answers, strict=True):
+        assert answer == config(w["variant"]) if w["decided"] else answer in [config(v) for v in w["tie_group"]]
 
     same = client.post("/v1/tables", json={"arch": "host", "phase": "decode"}).json()
     assert same["id"] == item["id"]  # unchanged winners: no new version
