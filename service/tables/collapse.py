@@ -10,8 +10,8 @@ refuses with AliasConflict (the table request fails naming the key and what each
 alias passed; never a silent pick of a variant that is wrong for one format).
 
 The table is judged by measured regret, so among variants statistically tied
-with an alias's best only the incumbent (the variant the latest table already
-answers at the key) counts as equal to the best: nightly tables do not churn on
+with an alias's best only the incumbent (the variant the latest table chose at
+the key) counts as equal to the best: nightly tables do not churn on
 noise, and a new key takes the measured best. A tie broken toward the "simpler"
 variant (winner selection's last resort, DESIGN §5.5) is not carried into the
 table, where it would only cost measured regret. The times handed on keep the
@@ -42,7 +42,7 @@ class AliasPoint(AtPoint):
     winner_median_us: float
     times_us: Mapping[str, float]  # empty when only the winner is known (imported winners)
     tie_group: tuple[str, ...] = ()  # variants statistically tied with the winner
-    incumbent: str | None = None  # what the latest table answers at this key
+    incumbent: str | None = None  # what the latest table chose at this key
 
 
 class AliasConflict(ValueError):

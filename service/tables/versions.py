@@ -79,7 +79,11 @@ def variant_times(
 
 
 def incumbents(session: Session, arch: str, phase: str, kernel: str | None = None) -> dict[PointKey, str]:
-    """What the newest table of this (arch, phase, package), any dialect, answers at each measured key."""
+    """The choice the newest table of this (arch, phase, package), any dialect, made at each measured key.
+
+    The choice (the entry's `winner`: what the alias collapse picked), not the answer: where a fallback
+    rule answers within the overlay threshold the two differ, and taking the answer as incumbent would
+    change the next choice, so regenerating from unchanged winners would not give the same table."""
     version = session.scalar(
         select(TableVersion)
         .where(
@@ -92,8 +96,9 @@ def incumbents(session: Session, arch: str, phase: str, kernel: str | None = Non
     )
     out: dict[PointKey, str] = {}
     for e in (version.entries or []) if version is not None else []:
-        if e.get("variant") is not None:
-            out[(int(e["codebook"]), int(e["m"]), int(e["n"]), int(e["k"]))] = str(e["variant"])
+        choice = e.get("winner") or e.get("variant")
+        if choice is not None:
+            out[(int(e["codebook"]), int(e["m"]), int(e["n"]), int(e["k"]))] = str(choice)
     return out
 
 
