@@ -20,4 +20,5 @@ timeout "${DISPATCH_TIMEOUT:-580}" python3 bench/table_dispatch.py all --data "$
   --out "$json" --total-s "${TOTAL_S:-540}" "$@" >> "$log" 2>&1
 echo "# rc=$?" >> "$log"
 cp /tmp/table-dispatch/manifest.json "$OUT/table-dispatch-h200-$tag.manifest.json" 2>/dev/null
+for f in /tmp/table-dispatch/stdout_*.txt; do [ -f "$f" ] && cp "$f" "$OUT/table-dispatch-h200-$tag.$(basename "$f")"; done
 tail -40 "$log"

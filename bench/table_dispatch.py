@@ -456,8 +456,17 @@ def build(args: argparse.Namespace) -> BuildManifest:
 # -- running and judging ---------------------------------------------------------------------------------
 
 
-def parse_lines(stdout: str) -> list[dict[str, Any]]:
-    return [json.loads(line[len("POINT ") :]) for line in stdout.splitlines() if line.startswith("POINT ")]
+def parse_lines(stdout: str, bad: list[str] | None = None) -> list[dict[str, Any]]:
+    """The program's POINT lines; a line that is not JSON goes to ``bad`` (never sinks the others)."""
+    out = []
+    for line in stdout.splitlines():
+        if line.startswith("POINT "):
+            try:
+                out.append(json.loads(line[len("POINT ") :]))
+            except json.JSONDecodeError as exc:
+                if bad is not None:
+                    bad.append(f"{exc}: {line[:300]}")
+    return out
 
 
 def judge(manifest: dict[str, Any], results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -519,6 +528,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     manifest = json.loads(manifest_path.read_text())
     results: list[dict[str, Any]] = []
     errors: dict[str, str] = {}
+    unreadable: list[str] = []
     deadline = time.monotonic() + args.timeout_s
     for fmt, name in sorted(manifest["programs"].items()):
         binary = out / name
@@ -531,17 +541,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=left, check=False)
         except subprocess.TimeoutExpired as exc:
             stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-            results += parse_lines(stdout)
+            (out / f"stdout_{fmt}.txt").write_text(stdout)
+            results += parse_lines(stdout, unreadable)
             errors[fmt] = f"timed out after {left:.0f}s (points finished before are kept)"
             continue
         except OSError as exc:
             errors[fmt] = f"cannot run {binary}: {exc}"
             continue
-        results += parse_lines(done.stdout)
+        (out / f"stdout_{fmt}.txt").write_text(done.stdout + "\n# stderr\n" + done.stderr)
+        results += parse_lines(done.stdout, unreadable)
         if done.returncode != 0:
             errors[fmt] = f"exit {done.returncode}: {done.stderr.strip()[-2000:]}"
             if done.returncode == 3:
                 raise DeviceMismatch(done.stderr.strip())
+    if unreadable:
+        errors["unreadable_lines"] = "; ".join(unreadable)[:4000]
     verdict = judge(manifest, results)
     return {"build": {k: manifest[k] for k in ("data", "held_out_shapes", "train_shapes", "table", "device")},
             "errors": errors, **verdict}  # fmt: skip
