@@ -43,7 +43,7 @@ ADMIN_URL = os.environ.get("TUNEBASE_TEST_POSTGRES", "postgresql+psycopg://postg
 FORMATS = ("Q8_0", "Q4_0", "Q4_1")  # codebooks 19, 0, 5; 32-weight blocks
 CODEBOOK = {"Q8_0": 19, "Q4_0": 0, "Q4_1": 5}
 SHAPES = [(f"Load_{i}", 256 * (i + 1), 512 * (1 + i % 5)) for i in range(15)]
-VARIANTS = ("KB1/TW4", "KB2/TW8", "KB8/TW8")
+VARIANTS = ("MX4/KB1/RW1/U4/RG1/PG0/PP0", "MX4/KB1/RW2/U2/RG1/PG0/PP0", "MX4/KB4/RW2/U4/RG1/PG0/PP0")
 TARGETS = {"winners_rps": 500, "winners_p99_ms": 100, "dashboard_rps": 100}
 
 

@@ -46,8 +46,16 @@ def seed_measurements(session: Session, count: int) -> list[int]:
     session.flush()
     rows = [
         Measurement(
-            sweep_id=sweep.id, variant_id=variant.id, arch="host", phase="decode", format="Q8_0",
-            codebook=19, shape="B", n=1, k=32, m=1,
+            sweep_id=sweep.id,
+            variant_id=variant.id,
+            arch="host",
+            phase="decode",
+            format="Q8_0",
+            codebook=19,
+            shape="B",
+            n=1,
+            k=32,
+            m=1,
         )
         for _ in range(count)
     ]

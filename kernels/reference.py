@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from gguf import quants
 
+from kernels.formats.fp4 import quantize_nvfp4
 from kernels.formats.packed import PackedWeights
 from kernels.formats.packing import PACKABLE, gguf_quantizes, pack, random_blocks
 from kernels.formats.registry import QuantFormat, get_format
@@ -55,6 +56,10 @@ FP32 = Tolerance("fp32", COSINE_MIN, REL_L2_MAX)
 # 2e-2 keeps > 2x margin, while dropping one K block of B still gives rel_l2 ~ sqrt(1/B)
 # = 0.043 at K = 17408 (B = 544), so such a kernel fails for every K up to ~80k.
 INT8_ACTIVATIONS = Tolerance("int8-activations", 0.999, 2e-2)
+
+# Formats gguf 0.19 dequantizes but cannot quantize in Python, with the reference rule we follow instead
+# (checked against gguf's dequantizer in tests/kernels/test_fp4_formats.py).
+OWN_QUANTIZERS = {"NVFP4": quantize_nvfp4}
 
 _CHUNK_WEIGHTS = 1 << 22  # weights per chunk when generating / dequantizing (16 MiB of FP32)
 
@@ -102,20 +107,22 @@ def sample_rows(n: int, count: int, seed: int) -> np.ndarray:
 def quantize_random(fmt: QuantFormat, n: int, k: int, seed: int) -> np.ndarray:
     """Random GGUF blocks, generated chunk by chunk.
 
-    N(0,1) weights quantized by gguf where gguf can quantize the format in Python;
-    otherwise (Q4_K, Q6_K, IQ4_NL, IQ4_XS) valid blocks built field by field with
-    random quants and sensibly sized super-scales (kernels.formats.packing.random_blocks).
+    N(0,1) weights quantized by gguf where gguf can quantize the format in Python (NVFP4: by
+    ``OWN_QUANTIZERS``, ggml's reference rule); otherwise (Q4_K, Q6_K, IQ4_NL, IQ4_XS) valid blocks
+    built field by field with random quants and sensibly sized super-scales
+    (kernels.formats.packing.random_blocks).
     """
     row_bytes = fmt.row_bytes(k)
     out = np.empty((n, row_bytes), dtype=np.uint8)
     rng = np.random.default_rng([seed, 1])
     step = _chunk_rows(k)
     by_gguf = gguf_quantizes(fmt)
+    own = OWN_QUANTIZERS.get(fmt.name)
     for r0 in range(0, n, step):
         r1 = min(n, r0 + step)
-        if by_gguf:
+        if by_gguf or own is not None:
             w = rng.standard_normal((r1 - r0, k), dtype=np.float32)
-            out[r0:r1] = quants.quantize(w, fmt.ggml_type)
+            out[r0:r1] = quants.quantize(w, fmt.ggml_type) if own is None else own(w)
             continue
         try:
             blocks = random_blocks(fmt, (r1 - r0) * (k // fmt.block_weights), rng)

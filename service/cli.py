@@ -539,7 +539,7 @@ def winners(
 
 @app.command()
 def compare(
-    a: str = typer.Argument(..., help="variant A, e.g. KB8/TW8"),
+    a: str = typer.Argument(..., help="variant A, e.g. MX1/KB1/RW2/U4/RG1/PG2/PP0"),
     b: str = typer.Argument(..., help="variant B"),
     arch: str = typer.Option(..., help="arch, e.g. gfx906 or host"),
     phase: str = typer.Option("decode", help="decode or prefill"),
@@ -591,7 +591,7 @@ def results(
     m: int | None = typer.Option(None, min=1, help="only this M (rows of activations)"),
     n: int | None = typer.Option(None, min=1, help="only this N (weight rows)"),
     k: int | None = typer.Option(None, min=1, help="only this K (reduction length)"),
-    variant: str | None = typer.Option(None, help="only this variant, e.g. KB8/TW8 (`tunebase families`)"),
+    variant: str | None = typer.Option(None, help="only this variant (`tunebase families`)"),
     sweep: int | None = typer.Option(None, min=1, help="sweep id"),
     parity: bool | None = typer.Option(None, "--parity/--parity-failed", help="only passing / failing"),
     limit: int = typer.Option(50, min=1, max=500, help="at most this many rows"),

@@ -49,6 +49,7 @@ PARITY_SAMPLE_ABOVE = 1 << 26  # weights; above this the reference covers a seed
 PARITY_SAMPLE_ROWS = 512
 
 ArgValue = tuple[str, int | float]  # ("ptr" | "i32" | "u32" | "i64" | "f32", value)
+Prelaunch = tuple[Any, Geometry]  # the package's [prelaunch] kernel handle and its launch geometry
 
 
 class Device(Protocol):
@@ -76,9 +77,18 @@ class Device(Protocol):
         ...
 
     def dispatcher(
-        self, name: str, kernel: Any, geometry: Geometry, args_by_copy: list[list[ArgValue]]
+        self,
+        name: str,
+        kernel: Any,
+        geometry: Geometry,
+        args_by_copy: list[list[ArgValue]],
+        pre: Prelaunch | None = None,
     ) -> DispatchFn:
-        """A timed dispatch of one variant reading weight copy ``i``; returns the device time in ns."""
+        """A timed dispatch of one variant reading weight copy ``i``; returns the device time in ns.
+
+        With ``pre`` the dispatch is two launches, the prelaunch kernel then the variant (same arguments),
+        and its device time is the sum of both kernels' times.
+        """
         ...
 
     def timing(self) -> Any:
@@ -103,6 +113,7 @@ class CompiledVariants:
     symbols: dict[str, str] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)  # variant name -> compile/load message
     prepare: Any = None  # the package's [prepare] kernel, when it has one
+    prelaunch: dict[str, Any] = field(default_factory=dict)  # variant name -> its [prelaunch] kernel
 
 
 def weight_copies(copy_bytes: int, llc_bytes: int, warm_cache: bool) -> int:
@@ -191,7 +202,7 @@ def _prepared_weights(
         raise RuntimeError(f"{package.name}: the prepare kernel {prepare.symbol!r} did not compile or load")
     fmt = get_format(spec.format)
     bindings = {
-        "n": spec.n, "k": spec.k, "m": spec.m, "block_weights": fmt.block_weights,
+        "n": spec.n, "k": spec.k, "m": spec.m, "format": fmt.name, "block_weights": fmt.block_weights,
         "block_bytes": fmt.block_bytes, "row_bytes": fmt.row_bytes(spec.k), **device.facts.bindings(),
     }  # fmt: skip
     size = parse(prepare.size).evaluate_int(bindings)
@@ -265,7 +276,8 @@ def run_task(
         ordered = [results[name] for name in dict.fromkeys(spec.variants)]
         return TaskResult(device_info, compiled.artifact, ordered, weight_copies=copies)
 
-    runnable: list[tuple[Variant, dict[str, Any], Geometry]] = []
+    runnable: list[tuple[Variant, dict[str, Any], Geometry, Prelaunch | None]] = []
+    has_pre = package.prelaunch_for(backend) is not None
     for variant in variants:
         result = results[variant.name] = VariantResult(
             variant.name, [], None, symbol=compiled.symbols.get(variant.name, "")
@@ -279,7 +291,14 @@ def run_task(
             if broken:
                 result.error = "restriction fails at this point: " + "; ".join(broken)
                 continue
-            runnable.append((variant, values, package.geometry(values)))
+            pre: Prelaunch | None = None
+            if has_pre:
+                if variant.name not in compiled.prelaunch:
+                    symbol = package.prelaunch_symbol(variant)
+                    result.error = f"prelaunch kernel {symbol} did not compile or load"
+                    continue
+                pre = (compiled.prelaunch[variant.name], package.prelaunch_geometry(values))
+            runnable.append((variant, values, package.geometry(values), pre))
         except ExpressionError as error:
             result.error = f"manifest expression failed: {error}"
     if not runnable:
@@ -293,7 +312,7 @@ def run_task(
         x_ptr = device.upload(np.ascontiguousarray(problem.x, dtype=np.float32))
         y_ptr = device.alloc(spec.m * spec.n * 4)
         dispatchers: list[tuple[str, DispatchFn]] = []
-        for variant, values, geometry in runnable:
+        for variant, values, geometry, pre in runnable:
             result = results[variant.name]
             kernel = compiled.kernels[variant.name]
             try:
@@ -309,13 +328,22 @@ def run_task(
                 ]
                 resources = device.resources(kernel, geometry)
                 resources.update({"grid": list(geometry.grid), "block": list(geometry.block)})
+                if pre is not None:
+                    resources["prelaunch"] = {
+                        **device.resources(pre[0], pre[1]),
+                        "grid": list(pre[1].grid),
+                        "block": list(pre[1].block),
+                    }
                 if result.symbol:
                     compiled.artifact.resources.setdefault(result.symbol, {}).update(resources)
                 device.fill_nan_f32(y_ptr, spec.m * spec.n)
+                if pre is not None:
+                    device.launch(pre[0], pre[1], by_copy[0])
                 device.launch(kernel, geometry, by_copy[0])
                 output = device.download(y_ptr, (spec.m, spec.n), np.float32)
                 result.parity = problem.check(output, tolerance)
-                dispatchers.append((variant.name, device.dispatcher(variant.name, kernel, geometry, by_copy)))
+                fn = device.dispatcher(variant.name, kernel, geometry, by_copy, pre=pre)
+                dispatchers.append((variant.name, fn))
             except Exception as error:  # one broken variant must not sink the task
                 result.error = f"launch failed: {type(error).__name__}: {error}"
         passed = [name for name, r in results.items() if r.parity is not None and r.parity.passed]

@@ -56,6 +56,9 @@ _CODEBOOK_IDS: tuple[tuple[str, int], ...] = (
     ("IQ1_S", 16),
     ("IQ1_M", 17),
     ("Q8_0", 19),
+    # Microscaling FP4 (issue 17): not in the Llaminar numbering, so new ids from 32 up (DESIGN §3).
+    ("MXFP4", 32),
+    ("NVFP4", 33),
 )
 
 

@@ -29,6 +29,12 @@ class CompileUnit:
         """variant name -> entry symbol inside this unit."""
         return {v.name: package.symbol(v) for v in self.variants}
 
+    def prelaunch_symbols(self, package: KernelPackage, backend: str) -> dict[str, str]:
+        """variant name -> its prelaunch kernel's symbol in this unit (empty when there is none)."""
+        if package.prelaunch_for(backend) is None:
+            return {}
+        return {v.name: package.prelaunch_symbol(v) for v in self.variants}
+
 
 def format_build_defines(package: KernelPackage, format_name: str) -> dict[str, str]:
     fmt = get_format(format_name)

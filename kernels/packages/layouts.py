@@ -2,7 +2,9 @@
 
 A layout turns the GGUF blocks of one problem into the host arrays a kernel's ``weights`` arguments point
 at, and supplies the per-format defines the source is compiled with. ``gguf`` is the format's real bytes,
-exactly as stored in a .gguf file (rows of N, blocks along K). ``tb-packed`` is the int8-expanded layout of
+exactly as stored in a .gguf file (rows of N, blocks along K). ``tb-split`` is the same bytes repacked
+into per-row payload / high-bit / scale arrays so payload loads are 16-byte aligned and coalesced
+(kernels/formats/split.py); the built-in kernels read it. ``tb-packed`` is the int8-expanded layout of
 the original built-in kernels (kernels/formats/packed.py); it moves about twice a 4-bit format's bytes,
 which ``bits_per_weight`` makes visible wherever bandwidth is reported (DESIGN §10).
 """
@@ -16,6 +18,7 @@ import numpy as np
 
 from kernels.formats.packing import PACKABLE, format_kind
 from kernels.formats.registry import QuantFormat, get_format
+from kernels.formats.split import SPLITTABLE, split_blocks, split_defines
 from kernels.reference import Problem
 
 
@@ -95,7 +98,30 @@ class TbPacked:
         return 8 + scale_bits / group
 
 
-_BUILT_IN: tuple[Layout, ...] = (GgufBlocks(), TbPacked())
+@dataclass
+class TbSplit:
+    """The GGUF bytes split per row into payload ``qs``, high bits ``qh`` and the rest ``sc`` (same size)."""
+
+    name: str = "tb-split"
+    parts: tuple[str, ...] = ("qs", "qh", "sc")
+
+    def supports(self, fmt: QuantFormat) -> str | None:
+        if fmt.name not in SPLITTABLE:
+            return f"layout tb-split has no split for {fmt.name} (splittable: {', '.join(SPLITTABLE)})"
+        return None
+
+    def arrays(self, problem: Problem) -> dict[str, np.ndarray | None]:
+        return split_blocks(problem.format, problem.weights)
+
+    def defines(self, fmt: QuantFormat) -> dict[str, str]:
+        """One compiled unit per format: the format switch plus each part's bytes per block."""
+        return {**format_defines(fmt), **split_defines(fmt)}
+
+    def bits_per_weight(self, fmt: QuantFormat) -> float:
+        return fmt.bits_per_weight  # a same-size repack: the format's true bits
+
+
+_BUILT_IN: tuple[Layout, ...] = (GgufBlocks(), TbSplit(), TbPacked())
 LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in _BUILT_IN}
 
 

@@ -25,7 +25,7 @@ MAX_POINTS = 4096
 # names every expression may read besides the package's parameters and derived values
 PROBLEM_NAMES = frozenset({"n", "k", "m"})
 DEVICE_NAMES = frozenset({"cus", "wave", "backend", "arch"})
-FORMAT_NAMES = frozenset({"block_weights", "block_bytes", "row_bytes"})
+FORMAT_NAMES = frozenset({"format", "block_weights", "block_bytes", "row_bytes"})  # format: e.g. "Q4_K"
 
 ArgRole = Literal["weights", "x", "y", "workspace", "m", "n", "k", "scalar", "gguf"]
 ExpressionText = Annotated[str, StringConstraints(min_length=1, max_length=500)]
@@ -89,6 +89,23 @@ class PrepareSection(_Strict):
     grid: list[ExpressionText] = Field(default_factory=lambda: ["ceil_div(n, 256)", "1", "1"])
 
 
+class PrelaunchSection(_Strict):
+    """A kernel launched right before every launch of the variant, and timed with it (DESIGN §9).
+
+    Why: work that belongs to one launch but not to each tile, e.g. quantising the activations once per
+    launch into a workspace (or zeroing y for split-K), instead of once per workgroup. It takes the same
+    argument list as the variant; the dispatch's device time is the sum of both kernels.
+    """
+
+    symbol: str = Field(min_length=1, max_length=200, description="entry symbol; may name params")
+    block: list[ExpressionText] = Field(default_factory=lambda: ["256", "1", "1"], min_length=3, max_length=3)
+    grid: list[ExpressionText] = Field(min_length=3, max_length=3)
+    shared_bytes: ExpressionText = "0"
+    backends: list[Literal["host", "rocm", "cuda"]] = Field(
+        default_factory=list, description="only these backends launch it (default: all)"
+    )
+
+
 class Manifest(_Strict):
     name: str = Field(pattern=NAME_PATTERN)
     phase: Literal["decode", "prefill"]
@@ -109,6 +126,7 @@ class Manifest(_Strict):
     table: TableSection | None = None
     parity: ParitySection = Field(default_factory=ParitySection)
     prepare: PrepareSection | None = None
+    prelaunch: PrelaunchSection | None = None
 
     @field_validator("sources")
     @classmethod
@@ -201,8 +219,6 @@ def semantic_problems(manifest: Manifest) -> list[tuple[str, str]]:
         if unknown:
             found.append((key, f"unknown name(s) {', '.join(sorted(unknown))} in {source!r}"))
 
-    for index, rule in enumerate(manifest.restrictions.rules):
-        check(f"restrictions.rules.{index}", rule, point_names)
     derived_names: set[str] = set()
     for name, source in manifest.derived.items():
         if not re.match(PARAM_PATTERN, name):
@@ -211,6 +227,8 @@ def semantic_problems(manifest: Manifest) -> list[tuple[str, str]]:
             found.append((f"derived.{name}", "shadows a parameter or a built-in name"))
         check(f"derived.{name}", source, point_names | derived_names)
         derived_names.add(name)
+    for index, rule in enumerate(manifest.restrictions.rules):  # a rule may read [derived] values (per point)
+        check(f"restrictions.rules.{index}", rule, point_names | derived_names)
     launch_names = point_names | derived_names
     for axis in ("block", "grid"):
         for index, source in enumerate(getattr(manifest.launch, axis)):
@@ -262,6 +280,15 @@ def semantic_problems(manifest: Manifest) -> list[tuple[str, str]]:
             found.append((f"params_doc.{name}", "documents a parameter that does not exist"))
     if manifest.prepare is not None:
         check("prepare.size", manifest.prepare.size, PROBLEM_NAMES | FORMAT_NAMES | DEVICE_NAMES)
+    if manifest.prelaunch is not None:
+        pre = manifest.prelaunch
+        for axis in ("block", "grid"):
+            for index, source in enumerate(getattr(pre, axis)):
+                check(f"prelaunch.{axis}.{index}", source, launch_names)
+        check("prelaunch.shared_bytes", pre.shared_bytes, launch_names)
+        unknown = _template_fields(pre.symbol) - params
+        if unknown:
+            found.append(("prelaunch.symbol", f"unknown parameter(s) {', '.join(sorted(unknown))}"))
     points = 1
     for values in manifest.params.values():
         points *= len(values)

@@ -26,6 +26,7 @@ from kernels.packages.manifest import (
     PROBLEM_NAMES,
     ArgSpec,
     Manifest,
+    PrelaunchSection,
 )
 
 BACKEND_SOURCE_KEYS: dict[str, tuple[str, ...]] = {
@@ -205,6 +206,7 @@ class KernelPackage:
             "n": n,
             "k": k,
             "m": m,
+            "format": fmt.name,
             "block_weights": fmt.block_weights,
             "block_bytes": fmt.block_bytes,
             "row_bytes": k // fmt.block_weights * fmt.block_bytes,
@@ -226,6 +228,33 @@ class KernelPackage:
         if min(grid) < 1 or min(block) < 1 or shared < 0:
             raise ExpressionError(
                 f"launch geometry grid={grid} block={block} shared={shared} is not positive"
+            )
+        return Geometry(grid, block, shared, dict(bindings))  # type: ignore[arg-type]
+
+    def prelaunch_for(self, backend: str) -> PrelaunchSection | None:
+        """The kernel launched before every launch of a variant on ``backend`` (None: there is none)."""
+        pre = self.manifest.prelaunch
+        if pre is None or (pre.backends and backend not in pre.backends):
+            return None
+        return pre
+
+    def prelaunch_symbol(self, variant: Variant) -> str:
+        pre = self.manifest.prelaunch
+        if pre is None:
+            raise ValueError(f"package {self.name} has no [prelaunch] kernel")
+        return pre.symbol.format(**variant.params)
+
+    def prelaunch_geometry(self, bindings: Mapping[str, Value]) -> Geometry:
+        """Launch geometry of the prelaunch kernel at a point (same names as ``[launch]``)."""
+        pre = self.manifest.prelaunch
+        if pre is None:
+            raise ValueError(f"package {self.name} has no [prelaunch] kernel")
+        grid = tuple(parse(s).evaluate_int(bindings) for s in pre.grid)
+        block = tuple(parse(s).evaluate_int(bindings) for s in pre.block)
+        shared = parse(pre.shared_bytes).evaluate_int(bindings)
+        if min(grid) < 1 or min(block) < 1 or shared < 0:
+            raise ExpressionError(
+                f"prelaunch geometry grid={grid} block={block} shared={shared} is not positive"
             )
         return Geometry(grid, block, shared, dict(bindings))  # type: ignore[arg-type]
 
@@ -272,7 +301,10 @@ class KernelPackage:
             ],
             "restrictions": list(m.restrictions.rules),
             "table": None if m.table is None else {"struct": m.table.struct, "fields": list(m.table.fields)},
-        }
+            "prelaunch": None if m.prelaunch is None else {
+                "symbol": m.prelaunch.symbol, "backends": list(m.prelaunch.backends) or "all",
+            },
+        }  # fmt: skip
 
 
 POINT_NAMES = PROBLEM_NAMES | DEVICE_NAMES | FORMAT_NAMES

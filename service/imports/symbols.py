@@ -30,8 +30,11 @@ def kernel_symbol(name: str) -> str:
     return bare.rsplit(" ", 1)[-1]  # 'void tb_x' -> 'tb_x'
 
 
-# Per-format builds name the format between family and parameters: tb_decode_q4_0_kb8_tw8.
-_FORMAT_INFIX = re.compile(r"^tb_(?P<family>decode|prefill)_(?P<format>[a-z0-9_]+?)_(?P<rest>(?:kb|n)\d.*)$")
+# Per-format builds name the format between family and parameters: tb_decode_q4_0_mx4_kb1_rw2_u4_rg1_pg0_pp0
+# (tb-decode's symbols start with mx, the older KB/TW decode's with kb, tb-prefill's with n).
+_FORMAT_INFIX = re.compile(
+    r"^tb_(?P<family>decode|prefill)_(?P<format>[a-z0-9_]+?)_(?P<rest>(?:kb|n|mx)\d.*)$"
+)
 
 
 def match_variant(kernel: str) -> dict[str, str | None] | None:

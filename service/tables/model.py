@@ -29,6 +29,8 @@ CODEBOOK_FORMATS: Mapping[int, tuple[str, ...]] = {
     16: ("IQ1_S",),
     17: ("IQ1_M",),
     19: ("Q8_0",),
+    32: ("MXFP4",),
+    33: ("NVFP4",),
 }
 
 KNOWN_CODEBOOKS: frozenset[int] = frozenset(CODEBOOK_FORMATS)

@@ -28,7 +28,7 @@ SWEEP: dict[str, Any] = {
     "formats": ["Q8_0", "Q4_0"],
     "shapes": [{"name": "Api_Wide", "n": 256, "k": 256}, {"name": "Api_Tall", "n": 128, "k": 512}],
     "m": [1, 2],
-    "variants": ["KB1/TW4", "KB2/TW8", "KB8/TW8"],
+    "variants": ["MX4/KB1/RW1/U4/RG1/PG0/PP0", "MX4/KB1/RW2/U2/RG1/PG0/PP0", "MX4/KB1/RW2/U4/RG1/PG0/PP0"],
     "min_dispatches": 6,
     "max_dispatches": 6,
     "labels": {"suite": "api"},

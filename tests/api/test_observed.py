@@ -18,7 +18,7 @@ SPEC = {
     "formats": ["Q8_0"],
     "shapes": [{"name": "Planned", "n": 256, "k": 256}],
     "m": [1],
-    "variants": ["KB1/TW4"],
+    "variants": ["MX4/KB1/RW1/U4/RG1/PG0/PP0"],
     "include_observed": True,
 }
 

@@ -28,7 +28,8 @@ def test_results_filter_and_paginate(populated: Populated) -> None:
     assert first["total"] == second["total"] == 24
 
     point = client.get(
-        "/v1/results", params={"format": "Q4_0", "m": 2, "n": 128, "k": 512, "variant": "KB8/TW8"}
+        "/v1/results",
+        params={"format": "Q4_0", "m": 2, "n": 128, "k": 512, "variant": "MX4/KB1/RW2/U4/RG1/PG0/PP0"},
     ).json()
     assert point["total"] == 1
     item = point["items"][0]
@@ -37,7 +38,7 @@ def test_results_filter_and_paginate(populated: Populated) -> None:
         2,
         128,
         512,
-        "KB8/TW8",
+        "MX4/KB1/RW2/U4/RG1/PG0/PP0",
     )
     assert item["shape"] == "Api_Tall" and item["sweep_id"] == populated.sweep_id
     assert item["n_dispatches"] >= 6 and item["p10_us"] <= item["median_us"] <= item["p90_us"]

@@ -30,7 +30,12 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-VARIANTS = ["KB1/TW4", "KB2/TW8", "KB4/TW4", "KB8/TW8"]
+VARIANTS = [
+    "MX4/KB1/RW1/U4/RG1/PG0/PP0",
+    "MX4/KB1/RW2/U2/RG1/PG0/PP0",
+    "MX4/KB4/RW2/U2/RG1/PG0/PP0",
+    "MX4/KB1/RW2/U4/RG1/PG0/PP0",
+]
 SPEC: dict[str, Any] = {
     "arch": "host",
     "phase": "decode",
@@ -48,7 +53,10 @@ SPEC: dict[str, Any] = {
 }
 # a second sweep adds a shape, so the second table version has entries the first lacks
 EXTRA: dict[str, Any] = {
-    **SPEC, "formats": ["Q8_0"], "shapes": [{"name": "Browser_Extra", "n": 384, "k": 256}], "m": [1]
+    **SPEC,
+    "formats": ["Q8_0"],
+    "shapes": [{"name": "Browser_Extra", "n": 384, "k": 256}],
+    "m": [1],
 }
 NO_WORKER: dict[str, Any] = {
     "arch": "gfx906",
@@ -56,7 +64,7 @@ NO_WORKER: dict[str, Any] = {
     "formats": ["Q8_0"],
     "shapes": [{"name": "Nobody_Serves", "n": 256, "k": 256}],
     "m": [1, 2],
-    "variants": ["KB1/TW4"],
+    "variants": ["MX4/KB1/RW1/U4/RG1/PG0/PP0"],
 }
 
 
@@ -156,9 +164,7 @@ def test_dashboard_walk_in_chromium(private_server: LiveServer, browser: Any, tm
     assert re.search(r"\d µs", page.locator("figure.heatmap text.cell-text").nth(1).text_content() or "")
     legend = page.locator("p.legend").first.inner_text()
     assert "not measured" in legend and "statistical tie" in legend
-    lefts = page.evaluate(
-        "() => [...document.querySelectorAll('text.row-label')].map(t => t.getBBox().x)"
-    )
+    lefts = page.evaluate("() => [...document.querySelectorAll('text.row-label')].map(t => t.getBBox().x)")
     assert lefts and min(lefts) >= 0, lefts  # the longest shape name fits inside its SVG
     shot = tmp_path / "dashboard.png"
     page.screenshot(path=str(shot), full_page=True)

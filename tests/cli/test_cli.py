@@ -19,7 +19,7 @@ SPEC = {
     "formats": ["Q8_0"],
     "shapes": [{"name": "Cli_Small", "n": 128, "k": 256}],
     "m": [1],
-    "variants": ["KB1/TW4", "KB8/TW8"],
+    "variants": ["MX4/KB1/RW1/U4/RG1/PG0/PP0", "MX4/KB1/RW2/U4/RG1/PG0/PP0"],
     "min_dispatches": 5,
     "max_dispatches": 5,
 }
@@ -60,14 +60,17 @@ def test_submit_wait_and_scripts(live_server: LiveServer, tmp_path: Path) -> Non
     assert status["status"] == "done" and status["parity_failures"] == 0 and status["tasks"]["done"] == 1
 
     results = json.loads(live_server.cli("results", "--sweep", str(status["id"]), "--json").stdout)
-    assert results["total"] == 2 and {r["variant"] for r in results["items"]} == {"KB1/TW4", "KB8/TW8"}
+    assert results["total"] == 2 and {r["variant"] for r in results["items"]} == {
+        "MX4/KB1/RW1/U4/RG1/PG0/PP0",
+        "MX4/KB1/RW2/U4/RG1/PG0/PP0",
+    }
     measurement = results["items"][0]
     rows = live_server.cli("dispatches", str(measurement["id"]), "--csv").stdout.splitlines()
     assert rows[0] == "seq,device_ns,wall_ns,buffer_index" and len(rows) == 1 + measurement["n_dispatches"]
     listing = json.loads(live_server.cli("sweep", "list", "--json").stdout)
     assert [s["id"] for s in listing["items"]] == [status["id"]]
     human = live_server.cli("results", "--sweep", str(status["id"]))
-    assert human.returncode == 0 and "KB8/TW8" in human.stdout
+    assert human.returncode == 0 and "MX4/KB1/RW2/U4/RG1/PG0/PP0" in human.stdout
     assert "host" in live_server.cli("devices").stdout
     assert json.loads(live_server.cli("profiles", "--json").stdout)["total"] >= 6
     seen = live_server.cli(

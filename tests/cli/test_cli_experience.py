@@ -22,7 +22,7 @@ HOST_SPEC = {
     "formats": ["Q8_0"],
     "shapes": [{"name": "Exp_Small", "n": 128, "k": 256}],
     "m": [1],
-    "variants": ["KB1/TW4", "KB8/TW8"],
+    "variants": ["MX4/KB1/RW1/U4/RG1/PG0/PP0", "MX4/KB1/RW2/U4/RG1/PG0/PP0"],
     "min_dispatches": 5,
     "max_dispatches": 5,
 }
@@ -114,8 +114,9 @@ def test_formats_and_families_need_no_server(tmp_path: Path) -> None:
     assert items["Q4_K"]["codebook"] == items["Q4_1"]["codebook"] == 5
     families = CliRunner().invoke(app, ["families", "--backend", "rocm", "--variants"], env=env)
     assert families.exit_code == 0, families.output
-    assert "kb: split-K depth" in families.output and "tw: target waves per CU" in families.output
-    assert "KB{kb}/TW{tw}" in families.output and "KB16/TW24" in families.output
+    assert "kb: split-K" in families.output and "pp: 1: software-pipelined" in families.output
+    assert "MX{mx}/KB{kb}/RW{rw}/U{u}/RG{rg}/PG{pg}/PP{pp}" in families.output
+    assert "MX4/KB4/RW2/U2/RG1/PG0/PP1" in families.output
     bad = CliRunner().invoke(app, ["families", "--backend", "tpu"], env=env)
     assert bad.exit_code == 2 and "--backend must be one of" in bad.output
 

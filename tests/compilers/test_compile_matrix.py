@@ -1,8 +1,8 @@
-"""Every (family, format kind, variant) compiles for every arch with the real toolchains.
+"""Every (family, format, variant) compiles for every arch with the real toolchains.
 
-One translation unit per (family, kind, arch) holds every variant of the family, so the
-matrix is 2 families x 3 kinds x 5 arches compiles. The default run covers each (family,
-arch) once, rotating the kinds so all three are compiled somewhere; the full matrix is slow.
+One translation unit per (family, format or kind, arch) holds every variant of the family: decode reads
+tb-split (one unit per format, 9 formats), prefill tb-packed (one unit per kind, 3 kinds), 5 arches. The
+default run covers each (family, arch) once, rotating formats / kinds; the full matrix is slow.
 """
 
 from __future__ import annotations
@@ -19,12 +19,13 @@ from workers.compilers import compiler_for_arch
 from workers.compilers.cache import CompileCache
 from workers.compilers.codeobject import device_elfs, kernel_symbols
 
-KIND_FORMAT = {"sym": "Q8_0", "asym": "Q4_K", "sym16": "Q6_K"}  # one format of each kernel kind
-KIND_NAMES = tuple(KIND_FORMAT)
-# (family, arch) -> kind for the fast run: every kind appears for both families
+KIND_FORMAT = {"sym": "Q8_0", "asym": "Q4_K", "sym16": "Q6_K"}  # prefill: one format of each kernel kind
+DECODE_FORMATS = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q4_K", "Q6_K", "IQ4_XS")
+# (family, arch) -> format (decode) or kind (prefill) for the fast run; the unpack paths differ most
+# between the K-quants, the IQ4 codebook and the Q5 high bits
 FAST = {
-    ("decode", "gfx906"): "asym", ("decode", "gfx90a"): "sym16", ("decode", "gfx942"): "sym",
-    ("decode", "gfx950"): "asym", ("decode", "sm_90"): "sym16",
+    ("decode", "gfx906"): "Q4_K", ("decode", "gfx90a"): "Q6_K", ("decode", "gfx942"): "IQ4_XS",
+    ("decode", "gfx950"): "Q5_1", ("decode", "sm_90"): "IQ4_NL",
     ("prefill", "gfx906"): "sym", ("prefill", "gfx942"): "asym", ("prefill", "sm_90"): "sym16",
 }  # fmt: skip
 
@@ -33,11 +34,29 @@ def _matrix() -> list[Any]:
     cases: list[Any] = []
     for family in ("decode", "prefill"):
         for arch in gpu_arches():
-            for kind in KIND_NAMES:
+            for kind in DECODE_FORMATS if family == "decode" else tuple(KIND_FORMAT):
                 fast = FAST.get((family, arch)) == kind
                 marks = [] if fast else [pytest.mark.slow]
                 cases.append(pytest.param(family, arch, kind, marks=marks, id=f"{family}-{arch}-{kind}"))
     return cases
+
+
+def prefill_sample(backend: str) -> list[Any]:
+    """One variant of tb-prefill per (n_tile, m_tile, warp layout), plus every kb / stages / split-K value:
+    the whole space (252 variants on cuda) is one compile per format on the GPU host, too slow for CI."""
+    package = builtin_packages()["tb-prefill"]
+    seen: set[tuple[int, ...]] = set()
+    axes: set[tuple[str, int]] = set()
+    out = []
+    for v in package.space(backend):
+        p = v.params
+        shape = (p["n_tile"], p["m_tile"], p["warps_n"], p["warps_m"])
+        new_axis = {("kb", p["kb"]), ("stages", p["stages"]), ("split_k", p["split_k"])} - axes
+        if shape not in seen or new_axis:
+            seen.add(shape)
+            axes |= new_axis
+            out.append(v)
+    return out
 
 
 def _require(arch: str) -> None:
@@ -55,12 +74,16 @@ def test_family_compiles_with_every_variant_symbol(
     cache = CompileCache(artifact_dir / "gpu")
     package = builtin_packages()[BUILTIN_FOR_PHASE[family]]
     backend = get_arch(arch).backend
-    (unit,) = compile_units(package, KIND_FORMAT[kind], backend, package.space(backend))
+    fmt = kind if family == "decode" else KIND_FORMAT[kind]
+    variants = package.space(backend) if family == "decode" else prefill_sample(backend)
+    (unit,) = compile_units(package, fmt, backend, variants)
     got = cache.get_or_compile(compiler, unit.source, package.name, kind, arch, unit.defines)
     assert got.result.ok, got.result.log[-4000:]
     assert got.result.path is not None
     expected = set(unit.symbols(package).values())
-    assert len(expected) == (20 if family == "decode" else 40)
+    assert len(expected) == (42 if family == "decode" else len(variants))
+    if family == "prefill":  # and every split-K's prelaunch kernel
+        expected |= {f"tb_prefill_prep_sk{sk}" for sk in (1, 2, 4)}
     found = kernel_symbols(got.result.path)
     assert expected <= found, sorted(expected - found)
     elfs = device_elfs(got.result.path)

@@ -104,14 +104,20 @@ def test_backend_imports_and_detects_nothing_without_a_gpu(tmp_path: Path) -> No
 
 def test_the_library_package_launches_on_sm90_like_its_abi_says() -> None:
     package = builtin_packages()["tb-decode"]
-    variant = package.parse("KB4/TW24", "cuda")
-    assert package.symbol(variant) == "tb_decode_kb4_tw24"
+    variant = package.parse("MX4/KB4/RW2/U2/RG1/PG0/PP1", "cuda")
+    assert package.symbol(variant) == "tb_decode_mx4_kb4_rw2_u2_rg1_pg0_pp1"
     values = package.bindings(variant, 17408, 5120, 2, FORMATS["Q4_K"], DeviceFacts("cuda", "sm_90", 132, 32))
     geo = package.geometry(values)
     assert geo.block == (256, 1, 1) and geo.grid[1] == 4
-    assert geo.grid[0] * 8 * as_int(values["rows_per_wave"]) >= 17408  # every row is covered by some wave
+    assert geo.grid[0] * 8 * 2 >= 17408  # 8 warps x 2 rows per workgroup cover every row
+    assert as_int(values["tiles"]) == geo.grid[0]
     (unit,) = compile_units(package, "Q4_K", "cuda", [variant])
-    assert unit.defines["TB_ASYMMETRIC"] == "1"
+    assert unit.defines["TB_FMT_Q4_K"] == "1" and unit.defines["TB_QBITS"] == "4"
+    persistent = package.parse("MX1/KB1/RW1/U8/RG1/PG2/PP0", "cuda")
+    values = package.bindings(
+        persistent, 248320, 5120, 1, FORMATS["Q4_0"], DeviceFacts("cuda", "sm_90", 132, 32)
+    )
+    assert package.geometry(values).grid == (264, 1, 1) and as_int(values["tiles"]) == 248320 // 8
 
 
 def test_the_test_fixture_kernel_is_a_package_in_template_form() -> None:
@@ -123,3 +129,16 @@ def test_the_test_fixture_kernel_is_a_package_in_template_form() -> None:
         f"tb_decode<{v.params['kb']}, {v.params['tw']}, true>" for v in variants
     }
     assert "Q6_K" not in fixture.manifest.formats  # group-16 scales: library kernel only
+
+
+def test_a_prelaunch_kernel_adds_its_record_to_the_dispatch() -> None:
+    """Two launches per dispatch (prelaunch + variant): device_ns is the sum of both CUPTI records."""
+    rows = {"A": [Dispatch(0, 999, 50_000, 0)], "B": [Dispatch(1, 999, 50_000, 0)]}
+    launch_log = ["A", "A", "B", "A", "A", "B"]  # warm-up A (2 kernels), B; then timed A (2 kernels), B
+    records = [KernelRecord("k", 0, d, i) for i, d in enumerate([3, 10, 7, 4, 20, 8])]
+    clocks = pair_times(rows, launch_log, records, {"A": [1, 2], "B": [3, 4]}, {"A": 2, "B": 1})
+    assert clocks == {"A": "cupti", "B": "cupti"}
+    assert rows["A"][0].device_ns == 24 and rows["B"][0].device_ns == 8
+    # a record missing inside a dispatch: not trusted
+    rows = {"A": [Dispatch(0, 999, 50_000, 0)]}
+    assert pair_times(rows, ["A"], [KernelRecord("k", 0, 5, 0)], {"A": [7]}, {"A": 2}) == {"A": "cuda-events"}

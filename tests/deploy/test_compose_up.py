@@ -23,7 +23,7 @@ from tests.deploy.compose_harness import Compose, ComposeError
 pytestmark = pytest.mark.compose
 
 RUNNING = {"postgres", "redis", "api", "beat", "maintenance", "worker-host"}
-VARIANTS = ["KB1/TW4", "KB4/TW8"]
+VARIANTS = ["MX4/KB1/RW1/U4/RG1/PG0/PP0", "MX4/KB4/RW1/U4/RG1/PG0/PP0"]
 
 
 def spec(prefix: str, dispatches: int) -> dict[str, Any]:

@@ -249,7 +249,7 @@ def smoke_spec(**overrides: Any) -> dict[str, Any]:
         "formats": ["Q8_0"],
         "shapes": [{"name": f"Dist_{i}", "n": 256, "k": 256 * (i + 1)} for i in range(4)],
         "m": [1],
-        "variants": ["KB1/TW4", "KB4/TW8"],
+        "variants": ["MX4/KB1/RW1/U4/RG1/PG0/PP0", "MX4/KB4/RW1/U4/RG1/PG0/PP0"],
         "min_dispatches": 20,
         "warmup": 2,
     }

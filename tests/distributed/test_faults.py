@@ -12,6 +12,7 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, select, text
 
+from kernels.packages.loader import builtin_packages
 from service.db.models import Task
 from tests.distributed.conftest import Cluster, descendants, kill_tree, smoke_spec
 from workers.enqueue import send_tasks
@@ -114,7 +115,7 @@ def test_dropped_postgres_connection_during_the_write_is_retried(cluster: Cluste
 
     thread = threading.Thread(target=killer, daemon=True)
     thread.start()
-    variants = ["KB1/TW4", "KB2/TW4", "KB4/TW4", "KB8/TW4", "KB1/TW8", "KB2/TW8", "KB4/TW8", "KB8/TW8"]
+    variants = [v.name for v in builtin_packages()["tb-decode"].space("host")]
     spec = smoke_spec(
         shapes=[{"name": "Drop_0", "n": 64, "k": 256}, {"name": "Drop_1", "n": 64, "k": 512}],
         variants=variants,
@@ -182,4 +183,3 @@ def test_cancelled_tasks_are_not_run_when_their_messages_arrive(cluster: Cluster
         time.sleep(0.3)
     counts = cluster.counts(sweep_id)
     assert counts["cancelled"] == 4 and counts["done"] == 0, counts
-

@@ -208,30 +208,47 @@ def test_cli_import(live_server: LiveServer, tmp_path: Path) -> None:
     assert counts(live_server.database_url)[0] == 2
 
 
+# The fixture captures were recorded from the KB/TW decode kernels; the matching test renames their two
+# decode kernels to per-format symbols of today's tb-decode space (tb_decode_<format>_<symbol rest>).
+RENAMED = {
+    A: "tb_decode_q4_0_mx4_kb1_rw2_u4_rg1_pg0_pp0",
+    B: "tb_decode_q4_0_mx4_kb1_rw1_u4_rg1_pg0_pp0",
+}
+
+
+def renamed_files(*names: str) -> list[dict[str, str]]:
+    files = json_files(*names)
+    for f in files:
+        for old, new in RENAMED.items():
+            f["content"] = f["content"].replace(old, new)
+    return files
+
+
 def test_captures_are_listed_matched_to_variants_and_shown(client: tuple[TestClient, str]) -> None:
     http, _ = client
     assert http.get("/v1/imports/rocprof").json() == {"total": 0, "limit": 50, "offset": 0, "items": []}
-    traced = http.post("/v1/imports/rocprof", json={"label": "trace", "files": json_files(TRACE)}).json()
+    traced = http.post("/v1/imports/rocprof", json={"label": "trace", "files": renamed_files(TRACE)}).json()
     stats_only = http.post(
-        "/v1/imports/rocprof", json={"label": "stats", "files": json_files("v3_kernel_stats.csv")}
+        "/v1/imports/rocprof", json={"label": "stats", "files": renamed_files("v3_kernel_stats.csv")}
     ).json()
+    a, b = RENAMED[A], RENAMED[B]
     listing = http.get("/v1/imports/rocprof").json()
     assert [c["id"] for c in listing["items"]] == [stats_only["id"], traced["id"]]  # newest first
     assert listing["items"][1]["dispatches"] == traced["dispatches"] > 0
     assert listing["items"][0]["dispatches"] == 0 and listing["items"][0]["files"][0]["rows"] == 3
 
     detail = {k["kernel"]: k for k in http.get(f"/v1/imports/rocprof/{traced['id']}").json()["kernels"]}
-    matched = (detail[A]["package"], detail[A]["variant"], detail[A]["format"])
-    assert matched == ("tb-decode", "KB8/TW8", "Q4_0")
-    assert detail[B]["variant"] == "KB1/TW4" and detail[FILL]["variant"] is None
+    matched = (detail[a]["package"], detail[a]["variant"], detail[a]["format"])
+    assert matched == ("tb-decode", "MX4/KB1/RW2/U4/RG1/PG0/PP0", "Q4_0")
+    assert detail[b]["variant"] == "MX4/KB1/RW1/U4/RG1/PG0/PP0" and detail[FILL]["variant"] is None
     assert all(k["source"] == "dispatches" and k["median_ns"] is not None for k in detail.values())
     only = {k["kernel"]: k for k in http.get(f"/v1/imports/rocprof/{stats_only['id']}").json()["kernels"]}
-    assert only[A]["source"] == "statistics file" and only[A]["median_ns"] is None
-    assert only[A]["average_ns"] == pytest.approx(213148 / 5)  # TotalDurationNs / Calls of the file
+    assert only[a]["source"] == "statistics file" and only[a]["median_ns"] is None
+    assert only[a]["average_ns"] == pytest.approx(213148 / 5)  # TotalDurationNs / Calls of the file
 
     page = http.get("/dashboard/captures")
     assert page.status_code == 200 and f'href="/dashboard/captures/{traced["id"]}"' in page.text
     shown = http.get(f"/dashboard/captures/{traced['id']}")
-    assert shown.status_code == 200 and 'data-variant="KB8/TW8"' in shown.text
+    assert shown.status_code == 200 and 'data-variant="MX4/KB1/RW2/U4/RG1/PG0/PP0"' in shown.text
     assert shown.text.count("<td>dispatches</td>") == 3
     assert http.get("/dashboard/captures/99999").status_code == 404

@@ -14,7 +14,7 @@ from kernels.reference import build_problem, reference_gemv, sample_rows, score
 DESIGN_IDS = {
     "Q4_0": 0, "IQ4_NL": 4, "IQ4_XS": 4, "Q4_1": 5, "Q4_K": 5, "Q5_0": 6, "Q5_1": 7, "Q5_K": 7,
     "Q6_K": 8, "Q3_K": 9, "Q2_K": 10, "IQ3_S": 11, "IQ3_XXS": 12, "IQ2_S": 13, "IQ2_XS": 14,
-    "IQ2_XXS": 15, "IQ1_S": 16, "IQ1_M": 17, "Q8_0": 19,
+    "IQ2_XXS": 15, "IQ1_S": 16, "IQ1_M": 17, "Q8_0": 19, "MXFP4": 32, "NVFP4": 33,
 }  # fmt: skip
 
 

@@ -33,7 +33,7 @@ def read_token(settings: Settings) -> str:
 
 def test_formats(settings: Settings, read_token: str) -> None:
     body = client(settings, read_token).get("/v1/formats", params={"limit": 100}).json()
-    assert body["total"] == 19 == len(body["items"])
+    assert body["total"] == 21 == len(body["items"])
     by_name = {item["name"]: item for item in body["items"]}
     q4k = by_name["Q4_K"]
     assert (q4k["codebook"], q4k["codebook_name"], q4k["block_weights"], q4k["block_bytes"]) == (
@@ -46,6 +46,10 @@ def test_formats(settings: Settings, read_token: str) -> None:
     assert by_name["Q6_K"]["scale_group"] == 16 and by_name["Q8_0"]["packing_exact"] is True
     assert by_name["IQ2_XXS"]["kernel_kind"] is None and not by_name["IQ2_XXS"]["first_wave"]
     assert by_name["Q4_0"]["bits_per_weight"] == 4.5
+    mx = by_name["MXFP4"]
+    assert (mx["codebook"], mx["block_weights"], mx["block_bytes"]) == (32, 32, 17)
+    assert mx["bits_per_weight"] == 4.25 and mx["kernel_kind"] is None  # no tb-packed packing
+    assert by_name["NVFP4"]["codebook"] == 33 and by_name["NVFP4"]["bits_per_weight"] == 4.5
     page = client(settings, read_token).get("/v1/formats", params={"limit": 2, "offset": 1}).json()
     assert [i["name"] for i in page["items"]] == [i["name"] for i in body["items"][1:3]]
 
@@ -54,19 +58,30 @@ def test_families(settings: Settings, read_token: str) -> None:
     """The built-in packages with their parameters (and meaning) and every backend's space."""
     body = client(settings, read_token).get("/v1/families").json()
     fams = {f["name"]: f for f in body["items"]}
-    assert set(fams) == {"tb-decode", "tb-prefill"} and body["total"] == 2
+    assert set(fams) == {"tb-decode", "tb-prefill", "tb-mxfp4-gemm"} and body["total"] == 3
     decode = fams["tb-decode"]
-    assert decode["phase"] == "decode" and decode["builtin"] and decode["weights"] == "tb-packed"
+    assert decode["phase"] == "decode" and decode["builtin"] and decode["weights"] == "tb-split"
     params = {p["name"]: p for p in decode["params"]}
-    assert params["kb"]["values"] == [1, 2, 4, 8, 16] and params["tw"]["values"] == [4, 8, 12, 24]
-    assert "split-K" in params["kb"]["meaning"] and "waves per CU" in params["tw"]["meaning"]
+    assert params["kb"]["values"] == [1, 2, 4, 8] and params["mx"]["values"] == [1, 4]
+    assert "split-K" in params["kb"]["meaning"] and "persistent grid" in params["pg"]["meaning"]
     spaces = decode["backends"]
-    assert spaces["rocm"]["count"] == 20 and spaces["host"]["count"] == 8
-    assert spaces["host"]["variants"][0] == {"name": "KB1/TW4", "params": {"kb": 1, "tw": 4}, "order": 0}
+    assert spaces["rocm"]["count"] == 42 and spaces["host"]["count"] == 6
+    assert spaces["host"]["variants"][0] == {
+        "name": "MX4/KB1/RW1/U4/RG1/PG0/PP0",
+        "params": {"mx": 4, "kb": 1, "rw": 1, "u": 4, "rg": 1, "pg": 0, "pp": 0},
+        "order": 0,
+    }
     prefill = fams["tb-prefill"]["backends"]
-    assert prefill["cuda"]["count"] == 40 and prefill["host"]["count"] == 8
-    assert any("n_tile == 128 and m_tile == 64" in p["rule"] for p in prefill["rocm"]["invalid"])
-    assert fams["tb-prefill"]["phase"] == "prefill"
+    assert prefill["cuda"]["count"] == 156 and prefill["host"]["count"] == 4
+    assert any("stages == 2" in p["rule"] for p in prefill["rocm"]["invalid"])
+    assert fams["tb-prefill"]["phase"] == "prefill" and fams["tb-prefill"]["weights"] == "tb-split"
+    assert fams["tb-prefill"]["prelaunch"] == {
+        "symbol": "tb_prefill_prep_sk{split_k}",
+        "backends": ["cuda", "rocm"],
+    }
+    mx = fams["tb-mxfp4-gemm"]
+    assert mx["formats"] == ["MXFP4"] and mx["weights"] == "prepare" and mx["phase"] == "prefill"
+    assert {b: s["count"] for b, s in mx["backends"].items()} == {"host": 2, "cuda": 23, "rocm": 124}
 
 
 def test_read_scope_required(settings: Settings) -> None:

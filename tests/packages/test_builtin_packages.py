@@ -11,7 +11,7 @@ from kernels.families import family_for_phase
 from kernels.families.base import InvalidVariant
 from kernels.formats.registry import FORMATS
 from kernels.packages.build import compile_units
-from kernels.packages.expressions import as_int
+from kernels.packages.expressions import as_int, parse
 from kernels.packages.loader import LIBRARY, builtin_packages
 from kernels.packages.package import DeviceFacts
 
@@ -21,29 +21,79 @@ PREFILL = builtin_packages()["tb-prefill"]
 
 def test_decode_spaces() -> None:
     gpu = DECODE.space("rocm")
-    assert len(gpu) == 20 and [v.name for v in DECODE.space("cuda")] == [v.name for v in gpu]
-    assert gpu[0].name == "KB1/TW4" and gpu[-1].name == "KB16/TW24"
+    assert len(gpu) == 42 and [v.name for v in DECODE.space("cuda")] == [v.name for v in gpu]
+    assert gpu[0].name == "MX1/KB1/RW1/U2/RG1/PG0/PP1" and gpu[-1].name == "MX4/KB4/RW2/U2/RG1/PG0/PP1"
+    assert sum(v.params["pp"] for v in gpu) == 24  # the pipelined kernel, beside 18 single-buffered points
     host = DECODE.space("host")
     assert [v.name for v in host] == [
-        "KB1/TW4", "KB1/TW8", "KB2/TW4", "KB2/TW8", "KB4/TW4", "KB4/TW8", "KB8/TW4", "KB8/TW8",
+        "MX4/KB1/RW1/U4/RG1/PG0/PP0", "MX4/KB1/RW2/U2/RG1/PG0/PP0", "MX4/KB1/RW2/U4/RG1/PG0/PP0",
+        "MX4/KB4/RW1/U4/RG1/PG0/PP0", "MX4/KB4/RW2/U2/RG1/PG0/PP0", "MX4/KB4/RW2/U4/RG1/PG0/PP0",
     ]  # fmt: skip
-    assert [v.order for v in host] == list(range(8))
-    assert host[5].params == {"kb": 4, "tw": 8} and host[5].family == "tb-decode"
+    assert [v.order for v in host] == list(range(6))
+    assert host[4].params == {"mx": 4, "kb": 4, "rw": 2, "u": 2, "rg": 1, "pg": 0, "pp": 0}
+    assert host[4].family == "tb-decode"
+    # every invalid GPU point names the rule that removes it
+    invalid = DECODE.invalid_points("cuda")
+    assert len(invalid) == 2 * 4 * 2 * 3 * 2 * 2 * 2 - 42 and all(p["rule"] for p in invalid)
+    assert any(p["point"] == "MX4/KB1/RW1/U8/RG1/PG0/PP0" and "mx == 1 or" in p["rule"] for p in invalid)
+
+
+def test_decode_source_default_list_is_the_gpu_space() -> None:
+    """decode.hip's default TB_DECODE_VARIANTS (what `tunebase isa` sees in a plain build) = the space."""
+    text = DECODE.sources("rocm")[0].read_text()
+    start = text.index("#ifndef TB_DECODE_VARIANTS")
+    block = text[start : text.index("#endif", start)]
+    listed = re.findall(r"TB_DECODE_VARIANT\(([^)]*)\)", block)
+    assert [tuple(int(x) for x in item.split(",")) for item in listed] == [
+        tuple(v.params[p] for p in ("mx", "kb", "rw", "u", "rg", "pg", "pp")) for v in DECODE.space("rocm")
+    ]
 
 
 def test_prefill_spaces() -> None:
-    gpu = PREFILL.space("rocm")
-    assert len(gpu) == 2 * 3 * 2 * 4 - 2 * 4  # minus N128/MT64 x MB x U
-    assert gpu[0].name == "N64/MT16/MB1/U0" and gpu[-1].name == "N128/MT32/MB2/U4"
-    assert not any(v.name.startswith("N128/MT64") for v in gpu)
-    assert gpu[5].params == {"n_tile": 64, "m_tile": 16, "min_blocks": 2, "unroll": 1}
+    cuda = PREFILL.space("cuda")
+    assert len(cuda) == 156 and cuda[0].name == "N64/M64/W2x2/K4/S3/SK1/MB1"
+    # NVIDIA warp tiles are 32 or 64 wide in both directions; 4 or 8 warps
+    for v in cuda:
+        p = v.params
+        assert p["n_tile"] // p["warps_n"] in (32, 64) and p["m_tile"] // p["warps_m"] in (32, 64)
+        assert p["warps_n"] * p["warps_m"] in (4, 8)
+        assert p["min_blocks"] == 1 or (p["warps_n"] * p["warps_m"], p["n_tile"] // p["warps_n"]) == (8, 32)
+    rocm = PREFILL.space("rocm")
+    assert len(rocm) == 84 and all(v.params["stages"] == 2 for v in rocm)
     assert [v.name for v in PREFILL.space("host")] == [
-        "N64/MT16/MB1/U0", "N64/MT16/MB1/U2", "N64/MT32/MB1/U0", "N64/MT32/MB1/U2",
-        "N128/MT16/MB1/U0", "N128/MT16/MB1/U2", "N128/MT32/MB1/U0", "N128/MT32/MB1/U2",
+        "N64/M32/W2x2/K4/S2/SK1/MB1", "N64/M64/W2x2/K4/S2/SK1/MB1",
+        "N128/M32/W2x2/K4/S2/SK1/MB1", "N128/M64/W2x2/K4/S2/SK1/MB1",
     ]  # fmt: skip
-    invalid = PREFILL.invalid_points("cuda")
-    assert {p["point"] for p in invalid} == {f"N128/MT64/MB{mb}/U{u}" for mb in (1, 2) for u in (0, 1, 2, 4)}
-    assert all("n_tile == 128 and m_tile == 64" in p["rule"] for p in invalid)
+    invalid = {p["point"]: p["rule"] for p in PREFILL.invalid_points("cuda")}
+    assert "n_tile // warps_n in (32, 64)" in invalid["N256/M32/W2x2/K4/S2/SK1/MB1"]
+    assert (
+        "stages == 2"
+        in {p["point"]: p["rule"] for p in PREFILL.invalid_points("rocm")}["N64/M64/W2x2/K4/S3/SK1/MB1"]
+    )
+
+
+def test_prefill_point_rules_carry_reasons() -> None:
+    """Rules over the format, K, and the shared memory a variant needs are checked per task."""
+    h200 = DeviceFacts("cuda", "sm_90", 132, 32)
+    q6 = PREFILL.bindings(
+        PREFILL.parse("N128/M64/W4x2/K4/S3/SK1/MB1", "cuda"), 4096, 5120, 512, FORMATS["Q6_K"], h200
+    )
+    assert PREFILL.point_problems(q6) == []
+    odd_k = PREFILL.bindings(
+        PREFILL.parse("N128/M64/W4x2/K4/S3/SK1/MB1", "cuda"), 4096, 4160, 512, FORMATS["Q8_0"], h200
+    )
+    assert PREFILL.point_problems(odd_k) == ["k % (block_weights if backend == 'host' else 256) == 0"]
+    big = PREFILL.bindings(
+        PREFILL.parse("N64/M128/W2x2/K8/S4/SK1/MB1", "cuda"), 4096, 4096, 512, FORMATS["Q8_0"], h200
+    )
+    assert as_int(big["smem"]) > 232448 and PREFILL.point_problems(big) == [
+        "backend != 'cuda' or smem <= 232448"
+    ]
+    mi100 = DeviceFacts("rocm", "gfx906", 60, 64)
+    lds = PREFILL.bindings(
+        PREFILL.parse("N128/M64/W2x2/K8/S2/SK1/MB1", "rocm"), 4096, 4096, 512, FORMATS["Q8_0"], mi100
+    )
+    assert "smem <= (163840 if arch == 'gfx950' else 65536)" in PREFILL.point_problems(lds)[0]
 
 
 @pytest.mark.parametrize("package", [DECODE, PREFILL], ids=lambda p: p.name)
@@ -56,16 +106,22 @@ def test_parse_roundtrip(package: object) -> None:
 @pytest.mark.parametrize(
     ("package", "name", "backend", "reason"),
     [
-        (DECODE, "KB3/TW8", "rocm", "KB3/TW8: kb must be one of 1,2,4,8,16"),
-        (DECODE, "KB8/TW6", "cuda", "tw must be one of 4,8,12,24"),
-        (DECODE, "KB16/TW8", "host", "breaks restriction(s) for host: backend != 'host' or (kb <= 8"),
-        (DECODE, "KB08/TW8", "rocm", "not canonical; write KB8/TW8"),
-        (DECODE, "kb8/tw8", "rocm", "expected KB{kb}/TW{tw}"),
+        (DECODE, "MX1/KB3/RW1/U4/RG1/PG0/PP0", "rocm", "kb must be one of 1,2,4,8"),
+        (DECODE, "MX2/KB1/RW1/U4/RG1/PG0/PP0", "cuda", "mx must be one of 1,4"),
+        (
+            DECODE,
+            "MX1/KB1/RW1/U4/RG1/PG0/PP0",
+            "host",
+            "breaks restriction(s) for host: backend != 'host' or (mx == 4",
+        ),
+        (DECODE, "MX4/KB2/RW1/U4/RG1/PG2/PP0", "cuda", "pg == 0 or (kb == 1 and rg == 1)"),
+        (DECODE, "MX1/KB08/RW1/U4/RG1/PG0/PP0", "rocm", "not canonical; write MX1/KB8/RW1/U4/RG1/PG0/PP0"),
+        (DECODE, "kb8/tw8", "rocm", "expected MX{mx}/KB{kb}/RW{rw}/U{u}/RG{rg}/PG{pg}/PP{pp}"),
         (DECODE, "N128/MT32/MB1/U4", "rocm", "not a tb-decode variant name"),
-        (DECODE, "KB8/TW8", "vulkan", "no space for backend 'vulkan'"),
-        (PREFILL, "N128/MT64/MB1/U0", "rocm", "not (n_tile == 128 and m_tile == 64)"),
-        (PREFILL, "N96/MT32/MB1/U0", "cuda", "n_tile must be one of 64,128"),
-        (PREFILL, "N64/MT16/MB2/U0", "host", "min_blocks == 1"),
+        (DECODE, "MX1/KB8/RW1/U4/RG1/PG0/PP0", "vulkan", "no space for backend 'vulkan'"),
+        (PREFILL, "N128/M64/W2x2/K4/S3/SK1/MB1", "rocm", "stages == 2"),
+        (PREFILL, "N96/M32/W2x2/K4/S2/SK1/MB1", "cuda", "n_tile must be one of 64,128,256"),
+        (PREFILL, "N64/M32/W2x2/K4/S2/SK2/MB1", "host", "stages, split_k, min_blocks) == (2, 2, 4, 2, 1, 1)"),
         (PREFILL, "KB8/TW8", "rocm", "not a tb-prefill variant name"),
     ],
 )
@@ -87,30 +143,50 @@ def test_family_for_phase_is_the_builtin_package() -> None:
 )
 def test_decode_launch_covers_every_row_once(wave: int, n: int, k: int, m: int) -> None:
     device = DeviceFacts("rocm", "gfx906", 60, wave)
+    runnable = 0
     for v in DECODE.space("rocm"):
         values = DECODE.bindings(v, n, k, m, FORMATS["Q4_0"], device)
         geometry = DECODE.geometry(values)
-        kb, tw, rows_per_wave = v.params["kb"], v.params["tw"], as_int(values["rows_per_wave"])
+        p = v.params
+        rows_wg = (256 // wave) * p["rg"] * p["rw"]
+        tiles = as_int(values["tiles"])
         assert geometry.block == (256, 1, 1) and geometry.shared_bytes == 0
-        assert geometry.grid[1] == kb and geometry.grid[2] == 1
-        rows_per_wg = rows_per_wave * 256 // wave
-        assert geometry.grid[0] == math.ceil(n / rows_per_wg) and (geometry.grid[0] - 1) * rows_per_wg < n
-        waves = geometry.grid[0] * geometry.grid[1] * 256 // wave
-        assert waves >= min(tw * 60, math.ceil(n / rows_per_wave))  # the occupancy target is met
-        assert DECODE.point_problems(values) == []
+        assert geometry.grid[1] == p["kb"] and geometry.grid[2] == 1
+        assert tiles == math.ceil(n / rows_wg) and (tiles - 1) * rows_wg < n
+        if p["pg"]:  # persistent: at most pg workgroups per CU, each strides over the tiles
+            assert geometry.grid[0] == min(tiles, p["pg"] * 60)
+        else:
+            assert geometry.grid[0] == tiles
+        problems = DECODE.point_problems(values)
+        if m > p["mx"]:
+            assert "backend == 'host' or m <= mx" in problems
+        slice_w = math.ceil(k // 32 / p["kb"]) * 32
+        fits = m * slice_w * 5 // 4 <= p["mx"] * {1: 10240, 2: 10240, 4: 6144, 8: 3072}[p["kb"]]
+        assert fits == (not any("fits" in q or "5 // 4" in q for q in problems))
+        runnable += not problems
+    assert runnable >= 3  # every shape keeps several variants
 
 
 def test_decode_point_rules_reject_large_m() -> None:
-    v = DECODE.parse("KB1/TW4", "cuda")
+    v = DECODE.parse("MX4/KB1/RW1/U4/RG1/PG0/PP0", "cuda")
     values = DECODE.bindings(v, 64, 256, 5, FORMATS["Q8_0"], DeviceFacts("cuda", "sm_90", 132, 32))
-    assert DECODE.point_problems(values) == ["backend == 'host' or m <= 4"]
+    assert DECODE.point_problems(values) == ["backend == 'host' or m <= mx"]
+    m1 = DECODE.parse("MX1/KB1/RW1/U4/RG1/PG0/PP0", "cuda")
+    values = DECODE.bindings(m1, 64, 256, 2, FORMATS["Q8_0"], DeviceFacts("cuda", "sm_90", 132, 32))
+    assert DECODE.point_problems(values) == ["backend == 'host' or m <= mx"]
 
 
 def test_prefill_launch_tiles() -> None:
-    v = PREFILL.parse("N128/MT32/MB1/U4", "rocm")
-    values = PREFILL.bindings(v, 17408, 5120, 600, FORMATS["Q4_0"], DeviceFacts("rocm", "gfx942", 304, 64))
+    v = PREFILL.parse("N128/M64/W4x2/K4/S3/SK2/MB1", "cuda")
+    values = PREFILL.bindings(v, 17408, 5120, 600, FORMATS["Q4_0"], DeviceFacts("cuda", "sm_90", 132, 32))
     g = PREFILL.geometry(values)
-    assert g.grid == (136, 19, 1) and g.block == (256, 1, 1) and g.shared_bytes == 0
+    assert g.grid == (136, 10, 2) and g.block == (256, 1, 1) and g.shared_bytes == as_int(values["smem"])
+    pre = PREFILL.prelaunch_geometry(values)
+    assert pre.block == (256, 1, 1) and pre.grid == ((600 * 17408 // 4 + 255) // 256, 1, 1)
+    assert PREFILL.prelaunch_symbol(v) == "tb_prefill_prep_sk2"
+    (ws,) = [a for a in PREFILL.args_for("cuda") if a.role == "workspace"]
+    assert parse(ws.size or "").evaluate_int(values) == 608 * 5120 + 160 * 608 * 16
+    assert [a.role for a in PREFILL.args_for("host")] == ["weights"] * 3 + ["x", "y", "m", "n", "k"]
 
 
 @pytest.mark.parametrize("package", [DECODE, PREFILL], ids=lambda p: p.name)
@@ -129,11 +205,16 @@ def test_hip_source_comment_lists_the_manifest_arguments(package: object) -> Non
 def test_one_unit_per_format_with_one_symbol_per_variant() -> None:
     units = compile_units(DECODE, "Q4_K", "rocm", DECODE.space("rocm"))
     assert len(units) == 1
-    assert units[0].defines["TB_ASYMMETRIC"] == "1" and "TB_FMT_Q4_K" not in units[0].defines
-    assert compile_units(DECODE, "Q4_1", "rocm", DECODE.space("rocm"))[0].defines == units[0].defines
-    assert units[0].defines["TB_DECODE_VARIANTS"].count("TB_DECODE_VARIANT(") == 20
-    assert " " not in units[0].defines["TB_DECODE_VARIANTS"]
+    defines = units[0].defines
+    assert defines["TB_FMT_Q4_K"] == "1" and defines["TB_QBITS"] == "4" and defines["TB_SC_BYTES"] == "16"
+    assert "TB_ASYMMETRIC" not in defines
+    # each format is its own unit (tb-split: the arrays differ even where the shapes agree)
+    others = [compile_units(DECODE, f, "rocm", DECODE.space("rocm"))[0].defines for f in ("Q4_0", "IQ4_NL")]
+    assert others[0] != others[1] and defines not in others
+    assert defines["TB_DECODE_VARIANTS"].count("TB_DECODE_VARIANT(") == 42
+    assert " " not in defines["TB_DECODE_VARIANTS"]
     assert set(units[0].symbols(DECODE).values()) == {
-        f"tb_decode_kb{v.params['kb']}_tw{v.params['tw']}" for v in DECODE.space("rocm")
+        "tb_decode_mx{mx}_kb{kb}_rw{rw}_u{u}_rg{rg}_pg{pg}_pp{pp}".format(**v.params)
+        for v in DECODE.space("rocm")
     }
     assert all((LIBRARY / p.name).is_dir() for p in (DECODE, PREFILL))

@@ -92,4 +92,4 @@ def _bad_input_is_one_line_and_exit_2(server: LiveServer, tmp_path: Path) -> Non
         assert result.returncode == 2, (args, result.stdout, result.stderr)
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and words in lines[0], (args, result.stderr)
-    assert len(json.loads(server.cli("kernel", "list", "--json").stdout)["items"]) == 3  # nothing new stored
+    assert len(json.loads(server.cli("kernel", "list", "--json").stdout)["items"]) == 4  # nothing new stored

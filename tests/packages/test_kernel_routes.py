@@ -191,7 +191,8 @@ def test_bad_packages_are_refused_and_nothing_is_stored(api: Api) -> None:
         assert [f["field"] for f in error["fields"]] == [field], (case, error)
         assert words in error["fields"][0]["message"], (case, error)
         assert stored_counts(api.url) == (0, 0), case
-    assert [i["name"] for i in api.http.get("/v1/kernels").json()["items"]] == ["tb-decode", "tb-prefill"]
+    names = [i["name"] for i in api.http.get("/v1/kernels").json()["items"]]
+    assert names == ["tb-decode", "tb-mxfp4-gemm", "tb-prefill"]
 
 
 def _fifty_megabytes() -> Iterator[bytes]:

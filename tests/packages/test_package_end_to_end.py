@@ -61,7 +61,12 @@ def test_push_sweep_winners_table(live_server: LiveServer, tmp_path: Path) -> No
     assert status["status"] == "done" and status["parity_failures"] == 0, status
 
     # the built-in package on the same points: its winners must not mix with the example's
-    builtin = {**spec, "kernel": None, "variants": ["KB1/TW4", "KB4/TW8"], "labels": {"ci": "builtin"}}
+    builtin = {
+        **spec,
+        "kernel": None,
+        "variants": ["MX4/KB1/RW1/U4/RG1/PG0/PP0", "MX4/KB4/RW2/U2/RG1/PG0/PP0"],
+        "labels": {"ci": "builtin"},
+    }
     builtin.pop("kernel")
     done = _wait(client, client.post("/v1/sweeps", json=builtin).json()["id"])
     assert done["status"] == "done"
@@ -73,7 +78,7 @@ def test_push_sweep_winners_table(live_server: LiveServer, tmp_path: Path) -> No
     assert len(winners) == 2 * 2 * 2
     assert all(w["variant"].startswith("R") and w["kernel"] == "rowsplit-gemv" for w in winners)
     others = client.get("/v1/winners", params={"kernel": "tb-decode", "arch": "host"}).json()["items"]
-    assert len(others) == 8 and all(w["variant"].startswith("KB") for w in others)
+    assert len(others) == 8 and all(w["variant"].startswith("MX4/KB") for w in others)
 
     table = client.post(
         "/v1/tables",

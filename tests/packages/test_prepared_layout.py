@@ -42,3 +42,45 @@ def test_a_wrong_prepare_kernel_fails_parity_not_the_task(tmp_path: Path) -> Non
     source.write_text(source.read_text().replace("= half_to_float(h);", "= 0.5f * half_to_float(h);"))
     result = HostBackend(tmp_path / "art").run_task(spec(folder))
     assert all(r.parity is not None and not r.parity.passed for r in result.results)
+
+
+PRELAUNCH = Path(__file__).resolve().parents[1] / "fixtures" / "packages" / "prelaunch-q8"
+
+
+def test_prelaunch_kernel_runs_before_every_launch_and_is_timed_with_it(tmp_path: Path) -> None:
+    package = load_folder(PRELAUNCH)
+    assert (
+        package.prelaunch_for("host") is not None
+        and package.prelaunch_symbol(package.space("host")[0]) == "prep"
+    )
+    result = HostBackend(tmp_path).run_task(
+        spec(PRELAUNCH, kernel="prelaunch-q8", n=16, k=64, m=2, min_dispatches=2)
+    )
+    for r in result.results:
+        assert r.error is None, r.error
+        assert r.parity is not None and r.parity.passed, r.parity  # the variant reads only what prep wrote
+        assert len(r.dispatches) == 2
+        assert all(d.device_ns >= 2_000_000 for d in r.dispatches)  # prep's 2 ms sleep is in the time
+
+
+def test_without_the_prelaunch_the_variant_fails_parity(tmp_path: Path) -> None:
+    folder = tmp_path / "prelaunch-q8"
+    shutil.copytree(PRELAUNCH, folder)
+    manifest = folder / "tunebase-kernel.toml"
+    text = manifest.read_text()
+    manifest.write_text(text.replace('[prelaunch]\nsymbol = "prep"\ngrid = ["1", "1", "1"]\n', ""))
+    result = HostBackend(tmp_path / "art").run_task(spec(folder, kernel="prelaunch-q8", n=16, k=64, m=2))
+    assert all(r.parity is not None and not r.parity.passed for r in result.results)
+
+
+def test_prelaunch_manifest_errors_name_their_key() -> None:
+    from kernels.packages.manifest import ManifestError, load_manifest
+
+    text = (PRELAUNCH / "tunebase-kernel.toml").read_text()
+    bad = text.replace('symbol = "prep"', 'symbol = "prep_{ROWS}"').replace(
+        'grid = ["1", "1", "1"]', 'grid = ["n_rows", "1", "1"]'
+    )
+    with pytest.raises(ManifestError) as info:
+        load_manifest(bad)
+    keys = {key for key, _ in info.value.problems}
+    assert {"prelaunch.symbol", "prelaunch.grid.0"} <= keys

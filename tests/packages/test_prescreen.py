@@ -55,8 +55,8 @@ def isa_reports(arch: str, variants: list[str], fmt: str = "Q8_0") -> dict[str, 
 def test_builtin_decode_is_analysed_for_gfx906_and_gfx950(api: Api) -> None:
     version = builtin_packages()["tb-decode"].version
     for arch, variants, engine in (
-        ("gfx906", ["KB1/TW4"], "objdump"),
-        ("gfx950", ["KB1/TW4", "KB8/TW24"], "llvm22"),
+        ("gfx906", ["MX1/KB1/RW1/U4/RG1/PG0/PP0"], "objdump"),
+        ("gfx950", ["MX1/KB1/RW1/U4/RG1/PG0/PP0", "MX4/KB4/RW2/U2/RG1/PG0/PP1"], "llvm22"),
     ):
         body = {"arch": arch, "formats": ["Q8_0"], "variants": variants}
         response = api.http.post(f"/v1/kernels/tb-decode/{version[:12]}/analyze", json=body)
@@ -190,7 +190,7 @@ def test_bad_analyze_requests(api: Api) -> None:
     cases = [
         ({"arch": "host"}, "arch"),
         ({"arch": "sm_90"}, "arch"),
-        ({"arch": "gfx950", "variants": ["KB3/TW4"]}, "variants.0"),
+        ({"arch": "gfx950", "variants": ["MX1/KB3/RW1/U4/RG1/PG0/PP0"]}, "variants.0"),
         ({"arch": "gfx950", "formats": ["Q8_0", "Q2_K"]}, "formats.1"),
         ({"arch": "gfx950", "colour": "blue"}, "colour"),
     ]

@@ -24,10 +24,23 @@ def seed_dispatches(session: Session, measurements: int, rows_each: int, label: 
     session.add_all([task, *variants])
     session.flush()
     rows = [
-        Measurement(task_id=task.id, sweep_id=sweep.id, variant_id=variant.id, arch="host", phase="decode",
-                    kernel="tb-decode", format="Q8_0", codebook=19, shape="Seed", n=64, k=64, m=1,
-                    n_dispatches=rows_each,
-                    median_us=20.0 + index, parity_pass=True)
+        Measurement(
+            task_id=task.id,
+            sweep_id=sweep.id,
+            variant_id=variant.id,
+            arch="host",
+            phase="decode",
+            kernel="tb-decode",
+            format="Q8_0",
+            codebook=19,
+            shape="Seed",
+            n=64,
+            k=64,
+            m=1,
+            n_dispatches=rows_each,
+            median_us=20.0 + index,
+            parity_pass=True,
+        )
         for index, variant in enumerate(variants)
     ]
     session.add_all(rows)

@@ -22,7 +22,7 @@ from tests.conftest import REPO
 from tests.distributed.conftest import RedisServer
 
 SPEC = {"arch": "host", "phase": "decode", "formats": ["Q8_0"], "shapes": [{"name": "S", "n": 64, "k": 64}],
-        "m": [1], "variants": ["KB1/TW4"]}  # fmt: skip
+        "m": [1], "variants": ["MX4/KB1/RW1/U4/RG1/PG0/PP0"]}  # fmt: skip
 
 
 @pytest.fixture

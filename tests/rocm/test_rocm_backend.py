@@ -30,7 +30,8 @@ from workers.isa.analyze import analyze_file
 
 DECODE = builtin_packages()["tb-decode"]
 
-VARIANTS = ("KB1/TW4", "KB8/TW8")
+VARIANTS = ("MX4/KB1/RW1/U4/RG1/PG0/PP0", "MX4/KB4/RW2/U2/RG1/PG0/PP1")
+SYMBOLS = ("tb_decode_mx4_kb1_rw1_u4_rg1_pg0_pp0", "tb_decode_mx4_kb4_rw2_u2_rg1_pg0_pp1")
 
 pytestmark = pytest.mark.skipif(shutil.which("hipcc") is None, reason="Debian hipcc not installed")
 
@@ -98,17 +99,16 @@ def test_compile_error_stays_with_its_variant(tmp_path: Path) -> None:
     text = decode.read_text()
     anchor = "__device__ TB_FORCEINLINE void tb_decode_body(TB_DECODE_PARAMS) {\n"
     assert anchor in text
-    decode.write_text(
-        text.replace(anchor, anchor + '    static_assert(KB != 16, "KB16 broken on purpose");\n')
-    )
+    decode.write_text(text.replace(anchor, anchor + '    static_assert(KB != 4, "KB4 broken on purpose");\n'))
     package = load_folder(folder)
-    variants = [package.parse(name, "rocm") for name in ("KB16/TW4", "KB8/TW8")]
+    names = ("MX4/KB4/RW1/U4/RG1/PG0/PP1", "MX4/KB1/RW2/U2/RG1/PG0/PP0")
+    variants = [package.parse(name, "rocm") for name in names]
     built = RocmBackend(tmp_path / "cache").build(package, "gfx906", "Q4_0", variants)
     assert not built.artifact.ok
-    broken, fine = built.variants["KB16/TW4"], built.variants["KB8/TW8"]
-    assert broken.path is None and broken.error is not None and "KB16 broken on purpose" in broken.error
+    broken, fine = built.variants[names[0]], built.variants[names[1]]
+    assert broken.path is None and broken.error is not None and "KB4 broken on purpose" in broken.error
     assert fine.error is None and fine.path is not None
-    assert set(built.artifact.resources) == {"tb_decode_kb8_tw8"}
+    assert set(built.artifact.resources) == {"tb_decode_mx4_kb1_rw2_u2_rg1_pg0_pp0"}
 
 
 def test_registry_knows_rocm(tmp_path: Path) -> None:
@@ -140,8 +140,8 @@ def test_harness_times_interleaved_with_parity(
     seqs = sorted((d.seq, r.variant) for r in result.results for d in r.dispatches)
     assert [s for s, _ in seqs] == list(range(10))
     assert {v for _, v in seqs[:2]} == set(VARIANTS)  # round-robin, not one variant after the other
-    # Q4_0 256x512: 131072 + 8192 scale bytes per copy; > 2 x 4 MiB L2 needs 61 copies
-    assert result.weight_copies == 61
+    # Q4_0 256x512 at its true bytes: 256 * 16 blocks * 18 = 73728 per copy; > 2 x 4 MiB L2 needs 114
+    assert result.weight_copies == 114
     buffers = [d.buffer_index for r in result.results for d in r.dispatches]
     assert len(set(buffers)) == len(buffers)
 
@@ -154,47 +154,57 @@ def test_harness_times_interleaved_with_parity(
             assert log[i - 1]["value"] == NAN_BITS and log[i - 1]["count"] == 2 * 256
     assert sum(1 for e in log if e["call"] == "hipMemsetD32" and e["value"] == NAN_BITS) == 2
     for entry in launches:
-        variant = DECODE.parse("KB8/TW8" if entry["symbol"] == "tb_decode_kb8_tw8" else "KB1/TW4", "rocm")
+        variant = DECODE.parse(VARIANTS[SYMBOLS.index(str(entry["symbol"]))], "rocm")
         values = DECODE.bindings(variant, 256, 512, 2, FORMATS["Q4_0"], DeviceFacts("rocm", "gfx906", 60, 64))
         geometry = DECODE.geometry(values)
-        rows_per_wave = as_int(values["rows_per_wave"])
+        tiles, grid_x = as_int(values["tiles"]), as_int(values["grid_x"])
         assert entry["grid"] == list(geometry.grid) and entry["block"] == [256, 1, 1]
         args = decode_args(bytes.fromhex(str(entry["raw"])))
-        assert (args["m"], args["n"], args["k"], args["rows_per_wave"]) == (2, 256, 512, rows_per_wave)
-        assert (args["workspace"] != 0) == (variant.params["kb"] > 1) and args["mins"] == 0
+        assert (args["m"], args["n"], args["k"], args["tiles"], args["grid_x"]) == (
+            2,
+            256,
+            512,
+            tiles,
+            grid_x,
+        )
+        assert (args["workspace"] != 0) == (variant.params["kb"] > 1) and args[
+            "qh"
+        ] == 0  # Q4_0: no high bits
         raw = bytes.fromhex(str(entry["raw"]))
-        assert len(raw) == 72 and struct.unpack_from("<4i", raw, 56) == (2, 256, 512, rows_per_wave)
+        # 7 pointers, then m n k tiles grid_x as int32 at 56..72, padded to 80
+        assert len(raw) == 80 and struct.unpack_from("<5i", raw, 56) == (2, 256, 512, tiles, grid_x)
 
 
 def test_nan_fill_catches_a_partial_kernel(rocm_cache: Path, fake_env: Callable[..., dict[str, str]]) -> None:
-    env = fake_env(FAKE_HIP_PARTIAL="tb_decode_kb8_tw8")
+    env = fake_env(FAKE_HIP_PARTIAL=SYMBOLS[1])
     result = RocmBackend(rocm_cache, env=env, profiler=None).run_task(spec())
     by_name = {r.variant: r for r in result.results}
-    bad = by_name["KB8/TW8"].parity
+    bad = by_name[VARIANTS[1]].parity
     assert bad is not None and not bad.passed
-    good = by_name["KB1/TW4"].parity
+    good = by_name[VARIANTS[0]].parity
     assert good is not None and good.passed
 
 
 def test_crash_marks_only_its_variant(rocm_cache: Path, fake_env: Callable[..., dict[str, str]]) -> None:
-    env = fake_env(FAKE_HIP_CRASH="tb_decode_kb8_tw8")
+    env = fake_env(FAKE_HIP_CRASH=SYMBOLS[1])
     result = RocmBackend(rocm_cache, env=env, profiler=None).run_task(spec())
     by_name = {r.variant: r for r in result.results}
-    crashed = by_name["KB8/TW8"]
-    assert crashed.error is not None and "crashed (exit status 139) during parity of KB8/TW8" in crashed.error
+    crashed = by_name[VARIANTS[1]]
+    assert crashed.error is not None
+    assert f"crashed (exit status 139) during parity of {VARIANTS[1]}" in crashed.error
     assert crashed.dispatches == []
-    survivor = by_name["KB1/TW4"]
+    survivor = by_name[VARIANTS[0]]
     assert survivor.error is None and len(survivor.dispatches) == 5
 
 
 def test_hang_is_killed_by_the_watchdog(rocm_cache: Path, fake_env: Callable[..., dict[str, str]]) -> None:
-    env = fake_env(FAKE_HIP_HANG="tb_decode_kb1_tw4")
+    env = fake_env(FAKE_HIP_HANG=SYMBOLS[0])
     backend = RocmBackend(rocm_cache, env=env, profiler=None, watchdog_s=20)
     result = backend.run_task(spec())
     by_name = {r.variant: r for r in result.results}
-    hung = by_name["KB1/TW4"]
-    assert hung.error is not None and "hung (killed after 20 s) during parity of KB1/TW4" in hung.error
-    assert by_name["KB8/TW8"].error is None and len(by_name["KB8/TW8"].dispatches) == 5
+    hung = by_name[VARIANTS[0]]
+    assert hung.error is not None and f"hung (killed after 20 s) during parity of {VARIANTS[0]}" in hung.error
+    assert by_name[VARIANTS[1]].error is None and len(by_name[VARIANTS[1]].dispatches) == 5
 
 
 def test_no_device_means_the_task_fails(rocm_cache: Path, hip_python: str) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kernels.formats.registry import FORMATS
+from kernels.packages.expressions import as_int
 from kernels.packages.loader import builtin_packages
 from kernels.packages.package import DeviceFacts
 from workers.backends.rocm import Profiler, harness_argv, profiled_argv, times_from_capture
@@ -23,31 +24,31 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "rocprof"
 
 
 def test_decode_argument_buffer_layout() -> None:
-    variant = DECODE.parse("KB8/TW8", "rocm")
+    variant = DECODE.parse("MX4/KB4/RW2/U2/RG1/PG0/PP1", "rocm")
     values = DECODE.bindings(variant, 17408, 5120, 2, FORMATS["Q4_0"], DeviceFacts("rocm", "gfx906", 60, 64))
-    names = ("qs", "scales", "mins", "x", "y", "workspace", "counters")
-    pointers = {name: 0x7F00_0000_1000 * (i + 1) if name != "mins" else 0 for i, name in enumerate(names)}
-    weights = {part: pointers[part] for part in ("qs", "scales", "mins")}
+    names = ("qs", "qh", "sc", "x", "y", "workspace", "counters")
+    pointers = {name: 0x7F00_0000_1000 * (i + 1) if name != "qh" else 0 for i, name in enumerate(names)}
+    weights = {part: pointers[part] for part in ("qs", "qh", "sc")}
     spaces = {5: pointers["workspace"], 6: pointers["counters"]}
     args = kernel_args(DECODE.args_for("rocm"), weights, pointers["x"], pointers["y"], spaces, values)
     raw = pack_kernel_args(args)
-    # 7 pointers at offsets 0..48, then m, n, k, rows_per_wave as int32 at 56..68: 72 bytes
-    assert len(raw) == 72
+    # 7 pointers at offsets 0..48, then m, n, k, tiles, grid_x as int32 at 56..72, padded to 80 bytes
+    assert len(raw) == 80
     assert struct.unpack_from("<7Q", raw, 0) == tuple(pointers[name] for name in names)
-    # rows_per_wave by hand: 8 waves/CU * 60 CUs / KB 8 = 60 waves per slice; ceil(17408 / 60) = 291
-    assert struct.unpack_from("<4i", raw, 56) == (2, 17408, 5120, 291)
+    # tiles by hand: 4 waves of 64 x RW 2 = 8 rows per workgroup; 17408 / 8 = 2176 (one-shot: grid.x too)
+    assert struct.unpack_from("<5i", raw, 56) == (2, 17408, 5120, 2176, 2176)
 
 
 def test_prefill_argument_buffer_layout_pads_to_eight() -> None:
-    variant = PREFILL.parse("N128/MT32/MB1/U4", "rocm")
+    variant = PREFILL.parse("N128/M64/W2x4/K4/S2/SK2/MB1", "rocm")
     values = PREFILL.bindings(
         variant, 5120, 17408, 512, FORMATS["Q4_0"], DeviceFacts("rocm", "gfx942", 304, 64)
     )
-    args = kernel_args(PREFILL.args_for("rocm"), {"qs": 8, "scales": 16, "mins": 0}, 24, 32, {}, values)
+    args = kernel_args(PREFILL.args_for("rocm"), {"qs": 8, "qh": 0, "sc": 16}, 24, 32, {5: 40}, values)
     raw = pack_kernel_args(args)
-    # 5 pointers (40 bytes) + m, n, k (12 bytes) = 52, padded to 56; a NULL mins pointer
-    assert len(raw) == 56
-    assert struct.unpack("<5Q3i4x", raw) == (8, 16, 0, 24, 32, 512, 5120, 17408)
+    # 6 pointers (qs, a NULL qh, sc, x, y, workspace: 48 bytes) + m, n, k (12 bytes) = 60, padded to 64
+    assert len(raw) == 64
+    assert struct.unpack("<6Q3i4x", raw) == (8, 0, 16, 24, 32, 40, 512, 5120, 17408)
 
 
 def test_every_argument_kind_packs_with_natural_alignment() -> None:
@@ -60,18 +61,26 @@ def test_every_argument_kind_packs_with_natural_alignment() -> None:
 def test_launch_geometry_from_the_manifest() -> None:
     device = DeviceFacts("rocm", "gfx906", 60, 64)
     decode = DECODE.geometry(
-        DECODE.bindings(DECODE.parse("KB8/TW8", "rocm"), 17408, 5120, 1, FORMATS["Q4_0"], device)
+        DECODE.bindings(
+            DECODE.parse("MX4/KB4/RW2/U2/RG1/PG0/PP1", "rocm"), 17408, 5120, 1, FORMATS["Q4_0"], device
+        )
     )
-    # 256 threads = 4 waves of 64; grid.x = ceil(17408 / (291 * 4)) = 15; grid.y = KB
-    assert (decode.grid, decode.block, decode.shared_bytes) == ((15, 8, 1), (256, 1, 1), 0)
-    single = DECODE.bindings(DECODE.parse("KB1/TW4", "rocm"), 1024, 5120, 4, FORMATS["Q4_0"], device)
-    # 4 * 60 = 240 waves; ceil(1024 / 240) = 5 rows a wave; ceil(1024 / 20) = 52 workgroups
-    assert DECODE.geometry(single).grid == (52, 1, 1)
+    # 256 threads = 4 waves of 64, 2 rows each: grid.x = 17408 / 8 = 2176; grid.y = KB
+    assert (decode.grid, decode.block, decode.shared_bytes) == ((2176, 4, 1), (256, 1, 1), 0)
+    persistent = DECODE.bindings(
+        DECODE.parse("MX1/KB1/RW1/U8/RG1/PG2/PP0", "rocm"), 1024, 5120, 1, FORMATS["Q4_0"], device
+    )
+    # 256 tiles of 4 rows, but a persistent grid of 2 workgroups per CU: 120 workgroups stride over them
+    assert DECODE.geometry(persistent).grid == (120, 1, 1) and as_int(persistent["tiles"]) == 256
     mi300 = DeviceFacts("rocm", "gfx942", 304, 64)
-    prefill = PREFILL.geometry(
-        PREFILL.bindings(PREFILL.parse("N128/MT32/MB1/U4", "rocm"), 5120, 17408, 600, FORMATS["Q4_0"], mi300)
+    values = PREFILL.bindings(
+        PREFILL.parse("N128/M32/W4x2/K4/S2/SK2/MB1", "rocm"), 5120, 17408, 600, FORMATS["Q4_0"], mi300
     )
-    assert prefill.grid == (40, 19, 1) and prefill.block == (256, 1, 1)
+    prefill = PREFILL.geometry(values)
+    # 8 waves of 64; grid.z = split-K; static LDS (no dynamic bytes on AMD)
+    assert (prefill.grid, prefill.block, prefill.shared_bytes) == ((40, 19, 2), (512, 1, 1), 0)
+    pre = PREFILL.prelaunch_geometry(values)  # one thread per 4 x values or 4 y cells (split-K zeroes y)
+    assert pre.grid == (-(-max(600 * 17408 // 4, 600 * 5120 // 4) // 256), 1, 1) and pre.block == (256, 1, 1)
 
 
 def test_rotation_exceeds_the_last_level_cache() -> None:
@@ -139,3 +148,22 @@ def test_capture_that_misses_a_dispatch_is_refused() -> None:
     rows = parse_capture((FIXTURES / "v3_rocm60_kernel_trace.csv").read_text(), "t.csv").dispatches
     result = times_from_capture(rows, _launch_log(len(rows) // 2 + 1))
     assert isinstance(result, str) and "harness launched" in result
+
+
+def test_prelaunch_and_variant_rows_add_up_per_dispatch() -> None:
+    """A dispatch with a prelaunch kernel logs two launches with one dispatch id: one time, their sum."""
+    from workers.profilers.rocprof_common import DispatchRow
+
+    launches = []
+    rows = []
+    t = 0
+    for d, stage in enumerate(["parity", "timed", "timed"]):
+        for symbol, ns in (("tb_prefill_prep_sk1", 5), ("tb_prefill_n64_m32", 100 + d)):
+            entry = {"variant": "V", "symbol": symbol, "stage": stage, "buffer": 0}
+            if stage == "timed":
+                entry["dispatch"] = d
+            launches.append(entry)
+            rows.append(DispatchRow(index=len(rows), kernel=symbol, start_ns=t, end_ns=t + ns))
+            t += 1000
+    times = times_from_capture(rows, launches)
+    assert times == {"V": [5 + 101, 5 + 102]}

@@ -40,24 +40,31 @@ def _wait_done(client: httpx.Client, sweep_id: int, timeout: float = 240) -> dic
     raise AssertionError(f"sweep {sweep_id} did not finish: {status}")
 
 
-def _replay(inc_text: str, points: list[tuple[int, int, int, int]], tmp_path: Path) -> list[tuple[int, int]]:
+def _replay(inc_text: str, points: list[tuple[int, int, int, int]], tmp_path: Path) -> list[tuple[int, ...]]:
+    """Compile a C++ program against the built-in decode package's struct table and ask it every point."""
     header = tmp_path / "table.inc"
     header.write_text(inc_text)
+    fields = ("mx", "kb", "rw", "u", "rg", "pg", "pp")
+    printf = (
+        'std::printf("'
+        + " ".join(["%d"] * len(fields))
+        + '\\n", '
+        + ", ".join(f"out.{f}" for f in fields)
+        + ");"
+    )
     calls = "\n".join(
-        f"  if (!selectROCmNativeVNNIDecodeGenerated({cb}, {m}, {n}, {k}, out)) return 1;\n"
-        f'  std::printf("%d %d\\n", out.kb, out.target_waves_per_cu);'
-        for cb, m, n, k in points
+        f"  if (!selectTbDecode({cb}, {m}, {n}, {k}, out)) return 1;\n  {printf}" for cb, m, n, k in points
     )
     program = tmp_path / "replay.cpp"
     program.write_text(
         f'#include <cstdio>\n#include "{header}"\nint main() {{\n'
-        "  using namespace llaminar2::rocm::generated;\n  ROCmNativeVNNIDecodeDispatchConfig out{};\n"
+        "  using namespace tunebase::kernels::tb_decode;\n  TbDecodeConfig out{};\n"
         f"{calls}\n  return 0;\n}}\n"
     )
     binary = tmp_path / "replay"
     subprocess.run(["c++", "-std=c++17", "-O0", str(program), "-o", str(binary)], check=True, timeout=120)
     result = subprocess.run([str(binary)], capture_output=True, text=True, check=True, timeout=30)
-    return [(int(a), int(b)) for a, b in (line.split() for line in result.stdout.splitlines())]
+    return [tuple(int(v) for v in line.split()) for line in result.stdout.splitlines()]
 
 
 def test_sweep_to_compiled_table(live_server: LiveServer, tmp_path: Path) -> None:
@@ -84,7 +91,9 @@ def test_sweep_to_compiled_table(live_server: LiveServer, tmp_path: Path) -> Non
     assert (
         unknown_field.status_code == 422 and unknown_field.json()["error"]["fields"][0]["field"] == "colour"
     )
-    bad_variant = client.post("/v1/sweeps", json={**SPEC, "variants": ["KB1/TW4", "KB3/TW4"]})
+    bad_variant = client.post(
+        "/v1/sweeps", json={**SPEC, "variants": ["MX4/KB1/RW1/U4/RG1/PG0/PP0", "MX4/KB3/RW1/U4/RG1/PG0/PP0"]}
+    )
     assert (
         bad_variant.status_code == 422 and bad_variant.json()["error"]["fields"][0]["field"] == "variants.1"
     )
@@ -109,19 +118,24 @@ def test_sweep_to_compiled_table(live_server: LiveServer, tmp_path: Path) -> Non
     winners = reader.get("/v1/winners", params={"arch": "host", "phase": "decode"}).json()["items"]
     assert len(winners) == 8
     for winner in winners:
-        assert winner["median_us"] > 0 and winner["variant"].startswith("KB")
+        assert winner["median_us"] > 0 and winner["variant"].startswith("MX4/KB")
         # a decided winner is faster than its runner-up; a tie may go to the incumbent or the simpler variant
-        assert winner["runner_up_median_us"] is None or not winner["decided"] or (
-            winner["runner_up_median_us"] >= winner["median_us"]
+        assert (
+            winner["runner_up_median_us"] is None
+            or not winner["decided"]
+            or (winner["runner_up_median_us"] >= winner["median_us"])
         )
         assert winner["decided"] or winner["variant"] in winner["tie_group"]
     q8_only = reader.get("/v1/winners", params={"format": "Q8_0", "m": 2}).json()["items"]
     assert {(w["format"], w["m"]) for w in q8_only} == {("Q8_0", 2)} and len(q8_only) == 2
 
     assert reader.post("/v1/tables", json={"arch": "host", "phase": "decode"}).status_code == 403
-    table = client.post(
-        "/v1/tables", json={"arch": "host", "phase": "decode", "dialect": "llaminar-rocm-decode"}
-    )
+    # tb-decode's variants carry seven parameters: its own struct table (the manifest's [table]), not
+    # Llaminar's KB/TW config, which refuses them
+    request = {"arch": "host", "phase": "decode", "dialect": "struct-table", "kernel": "tb-decode"}
+    llaminar = client.post("/v1/tables", json={**request, "dialect": "llaminar-rocm-decode", "kernel": None})
+    assert llaminar.status_code == 409 and "not of the form KB{kb}/TW{tw}" in llaminar.text
+    table = client.post("/v1/tables", json=request)
     assert table.status_code == 201, table.text
     item = table.json()
     decided = sum(w["decided"] for w in winners) / len(winners)
@@ -136,16 +150,19 @@ def test_sweep_to_compiled_table(live_server: LiveServer, tmp_path: Path) -> Non
     points = [(codebook[w["format"]], w["m"], w["n"], w["k"]) for w in winners]
     answers = _replay(inc.text, points, tmp_path)
     def config(variant: str) -> tuple[int, ...]:
-        return tuple(int(part[2:]) for part in variant.split("/"))
+        return tuple(int("".join(c for c in part if c.isdigit())) for part in variant.split("/"))
 
     # a decided winner is the table's answer; in a tie the table takes the measured best (no incumbent yet)
     for w, answer in zip(winners, answers, strict=True):
         allowed = [config(w["variant"])] if w["decided"] else [config(v) for v in w["tie_group"]]
         assert answer in allowed, (w, answer)
 
-    same = client.post("/v1/tables", json={"arch": "host", "phase": "decode"}).json()
+    same = client.post("/v1/tables", json=request).json()
     assert same["id"] == item["id"]  # unchanged winners: no new version
-    latest = reader.get("/v1/tables/latest", params={"arch": "host", "phase": "decode"})
+    latest = reader.get(
+        "/v1/tables/latest",
+        params={"arch": "host", "phase": "decode", "dialect": "struct-table", "kernel": "tb-decode"},
+    )
     assert latest.text == inc.text
 
 

@@ -26,13 +26,22 @@ def _synthetic(medians: dict[str, float], cv: float, n: int, seed: int) -> list[
 
 
 def test_race_drops_clearly_slower_variants_and_keeps_ties() -> None:
-    medians = {"KB1/TW4": 10.0, "KB1/TW8": 10.0, "KB2/TW4": 13.0, "KB8/TW8": 15.0}
+    medians = {
+        "MX4/KB1/RW1/U4/RG1/PG0/PP0": 10.0,
+        "MX4/KB1/RW2/U2/RG1/PG0/PP0": 10.0,
+        "MX4/KB1/RW2/U4/RG1/PG0/PP0": 13.0,
+        "MX4/KB4/RW2/U4/RG1/PG0/PP0": 15.0,
+    }
     policy = RacingPolicy(min_dispatches=20, max_dispatches=200, seed=1)
     result = interleave(_synthetic(medians, 0.03, 200, seed=11), rounds=200, warmup=0, policy=policy)
     counts = {name: len(rows) for name, rows in result.dispatches.items()}
-    assert counts["KB2/TW4"] == 20 and counts["KB8/TW8"] == 20  # dropped at the first check
-    assert set(policy.dropped) == {"KB2/TW4", "KB8/TW8"}
-    assert counts["KB1/TW4"] == counts["KB1/TW8"] > 20  # the tie keeps racing
+    assert (
+        counts["MX4/KB1/RW2/U4/RG1/PG0/PP0"] == 20 and counts["MX4/KB4/RW2/U4/RG1/PG0/PP0"] == 20
+    )  # dropped at the first check
+    assert set(policy.dropped) == {"MX4/KB1/RW2/U4/RG1/PG0/PP0", "MX4/KB4/RW2/U4/RG1/PG0/PP0"}
+    assert (
+        counts["MX4/KB1/RW1/U4/RG1/PG0/PP0"] == counts["MX4/KB1/RW2/U2/RG1/PG0/PP0"] > 20
+    )  # the tie keeps racing
     assert policy.stop_reason in ("max_dispatches", "equivalent")
     seqs = sorted(d.seq for rows in result.dispatches.values() for d in rows)
     assert seqs == list(range(sum(counts.values())))  # still interleaved and numbered in order
@@ -55,11 +64,25 @@ def test_parity_failures_cannot_lead_the_race() -> None:
 
 
 def test_policy_for_follows_the_strategy() -> None:
-    spec = TaskSpec("host", "decode", "Q8_0", "S", 64, 64, 1, ("KB1/TW4",), 5, 50, strategy="exhaustive")
+    spec = TaskSpec(
+        "host",
+        "decode",
+        "Q8_0",
+        "S",
+        64,
+        64,
+        1,
+        ("MX4/KB1/RW1/U4/RG1/PG0/PP0",),
+        5,
+        50,
+        strategy="exhaustive",
+    )
     assert policy_for(spec) is None
-    race = policy_for(TaskSpec(**{**spec.__dict__, "strategy": "race"}), eligible=["KB1/TW4"])
+    race = policy_for(
+        TaskSpec(**{**spec.__dict__, "strategy": "race"}), eligible=["MX4/KB1/RW1/U4/RG1/PG0/PP0"]
+    )
     assert race is not None and (race.min_dispatches, race.max_dispatches) == (5, 50)
-    assert race.eligible == frozenset({"KB1/TW4"})
+    assert race.eligible == frozenset({"MX4/KB1/RW1/U4/RG1/PG0/PP0"})
 
 
 def test_host_backend_races_real_kernels(artifact_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -79,7 +102,12 @@ def test_host_backend_races_real_kernels(artifact_dir: Path, monkeypatch: pytest
         return policy
 
     monkeypatch.setattr(interleave_module, "policy_for", recording_policy_for)
-    variants = ("KB1/TW4", "KB2/TW4", "KB4/TW8", "KB8/TW8")
+    variants = (
+        "MX4/KB1/RW1/U4/RG1/PG0/PP0",
+        "MX4/KB1/RW2/U4/RG1/PG0/PP0",
+        "MX4/KB4/RW2/U2/RG1/PG0/PP0",
+        "MX4/KB4/RW2/U4/RG1/PG0/PP0",
+    )
     spec = TaskSpec("host", "decode", "Q8_0", "S", 256, 256, 1, variants, 6, 60, warmup=1, strategy="race")
     result = backend.run_task(spec)
     counts = {r.variant: len(r.dispatches) for r in result.results}

@@ -32,25 +32,29 @@ def test_refresh_stores_interval_and_ignores_stale(migrated_url: str) -> None:
     rng = np.random.default_rng(0)
     with session_scope(migrated_url) as session:
         old_dev = device(session, driver="6.1")
-        # old kernel source: KB8/TW8 was fastest by far, but that source is gone
-        add_measurement(session, "KB8/TW8", noisy(rng, 5.0), old_dev, source_hash="old")
-        add_measurement(session, "KB1/TW4", noisy(rng, 10.0), old_dev, source_hash="old")
+        # old kernel source: MX4/KB4/RW2/U4/RG1/PG0/PP0 was fastest by far, but that source is gone
+        add_measurement(session, "MX4/KB4/RW2/U4/RG1/PG0/PP0", noisy(rng, 5.0), old_dev, source_hash="old")
+        add_measurement(session, "MX4/KB1/RW1/U4/RG1/PG0/PP0", noisy(rng, 10.0), old_dev, source_hash="old")
         new_dev = device(session, driver="6.2")
-        add_measurement(session, "KB1/TW4", noisy(rng, 10.0), new_dev, source_hash="new")
-        add_measurement(session, "KB2/TW4", noisy(rng, 11.0), new_dev, source_hash="new")
+        add_measurement(session, "MX4/KB1/RW1/U4/RG1/PG0/PP0", noisy(rng, 10.0), new_dev, source_hash="new")
+        add_measurement(session, "MX4/KB1/RW2/U4/RG1/PG0/PP0", noisy(rng, 11.0), new_dev, source_hash="new")
         winner = refresh_point(session, *ARGS)
         assert winner is not None
-        assert winner.variant == "KB1/TW4" and winner.runner_up == "KB2/TW4" and winner.decided
+        assert (
+            winner.variant == "MX4/KB1/RW1/U4/RG1/PG0/PP0"
+            and winner.runner_up == "MX4/KB1/RW2/U4/RG1/PG0/PP0"
+            and winner.decided
+        )
         assert winner.margin_ci_lo is not None and winner.margin_ci_hi is not None
         assert 0.01 < winner.margin_ci_lo <= winner.margin <= winner.margin_ci_hi  # type: ignore[operator]
         flags = {
             (p.variant.name, p.measurement.source_hash): p.stale for p in point_measurements(session, *ARGS)
         }
         assert flags == {
-            ("KB8/TW8", "old"): True,
-            ("KB1/TW4", "old"): True,
-            ("KB1/TW4", "new"): False,
-            ("KB2/TW4", "new"): False,
+            ("MX4/KB4/RW2/U4/RG1/PG0/PP0", "old"): True,
+            ("MX4/KB1/RW1/U4/RG1/PG0/PP0", "old"): True,
+            ("MX4/KB1/RW1/U4/RG1/PG0/PP0", "new"): False,
+            ("MX4/KB1/RW2/U4/RG1/PG0/PP0", "new"): False,
         }
 
 
@@ -58,17 +62,19 @@ def test_tie_goes_to_the_incumbent_of_the_latest_table(migrated_url: str) -> Non
     rng = np.random.default_rng(1)
     with session_scope(migrated_url) as session:
         dev = device(session)
-        add_measurement(session, "KB1/TW4", noisy(rng, 10.0, cv=0.05, n=40), dev)
-        add_measurement(session, "KB4/TW8", noisy(rng, 10.0, cv=0.05, n=40), dev)
+        add_measurement(session, "MX4/KB1/RW1/U4/RG1/PG0/PP0", noisy(rng, 10.0, cv=0.05, n=40), dev)
+        add_measurement(session, "MX4/KB4/RW2/U2/RG1/PG0/PP0", noisy(rng, 10.0, cv=0.05, n=40), dev)
         first = refresh_point(session, *ARGS)
-        assert first is not None and not first.decided and first.variant == "KB1/TW4"  # simpler variant
-        assert sorted(first.tie_group) == ["KB1/TW4", "KB4/TW8"]
+        assert (
+            first is not None and not first.decided and first.variant == "MX4/KB1/RW1/U4/RG1/PG0/PP0"
+        )  # simpler variant
+        assert sorted(first.tie_group) == ["MX4/KB1/RW1/U4/RG1/PG0/PP0", "MX4/KB4/RW2/U2/RG1/PG0/PP0"]
         entry = {
             "codebook": FORMATS["Q8_0"].codebook,
             "m": 1,
             "n": 512,
             "k": 256,
-            "variant": "KB4/TW8",
+            "variant": "MX4/KB4/RW2/U2/RG1/PG0/PP0",
             "formats": ["Q8_0"],
         }
         session.add(
@@ -85,17 +91,17 @@ def test_tie_goes_to_the_incumbent_of_the_latest_table(migrated_url: str) -> Non
         )
         session.flush()
         second = refresh_point(session, *ARGS)
-        assert second is not None and second.variant == "KB4/TW8" and not second.decided
+        assert second is not None and second.variant == "MX4/KB4/RW2/U2/RG1/PG0/PP0" and not second.decided
     with session_scope(migrated_url) as session:
-        assert session.scalar(select(Winner.variant)) == "KB4/TW8"
+        assert session.scalar(select(Winner.variant)) == "MX4/KB4/RW2/U2/RG1/PG0/PP0"
 
 
 def test_imported_summaries_fall_back_to_medians(migrated_url: str) -> None:
     with session_scope(migrated_url) as session:
-        add_measurement(session, "KB1/TW4", None, None, median_us=10.0)
-        add_measurement(session, "KB2/TW4", None, None, median_us=10.4)
+        add_measurement(session, "MX4/KB1/RW1/U4/RG1/PG0/PP0", None, None, median_us=10.0)
+        add_measurement(session, "MX4/KB1/RW2/U4/RG1/PG0/PP0", None, None, median_us=10.4)
         near = refresh_point(session, *ARGS)
         assert near is not None and not near.decided and near.margin_ci_lo is None
-        add_measurement(session, "KB2/TW4", None, None, median_us=13.0)
+        add_measurement(session, "MX4/KB1/RW2/U4/RG1/PG0/PP0", None, None, median_us=13.0)
         far = refresh_point(session, *ARGS)
-        assert far is not None and far.decided and far.variant == "KB1/TW4"
+        assert far is not None and far.decided and far.variant == "MX4/KB1/RW1/U4/RG1/PG0/PP0"

@@ -133,7 +133,8 @@ def test_prefill_package_struct_table_uses_the_m_policy() -> None:
     assert "inline int selectTbPrefillMKey(int m) {" in table.text
     assert "(static_cast<uint64_t>(m_key & 0xFFFFFF) << 40)" in table.text
     assert "namespace tunebase::kernels::tb_prefill {" in table.text
-    assert "struct ROCmNativeVNNIPrefillDispatchConfig {\n    uint16_t n_tile = 0;" in table.text
+    assert "struct TbPrefillConfig {\n    uint16_t n_tile = 0;" in table.text
+    assert "uint16_t split_k = 0;" in table.text
 
 
 def _without_table(package: KernelPackage) -> KernelPackage:
@@ -164,3 +165,22 @@ def test_struct_table_rejects_keyword_fields(rowsplit: KernelPackage) -> None:
     renamed = load_files({**rowsplit.files, "tunebase-kernel.toml": text.encode()}, rowsplit.root)
     with pytest.raises(TableShapeError, match=r"table\.fields\.1: 'int' is a C\+\+ keyword"):
         get_dialect("struct-table", package=renamed)
+
+
+def test_builtin_decode_table_carries_every_tuned_parameter() -> None:
+    """tb-decode's [table] (TbDecodeConfig) holds all seven parameters of its variant names, so a table entry
+    reproduces the winning kernel; the Llaminar decode dialect (KB/TW only) cannot, and says so."""
+    decode = builtin_packages()["tb-decode"]
+    names = [v.name for v in decode.space("cuda")]
+    choices, times = synthetic_data(names[:6])
+    table = generate_table(choices, times, "sm_90", ["7"], "struct-table", phase="decode", package=decode)
+    fields = ("mx", "kb", "rw", "u", "rg", "pg", "pp")
+    members = "\n".join(f"    uint16_t {f} = 0;" for f in fields)
+    assert f"struct TbDecodeConfig {{\n{members}\n}};" in table.text
+    assert "selectTbDecode(" in table.text
+    exact = [d for d in table.decisions if d.source == "exact" and d.variant]
+    assert exact
+    for decision in exact[:3]:  # the entry's initializer lists the variant's seven values in field order
+        assert "{" + ", ".join(map(str, _params(decode, str(decision.variant)))) + "}}," in table.text
+    with pytest.raises(ValueError, match="KB"):
+        get_dialect("llaminar-rocm-decode").codec.parse_variant(names[0])  # type: ignore[attr-defined]

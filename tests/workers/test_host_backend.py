@@ -7,9 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from gguf import quants
 
 from kernels.activations import int8_gemm, quantize_activations
 from kernels.formats.packing import FIRST_WAVE
+from kernels.formats.split import split_blocks
 from kernels.packages.loader import INCLUDE_DIR, builtin_packages
 from kernels.reference import build_problem
 from workers.backends.base import TaskSpec
@@ -22,6 +24,7 @@ pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C co
 DECODE = builtin_packages()["tb-decode"]
 PREFILL = builtin_packages()["tb-prefill"]
 HOST_VARIANTS = tuple(v.name for v in DECODE.space("host"))
+DECODE_FORMATS = tuple(DECODE.manifest.formats)  # the nine first-wave formats, Q5_1 included
 PREFILL_VARIANTS = tuple(v.name for v in PREFILL.space("host"))
 
 
@@ -76,9 +79,19 @@ def _host_output(
     package = DECODE if phase == "decode" else PREFILL
     compiled = backend.build(package, fmt, [package.parse(variant, "host")])
     kernel = compiled.kernels[variant]
-    p = build_problem(fmt, n, k, m, seed=5)
-    assert p.packed is not None
+    p = build_problem(fmt, n, k, m, seed=5, packed=package.manifest.weights == "tb-packed")
     y = np.full((m, n), np.nan, dtype=np.float32)
+    if package.manifest.weights == "tb-split":  # true bytes; model = gguf dequantisation x int8 activations
+        parts = split_blocks(p.format, p.weights)
+        ptr = {name: 0 if a is None else a.ctypes.data for name, a in parts.items()}
+        kernel.call(ptr["qs"], ptr["qh"], ptr["sc"], p.x.ctypes.data, y.ctypes.data, m, n, k)
+        qa = quantize_activations(p.x)
+        xr = qa.xq.astype(np.float64).reshape(m, -1, 32) * qa.xs.astype(np.float64)[:, :, None]
+        w = quants.dequantize(p.weights, p.format.ggml_type).astype(np.float64)
+        model = (xr.reshape(m, k) @ w.T).astype(np.float32)
+        np.testing.assert_allclose(y, model, rtol=1e-4, atol=1e-4 * float(np.abs(model).max()))
+        return y
+    assert p.packed is not None
     mins = p.packed.mins.ctypes.data if p.packed.mins is not None else 0
     kernel.call(
         p.packed.qs.ctypes.data, p.packed.scales.ctypes.data, mins, p.x.ctypes.data, y.ctypes.data, m, n, k
@@ -88,11 +101,13 @@ def _host_output(
     return y
 
 
-@pytest.mark.parametrize("fmt", FIRST_WAVE)
-@pytest.mark.parametrize(("phase", "n", "k", "m"), [("decode", 67, 256, 3), ("prefill", 70, 512, 37)])
+@pytest.mark.parametrize("fmt", DECODE_FORMATS)
+@pytest.mark.parametrize(("phase", "n", "k", "m"), [("decode", 67, 512, 3), ("prefill", 70, 512, 37)])
 def test_every_format_and_variant_passes_parity(
     backend: HostBackend, fmt: str, phase: str, n: int, k: int, m: int
 ) -> None:
+    if phase == "prefill" and fmt not in FIRST_WAVE:
+        pytest.skip(f"tb-prefill reads tb-packed, which has no {fmt}")
     result = backend.run_task(spec(fmt, n, k, m, phase=phase, min_dispatches=1, warmup=0))
     names = HOST_VARIANTS if phase == "decode" else PREFILL_VARIANTS
     assert [r.variant for r in result.results] == list(names)
@@ -114,7 +129,8 @@ def test_decode_shapes_and_tails(backend: HostBackend, fmt: str, n: int, k: int,
     result = backend.run_task(spec(fmt, n, k, m, min_dispatches=1, warmup=0))
     for r in result.results:
         assert r.error is None and r.parity is not None and r.parity.passed, (r.variant, r.parity)
-        assert r.symbol == f"tb_decode_kb{r.variant[2]}_tw{r.variant.split('TW')[1]}"
+        p = DECODE.parse(r.variant, "host").params
+        assert r.symbol == "tb_decode_mx{mx}_kb{kb}_rw{rw}_u{u}_rg{rg}_pg{pg}_pp{pp}".format(**p)
 
 
 @pytest.mark.parametrize(("n", "k", "m"), [(129, 96, 33), (5, 32, 1), (64, 256, 16)])
@@ -135,10 +151,9 @@ def test_cache_hit_compiles_nothing(artifacts: Path) -> None:
         DECODE, "Q8_0", space
     )
     assert other_flags.artifact.compiled and other_flags.artifact.cache_key != first.artifact.cache_key
-    # one library per format kind (the tb-packed layout's defines): Q4_0 shares Q8_0's, Q4_1 / Q6_K not
-    assert HostBackend(artifacts).build(DECODE, "Q4_0", space).artifact.cache_key == first.artifact.cache_key
-    kinds = {HostBackend(artifacts).build(DECODE, f, space).artifact.cache_key for f in ("Q4_1", "Q6_K")}
-    assert len(kinds) == 2 and first.artifact.cache_key not in kinds
+    # one library per format (tb-split: each format its own unit), even formats alike in shape
+    keys = {HostBackend(artifacts).build(DECODE, f, space).artifact.cache_key for f in ("Q4_0", "IQ4_NL")}
+    assert len(keys) == 2 and first.artifact.cache_key not in keys
     prefill = HostBackend(artifacts).build(PREFILL, "Q8_0", PREFILL.space("host"))
     assert prefill.artifact.cache_key != first.artifact.cache_key
 
@@ -153,7 +168,7 @@ def test_header_edit_invalidates_the_cache(tmp_path: Path) -> None:
     (folder / "tb_host.h").write_text((INCLUDE_DIR / "tb_host.h").read_text() + "\n/* edit */\n")
     after = load_folder(folder)
     backend = HostBackend(tmp_path / "art")
-    one = [before.parse("KB1/TW4", "host")]
+    one = [before.parse(HOST_VARIANTS[0], "host")]
     a, b = backend.build(before, "Q8_0", one), backend.build(after, "Q8_0", one)
     assert a.artifact.ok and b.artifact.ok and b.artifact.compiled
     assert b.artifact.source_hash != a.artifact.source_hash and b.artifact.cache_key != a.artifact.cache_key
@@ -172,8 +187,10 @@ def test_compile_failure_is_per_variant_not_an_exception(tmp_path: Path) -> None
 
 
 def test_kernel_that_drops_a_k_block_fails_parity_but_is_timed(tmp_path: Path) -> None:
-    src = patched_package(
-        tmp_path, "const int b = b0 + u;", "const int b = b0 + u;\n                if (b == nb - 1) continue;"
+    src = patched_package(  # the last 16-byte chunk of every row (32 weights; 16 for Q8_0) is skipped
+        tmp_path,
+        "const int pl = tb_chunk_p_lo(c)",
+        "if (c == nblk * TB_CHUNKS_PER_BLOCK - 1) continue;\n const int pl = tb_chunk_p_lo(c)",
     )
     backend = HostBackend(tmp_path / "art")
     result = backend.run_task(spec("Q8_0", 24, 512, 2, kernel_root=str(src)))
@@ -182,14 +199,22 @@ def test_kernel_that_drops_a_k_block_fails_parity_but_is_timed(tmp_path: Path) -
         assert r.error is None and len(r.dispatches) == 3
     # the same at a realistic K: one block of 17408 / 32 = 544 is still caught by the int8 bounds
     big = backend.run_task(
-        spec("Q4_K", 8, 17408, 1, variants=("KB4/TW8",), min_dispatches=1, kernel_root=str(src))
+        spec(
+            "Q4_K",
+            8,
+            17408,
+            1,
+            variants=("MX4/KB4/RW1/U4/RG1/PG0/PP0",),
+            min_dispatches=1,
+            kernel_root=str(src),
+        )
     )
     assert big.results[0].parity is not None and not big.results[0].parity.passed
 
 
 def test_prefill_kernel_that_drops_a_k_block_fails(tmp_path: Path) -> None:
     src = patched_package(
-        tmp_path, "for (int b = 0; b < nb; ++b) {", "for (int b = 0; b < nb - 1; ++b) {", "prefill"
+        tmp_path, "for (int c = 0; c < chunks; ++c) {", "for (int c = 0; c < chunks - 1; ++c) {", "prefill"
     )
     result = HostBackend(tmp_path / "art").run_task(
         spec("IQ4_XS", 40, 512, 20, phase="prefill", kernel_root=str(src))
@@ -199,24 +224,25 @@ def test_prefill_kernel_that_drops_a_k_block_fails(tmp_path: Path) -> None:
 
 
 def test_kernel_that_skips_an_output_row_fails_via_nan_fill(tmp_path: Path) -> None:
-    store = "y[(size_t)(m0 + i) * (size_t)n + (size_t)(r0 + t)] = s;"
-    src = patched_package(tmp_path, store, "if (r0 + t != n - 1) " + store)
+    store = "y[(size_t)i * (size_t)n + (size_t)(r0 + r)] = total[r];"
+    src = patched_package(tmp_path, store, "if (r0 + r != n - 1) " + store)
     result = HostBackend(tmp_path / "art").run_task(spec("Q4_0", 20, 64, 1, kernel_root=str(src)))
     for r in result.results:
         assert r.parity is not None and not r.parity.passed and np.isnan(r.parity.cosine)
 
 
 def test_invalid_variant_is_reported_and_others_run(backend: HostBackend) -> None:
-    result = backend.run_task(spec("Q8_0", 16, 64, 1, variants=("KB16/TW24", "KB2/TW4", "bogus")))
+    gpu_only, ok = "MX4/KB2/RW1/U4/RG1/PG0/PP0", "MX4/KB4/RW2/U2/RG1/PG0/PP0"
+    result = backend.run_task(spec("Q8_0", 16, 64, 1, variants=(gpu_only, ok, "bogus")))
     by_name = {r.variant: r for r in result.results}
-    assert "breaks restriction(s) for host" in (by_name["KB16/TW24"].error or "")
+    assert "breaks restriction(s) for host" in (by_name[gpu_only].error or "")
     assert by_name["bogus"].error is not None and by_name["bogus"].dispatches == []
-    assert by_name["KB2/TW4"].error is None and len(by_name["KB2/TW4"].dispatches) == 3
+    assert by_name[ok].error is None and len(by_name[ok].dispatches) == 3
 
 
 def test_dispatches_are_interleaved_and_rotate_buffers(backend: HostBackend) -> None:
     calls: list[tuple[int, int]] = []
-    variants = ("KB1/TW4", "KB4/TW8", "KB8/TW4")
+    variants = HOST_VARIANTS[:3]
     result = backend.run_task(
         spec("Q4_0", 32, 128, 2, variants=variants, min_dispatches=7, warmup=2),
         progress=lambda done, planned: calls.append((done, planned)),

@@ -20,18 +20,19 @@ import numpy as np
 
 from kernels.arches import get_arch
 from kernels.families.base import Variant
-from kernels.packages.build import compile_units
+from kernels.packages.build import CompileUnit, compile_units
 from kernels.packages.loader import package_for
 from kernels.packages.package import DeviceFacts, Geometry, KernelPackage
 from workers.backends.base import ArtifactInfo, DeviceInfo, Dispatch, ProgressCallback, TaskResult, TaskSpec
 from workers.harness import cuda_driver as cd
-from workers.harness.cuda_compile import compile_cubin, sass_census, summarize_census
+from workers.harness.cuda_compile import CompileResult, compile_cubin, sass_census, summarize_census
 from workers.harness.interleave import DispatchFn
 from workers.profilers import cupti as cupti_profiler
 from workers.profilers.cuda_events import EventTimer
-from workers.runner import ArgValue, CompiledVariants, parse_variants, run_task
+from workers.runner import ArgValue, CompiledVariants, Prelaunch, parse_variants, run_task
 
 ARCH = "sm_90"
+DEFAULT_SHARED_LIMIT = 48 << 10  # dynamic shared memory a kernel gets without opting in
 BASE_OPTIONS: tuple[str, ...] = ("--gpu-architecture=sm_90", "-std=c++17", "-default-device")
 
 
@@ -56,6 +57,7 @@ class CudaDevice:
         self._launch_log: list[str] = []
         self._event_ns: dict[str, list[int]] = {}
         self._records: list[cupti_profiler.KernelRecord] = []
+        self._kernels_per_dispatch: dict[str, int] = {}
 
     def alloc(self, nbytes: int) -> int:
         ptr = cd.mem_alloc(max(1, nbytes))
@@ -82,24 +84,33 @@ class CudaDevice:
         return out
 
     def launch(self, kernel: Any, geometry: Geometry, args: list[ArgValue]) -> None:
+        allow_shared(kernel.function, geometry.shared_bytes)
         cd.launch(kernel.function, geometry.grid, geometry.block, cd.KernelArgs(args), geometry.shared_bytes)
         cd.synchronize()
 
     def dispatcher(
-        self, name: str, kernel: Any, geometry: Geometry, args_by_copy: list[list[ArgValue]]
+        self,
+        name: str,
+        kernel: Any,
+        geometry: Geometry,
+        args_by_copy: list[list[ArgValue]],
+        pre: Prelaunch | None = None,
     ) -> DispatchFn:
         packed = [cd.KernelArgs(args) for args in args_by_copy]
         events = self._event_ns.setdefault(name, [])
         log = self._launch_log
+        steps = [(kernel, geometry)] if pre is None else [pre, (kernel, geometry)]
+        for step_kernel, step_geometry in steps:
+            allow_shared(step_kernel.function, step_geometry.shared_bytes)
+        self._kernels_per_dispatch[name] = len(steps)
 
         def dispatch(buffer_index: int) -> int:
             timer = self._timer
             assert timer is not None, "dispatch outside timing()"
             timer.start()
-            cd.launch(
-                kernel.function, geometry.grid, geometry.block, packed[buffer_index], geometry.shared_bytes
-            )
-            log.append(name)
+            for step_kernel, g in steps:
+                cd.launch(step_kernel.function, g.grid, g.block, packed[buffer_index], g.shared_bytes)
+                log.append(name)
             elapsed = timer.stop_ns()
             events.append(elapsed)
             return elapsed
@@ -120,12 +131,15 @@ class CudaDevice:
             self._timer = None
 
     def attach(self, dispatches: dict[str, list[Dispatch]]) -> dict[str, str]:
-        return pair_times(dispatches, self._launch_log, self._records, self._event_ns)
+        return pair_times(
+            dispatches, self._launch_log, self._records, self._event_ns, self._kernels_per_dispatch
+        )
 
     def resources(self, kernel: Any, geometry: Geometry) -> dict[str, object]:
         """Registers, shared/local memory (local = spills and stack), occupancy, limiter, SASS census."""
         attr = cd.driver.CUfunction_attribute
         function = kernel.function
+        allow_shared(function, geometry.shared_bytes)
 
         def get(name: str) -> int:
             return int(cd.check(cd.driver.cuFuncGetAttribute(getattr(attr, name), function), name))
@@ -171,6 +185,7 @@ class CudaDevice:
         self._owned.clear()
         self._launch_log.clear()
         self._event_ns.clear()
+        self._kernels_per_dispatch.clear()
 
 
 @dataclass
@@ -236,17 +251,16 @@ class CudaBackend:
 
     # -- compilation ----------------------------------------------------------------
 
-    def build(self, package: KernelPackage, format_name: str, variants: list[Variant]) -> CompiledVariants:
-        """NVRTC (through the cache) every unit; load each variant's function; failures per variant."""
-        units = compile_units(package, format_name, "cuda", variants)
-        artifact = ArtifactInfo("", "", package.version, "", BASE_OPTIONS, False)
-        compiled = CompiledVariants(artifact)
-        keys, logs = [], []
+    def compile(
+        self, package: KernelPackage, format_name: str, variants: list[Variant]
+    ) -> list[tuple[CompileUnit, CompileResult]]:
+        """NVRTC (through the cache) every unit; needs no GPU (a bench may warm the cache in parallel)."""
+        out = []
         prepare = package.manifest.prepare
-        for index, unit in enumerate(units):
+        for index, unit in enumerate(compile_units(package, format_name, "cuda", variants)):
             defines = [f"-D{key}={value}" for key, value in sorted(unit.defines.items())]
-            symbols = unit.symbols(package)
-            names = set(symbols.values())
+            names = set(unit.symbols(package).values())
+            names |= set(unit.prelaunch_symbols(package, "cuda").values())
             if prepare is not None and index == 0:
                 names.add(prepare.symbol)
             result = compile_cubin(
@@ -256,6 +270,19 @@ class CudaBackend:
                 [*BASE_OPTIONS, *defines],
                 sorted(names),
             )
+            out.append((unit, result))
+        return out
+
+    def build(self, package: KernelPackage, format_name: str, variants: list[Variant]) -> CompiledVariants:
+        """NVRTC (through the cache) every unit; load each variant's function; failures per variant."""
+        units = self.compile(package, format_name, variants)
+        artifact = ArtifactInfo("", "", package.version, "", BASE_OPTIONS, False)
+        compiled = CompiledVariants(artifact)
+        keys, logs = [], []
+        prepare = package.manifest.prepare
+        for index, (unit, result) in enumerate(units):
+            symbols = unit.symbols(package)
+            pre_symbols = unit.prelaunch_symbols(package, "cuda")
             if prepare is not None and index == 0 and result.ok:
                 lowered = result.symbols.get(prepare.symbol, prepare.symbol)
                 try:
@@ -279,6 +306,10 @@ class CudaBackend:
                     compiled.kernels[name] = CudaKernel(
                         self._function(result.path, lowered), result.path, lowered
                     )
+                    if name in pre_symbols:
+                        pre = result.symbols.get(pre_symbols[name], pre_symbols[name])
+                        function = self._function(result.path, pre)
+                        compiled.prelaunch[name] = CudaKernel(function, result.path, pre)
                 except cd.CudaError as exc:
                     compiled.errors[name] = f"load failed: {exc}"
         artifact.cache_key = _combined(keys)
@@ -325,22 +356,41 @@ class CudaBackend:
         self._modules.clear()
 
 
+def allow_shared(function: Any, shared_bytes: int) -> None:
+    """Opt a kernel in to more than 48 KiB of dynamic shared memory (sm_90 allows up to 227 KiB per
+    block); without it such a launch fails. Idempotent, so every launch path may call it."""
+    if shared_bytes <= DEFAULT_SHARED_LIMIT:
+        return
+    attr = cd.driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    cd.check(cd.driver.cuFuncSetAttribute(function, attr, shared_bytes), "cuFuncSetAttribute")
+
+
 def pair_times(
     dispatches: dict[str, list[Dispatch]],
     launch_log: list[str],
     records: list[cupti_profiler.KernelRecord],
     event_ns: dict[str, list[int]],
+    kernels_per_dispatch: dict[str, int] | None = None,
 ) -> dict[str, str]:
     """device_ns := CUPTI kernel duration (paired with launches in order), event_ns := event time.
 
-    Returns, per variant, which clock device_ns came from: 'cupti', or 'cuda-events' when CUPTI is
-    missing or its record count does not match the launches (then it is not trusted).
+    A variant with a prelaunch kernel logs two launches per dispatch (``kernels_per_dispatch``): its
+    device time is the sum of both records. Returns, per variant, which clock device_ns came from:
+    'cupti', or 'cuda-events' when CUPTI is missing or its record count does not match the launches
+    (then it is not trusted).
     """
-    per_variant: dict[str, list[int]] = {name: [] for name in event_ns}
+    per_kernel: dict[str, list[int]] = {name: [] for name in event_ns}
     cupti_ok = bool(records) and len(records) == len(launch_log)
     if cupti_ok:
         for name, record in zip(launch_log, records, strict=True):
-            per_variant.setdefault(name, []).append(record.duration_ns)
+            per_kernel.setdefault(name, []).append(record.duration_ns)
+    per_variant: dict[str, list[int]] = {}
+    for name, durations in per_kernel.items():
+        step = max(1, (kernels_per_dispatch or {}).get(name, 1))
+        if len(durations) % step:
+            per_variant[name] = []  # a partial dispatch: do not trust the pairing
+            continue
+        per_variant[name] = [sum(durations[i : i + step]) for i in range(0, len(durations), step)]
     clocks: dict[str, str] = {}
     for name, rows in dispatches.items():
         if not rows:

@@ -35,7 +35,7 @@ from kernels.packages.manifest import ArgSpec
 from kernels.packages.package import DeviceFacts, Geometry, KernelPackage
 from workers.backends.base import ArtifactInfo, DeviceInfo, Dispatch, ProgressCallback, TaskResult, TaskSpec
 from workers.harness.interleave import DispatchFn
-from workers.runner import ArgValue, CompiledVariants, parse_variants, run_task
+from workers.runner import ArgValue, CompiledVariants, Prelaunch, parse_variants, run_task
 
 DEFAULT_FLAGS: tuple[str, ...] = ("-O3", "-std=c11", "-fPIC", "-shared")  # no -march=native: portable results
 COMPILE_TIMEOUT_S = 120
@@ -165,13 +165,20 @@ class HostDevice:
         kernel.call(*(value for _, value in args))
 
     def dispatcher(
-        self, name: str, kernel: Any, geometry: Geometry, args_by_copy: list[list[ArgValue]]
+        self,
+        name: str,
+        kernel: Any,
+        geometry: Geometry,
+        args_by_copy: list[list[ArgValue]],
+        pre: Prelaunch | None = None,
     ) -> DispatchFn:
         timed = kernel.timed
+        timed_pre = None if pre is None else pre[0].timed
         values = [[value for _, value in args] for args in args_by_copy]
 
         def dispatch(buffer_index: int) -> int:
-            return int(timed(*values[buffer_index]))
+            ns = 0 if timed_pre is None else int(timed_pre(*values[buffer_index]))
+            return ns + int(timed(*values[buffer_index]))
 
         return dispatch
 
@@ -258,7 +265,7 @@ class HostBackend:
                 "package": package.version,
                 "source": unit.source.name,
                 "defines": unit.defines,
-                "symbols": sorted(unit.symbols(package).values()),
+                "symbols": sorted(self._unit_symbols(package, unit)),
                 "kinds": arg_kinds(package.args_for("host")),
                 "compiler": self.cc,
                 "toolchain": self.toolchain,
@@ -267,6 +274,11 @@ class HostBackend:
             sort_keys=True,
         )
         return hashlib.sha256(blob.encode()).hexdigest()
+
+    @staticmethod
+    def _unit_symbols(package: KernelPackage, unit: CompileUnit) -> set[str]:
+        """Every symbol the timing shim wraps: the variants' and their prelaunch kernels'."""
+        return set(unit.symbols(package).values()) | set(unit.prelaunch_symbols(package, "host").values())
 
     def compile_unit(self, package: KernelPackage, unit: CompileUnit) -> tuple[Path, bool, str]:
         """(library path, ok, log); never raises for compiler failures."""
@@ -281,7 +293,7 @@ class HostBackend:
         with tempfile.TemporaryDirectory(dir=out_dir) as private:
             shim = Path(private) / "tb_timing_shim.c"
             kinds = arg_kinds(package.args_for("host"))
-            shim.write_text(timing_shim(sorted(set(unit.symbols(package).values())), kinds))
+            shim.write_text(timing_shim(sorted(self._unit_symbols(package, unit)), kinds))
             tmp = Path(private) / "out.so"
             argv = [
                 self.cc, *self.flags, *(f"-D{k}={v}" for k, v in sorted(unit.defines.items())),
@@ -328,6 +340,9 @@ class HostBackend:
                     continue
                 try:
                     compiled.kernels[variant.name] = HostKernel(self._load(path), symbol, kinds)
+                    pre = unit.prelaunch_symbols(package, "host").get(variant.name)
+                    if pre is not None:
+                        compiled.prelaunch[variant.name] = HostKernel(self._load(path), pre, kinds)
                 except (OSError, AttributeError) as exc:
                     compiled.errors[variant.name] = f"load failed: {exc}"
         prepare = package.manifest.prepare

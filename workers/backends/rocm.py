@@ -167,6 +167,7 @@ class VariantBuild:
     symbol: str
     path: str | None
     error: str | None = None
+    prelaunch: str | None = None  # symbol of the package's [prelaunch] kernel in the same code object
 
 
 @dataclass
@@ -301,16 +302,20 @@ class RocmBackend:
             for piece, result in pieces:
                 ok = result.result.ok and result.result.path is not None
                 symbols = kernel_symbols(result.result.path) if ok else set()
+                pre_symbols = piece.prelaunch_symbols(package, "rocm")
                 for variant in piece.variants:
                     symbol = package.symbol(variant)
+                    pre = pre_symbols.get(variant.name)
+                    missing = [s for s in (symbol, pre) if s is not None and s not in symbols]
                     if not ok:
                         error = "compile failed:\n" + result.result.log[-4000:]
-                    elif symbol not in symbols:
-                        error = f"{symbol} not in the code object (symbols: {', '.join(sorted(symbols)[:8])})"
+                    elif missing:
+                        listed = ", ".join(sorted(symbols)[:8])
+                        error = f"{missing[0]} not in the code object (symbols: {listed})"
                     else:
                         error = None
                     path = str(result.result.path) if error is None else None
-                    builds[variant.name] = VariantBuild(variant.name, symbol, path, error)
+                    builds[variant.name] = VariantBuild(variant.name, symbol, path, error, pre)
         resources: dict[str, dict[str, object]] = {}
         for b in builds.values():
             if b.path is None:
@@ -405,7 +410,10 @@ class RocmBackend:
         return {
             "spec": {key: value for key, value in asdict(spec).items() if key != "variants"},
             "rounds": rounds, "ordinal": self.ordinal, "workdir": str(workdir),
-            "variants": [{"name": b.variant, "symbol": b.symbol, "path": b.path} for b in builds],
+            "variants": [
+                {"name": b.variant, "symbol": b.symbol, "path": b.path, "prelaunch": b.prelaunch}
+                for b in builds
+            ],
             "prepare": self.prepare_entry(spec, builds),
         }  # fmt: skip
 
@@ -477,12 +485,20 @@ def times_from_capture(rows: list[Any], launches: list[dict[str, Any]]) -> dict[
         return f"profiler rows do not match the launch log: {error}"
     out: dict[str, list[int]] = {}
     cursor: dict[str, int] = {}
-    for entry in launches:
+    last: dict[str, object] = {}  # the dispatch id of each variant's previous timed launch
+    for index, entry in enumerate(launches):
         name = entry["variant"]
         position = cursor.get(name, 0)
         cursor[name] = position + 1
-        if entry["stage"] == "timed":
-            out.setdefault(name, []).append(mapped[name][position].duration_ns)
+        if entry["stage"] != "timed":
+            continue
+        ns = mapped[name][position].duration_ns
+        dispatch = entry.get("dispatch", ("launch", index))  # a prelaunch and its kernel share one id
+        if name in last and last[name] == dispatch:
+            out[name][-1] += ns  # the same dispatch: both kernels' times add up
+        else:
+            out.setdefault(name, []).append(ns)
+        last[name] = dispatch
     return out
 
 

@@ -33,7 +33,7 @@ from kernels.packages.loader import package_for
 from kernels.packages.package import DeviceFacts, Geometry
 from workers.backends.base import ArtifactInfo, DeviceInfo, Dispatch, TaskSpec
 from workers.harness.interleave import DispatchFn
-from workers.runner import ArgValue, CompiledVariants, run_task
+from workers.runner import ArgValue, CompiledVariants, Prelaunch, run_task
 
 NAN_BITS = 0x7FC00000  # float32 quiet NaN: outputs are filled with it before a parity run
 # HIP_LAUNCH_PARAM_* markers of the ``extra`` array (hip_runtime_api.h)
@@ -202,6 +202,7 @@ class HipDevice:
         self.harness = harness
         self.pointers: list[Any] = []
         self._events: tuple[Any, Any] | None = None
+        self._dispatches = 0  # dispatch ids for the launch log
 
     def alloc(self, nbytes: int) -> int:
         ptr = check(_hip().hipMalloc(max(4, int(nbytes))), f"hipMalloc({nbytes})")
@@ -228,7 +229,13 @@ class HipDevice:
         return out
 
     def _launch(
-        self, kernel: HipKernel, geometry: Geometry, args: list[ArgValue], stage: str, buffer: int
+        self,
+        kernel: HipKernel,
+        geometry: Geometry,
+        args: list[ArgValue],
+        stage: str,
+        buffer: int,
+        dispatch: int | None = None,
     ) -> None:
         """One hipModuleLaunchKernel with the packed argument buffer; logged for profiler mapping."""
         hip = _hip()
@@ -248,9 +255,12 @@ class HipDevice:
             ),
             f"hipModuleLaunchKernel({kernel.symbol})",
         )
-        self.harness.launches.append(
-            {"variant": kernel.name, "symbol": kernel.symbol, "stage": stage, "buffer": buffer}
-        )
+        entry: dict[str, Any] = {
+            "variant": kernel.name, "symbol": kernel.symbol, "stage": stage, "buffer": buffer,
+        }  # fmt: skip
+        if dispatch is not None:
+            entry["dispatch"] = dispatch  # a prelaunch kernel and its variant share one dispatch id
+        self.harness.launches.append(entry)
 
     def launch(self, kernel: Any, geometry: Geometry, args: list[ArgValue]) -> None:
         self.harness.progress(stage="parity", variant=getattr(kernel, "name", None))
@@ -258,15 +268,24 @@ class HipDevice:
         check(_hip().hipDeviceSynchronize(), "hipDeviceSynchronize")
 
     def dispatcher(
-        self, name: str, kernel: Any, geometry: Geometry, args_by_copy: list[list[ArgValue]]
+        self,
+        name: str,
+        kernel: Any,
+        geometry: Geometry,
+        args_by_copy: list[list[ArgValue]],
+        pre: Prelaunch | None = None,
     ) -> DispatchFn:
         hip = _hip()
+        steps = [(kernel, geometry)] if pre is None else [pre, (kernel, geometry)]
 
         def dispatch(buffer_index: int) -> int:
             assert self._events is not None, "dispatch outside timing()"
             start, stop = self._events
+            self._dispatches += 1
             check(hip.hipEventRecord(start, None), "hipEventRecord")
-            self._launch(kernel, geometry, args_by_copy[buffer_index], "timed", buffer_index)
+            for step_kernel, step_geometry in steps:
+                args = args_by_copy[buffer_index]
+                self._launch(step_kernel, step_geometry, args, "timed", buffer_index, self._dispatches)
             check(hip.hipEventRecord(stop, None), "hipEventRecord")
             check(hip.hipEventSynchronize(stop), "hipEventSynchronize")
             return round(float(check(hip.hipEventElapsedTime(start, stop), "hipEventElapsedTime")) * 1e6)
@@ -315,6 +334,9 @@ def run(task: dict[str, Any], workdir: Path) -> dict[str, Any]:
         harness.progress(stage="load", variant=name)
         try:
             compiled.kernels[name] = HipKernel(name, symbol, harness.function(entry["path"], symbol))
+            pre = entry.get("prelaunch")
+            if pre:
+                compiled.prelaunch[name] = HipKernel(name, pre, harness.function(entry["path"], pre))
         except Exception as exc:  # one bad variant must not sink the task
             compiled.errors[name] = f"load failed: {type(exc).__name__}: {exc}"
     prepare = task.get("prepare")
@@ -333,9 +355,11 @@ def run(task: dict[str, Any], workdir: Path) -> dict[str, Any]:
     for entry in harness.launches:
         per_variant.setdefault(entry["variant"], []).append(entry)
     for name, entries in per_variant.items():
-        candidates = [e for e in entries if e["stage"] == "timed"]
-        for e in candidates[: len(candidates) - timed_counts.get(name, 0)]:
-            e["stage"] = "warmup"
+        ids = list(dict.fromkeys(e.get("dispatch", id(e)) for e in entries if e["stage"] == "timed"))
+        warm = set(ids[: len(ids) - timed_counts.get(name, 0)])
+        for e in entries:
+            if e["stage"] == "timed" and e.get("dispatch", id(e)) in warm:
+                e["stage"] = "warmup"
     return {
         "device": props.as_dict(),
         "weight_copies": result.weight_copies,

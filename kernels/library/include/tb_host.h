@@ -3,7 +3,9 @@
  * quantisation (the same rule as kernels/activations.py and tb_portability.h), one block's
  * integer dot product in the packed kernel layout, and the per-dispatch timer.
  *
- * Build switches: -DTB_ASYMMETRIC=0|1 (min term), -DTB_GROUP=32|16 (weights per scale).
+ * Build switches: -DTB_ASYMMETRIC=0|1 (min term), -DTB_GROUP=32|16 (weights per scale) for the
+ * tb-packed layout; with the tb-split layout's defines (TB_FMT_<NAME>, TB_QBITS, ...) it also brings
+ * the host twins of tb_formats.h (chunk unpack, codebook lookups, K-quant scales, dp4a).
  */
 #ifndef TB_HOST_H
 #define TB_HOST_H
@@ -160,5 +162,12 @@ int64_t tb_time_dispatch(tb_kernel_fn fn, const int8_t *qs, const uint16_t *scal
 static void tb_fill_nan(float *y, int m, int n) {
     for (size_t i = 0; i < (size_t)m * (size_t)n; ++i) y[i] = NAN;
 }
+
+/* tb-split layout (TB_QBITS comes with it): the device format helpers of tb_formats.h, compiled as C11
+ * on emulated byte permutes / dot products, so host parity exercises the GPU unpack code itself. */
+#ifdef TB_QBITS
+#define TB_HOST_TWIN 1
+#include "tb_formats.h"
+#endif
 
 #endif

@@ -1,285 +1,414 @@
 /*
- * Tunebase decode GEMV (M = 1..4):  y[M][N] = x[M][K] . W[N][K]^T
- * W in the packed kernel layout (kernels/formats/packed.py); x quantised per 32-block to int8
- * inside the kernel (same rule as kernels/activations.py); integer inner product via tb_dot4.
+ * Tunebase decode GEMV (M = 1..4) at the format's TRUE bytes:  y[M][N] = x[M][K] . W[N][K]^T
+ * W in the tb-split layout (kernels/formats/split.py): per-row payload qs, high bits qh, scale bytes sc,
+ * exactly the GGUF bytes. One compiled unit per format (-DTB_FMT_<NAME> and the part sizes); the
+ * format specifics (nibble unpack, IQ4 codebook by byte permutes, Q5/Q6 high bits, K-quant scales,
+ * dp4a / sdot4) live in tb_formats.h, shared with prefill and with the host twin (decode_gemv.c).
  *
- * Build switches: -DTB_ASYMMETRIC=0|1 (min term), -DTB_GROUP=32|16 (weights per scale).
- * Exported symbols (one per variant):  tb_decode_kb{KB}_tw{TW}
+ * Exported symbols (one per variant):  tb_decode_mx{MX}_kb{KB}_rw{RW}_u{U}_rg{RG}_pg{PG}_pp{PP}
  *
  * Kernel arguments (ABI; declared in tunebase-kernel.toml [[args]], keep in sync):
- *   0  const int8_t   *qs          [N][K]             packed weight values
- *   1  const uint16_t *scales      [N][K/TB_GROUP]    fp16 bits
- *   2  const uint16_t *mins        [N][K/TB_GROUP]    fp16 bits; may be NULL when TB_ASYMMETRIC=0
- *   3  const float    *x           [M][K]             activations
- *   4  float          *y           [M][N]             output, fully overwritten
- *   5  float          *workspace   [KB][M][N]         split-K partials; may be NULL when KB=1
- *   6  uint32_t       *counters    [grid.x]           zero before the first launch; left zero; NULL when KB=1
- *   7  int            m            1..4
- *   8  int            n
- *   9  int            k            multiple of 32 (of 256 for K-quant / IQ4_XS sources)
- *  10  int            rows_per_wave  from the launch geometry (tunebase-kernel.toml [derived])
- * Launch: block = (256,1,1), grid = (ceil(N / (rows_per_wave * 256/wave)), KB, 1), no dynamic LDS.
+ *   0  const uint8_t *qs         [N][K*TB_QBITS/8]     payload
+ *   1  const uint8_t *qh         [N][...]              high bits; NULL when the format has none
+ *   2  const uint8_t *sc         [N][...]              scale bytes
+ *   3  const float   *x          [M][K]                activations
+ *   4  float         *y          [M][N]                output, fully overwritten
+ *   5  float         *workspace  [KB][M][N]            split-K partials; NULL when KB = 1
+ *   6  uint32_t      *counters   [tiles]               zero before the first launch; left zero; NULL when KB = 1
+ *   7  int           m           1..4
+ *   8  int           n
+ *   9  int           k           a multiple of the format's block
+ *  10  int           tiles       ceil(N / rows per workgroup)      (tunebase-kernel.toml [derived])
+ *  11  int           grid_x      workgroups along x (= tiles, or fewer for a persistent grid)
+ * Launch: block = (256,1,1), grid = (grid_x, KB, 1), no dynamic LDS (static LDS per variant, below).
  *
- * Variant meaning:
- *   KB = split-K depth: each row's K blocks are cut into KB contiguous slices, one per grid.y
- *        index; inside a slice the lanes of one wave read the row's weights as contiguous
- *        16-byte pieces (lane l reads bytes 16*l..16*l+15 of each 16*wave-byte run).
- *   TW = target waves per CU: the launch geometry spreads the rows so that about TW * CUs waves
- *        exist, and the kernel is compiled for that occupancy (__launch_bounds__ second argument:
- *        waves per EU = TW/4 on AMD's 4-SIMD CUs, capped by what the static LDS allows;
- *        min blocks per SM = TW*32/256 on NVIDIA).
+ * Variant meaning (every lane reads 16-byte payload CHUNKS, lane-contiguous, so a row's loads coalesce):
+ *   MX  rows of M compiled for (m <= MX): MX = 1 keeps registers and static LDS of M = 1 small
+ *   RG  row groups per wave: a row is read by wave/RG lanes (RG = 2: half-waves, for short K)
+ *   RW  rows per lane group processed together: each x chunk read from LDS serves RW rows
+ *   U   chunks per lane per row loaded before any arithmetic: RW*U 16-byte loads in flight per lane
+ *   KB  split-K: grid.y cuts each row's blocks into KB slices; the last workgroup to finish a row
+ *       tile adds the partials in slice order (no atomics on y, bitwise reproducible)
+ *   PG  0: one workgroup per row tile; P > 0: a persistent grid of P workgroups per CU looping over
+ *       tiles, so x is quantised into LDS once per workgroup for many tiles instead of once per tile
+ *   PP  1: software pipeline: a workgroup's (tile, batch) sequence is one stream, and the loads of the
+ *       next batch are issued before the arithmetic of this one (two register buffers); 0: batches in turn
+ *       (measured on the H200, 2026-11-30: the single-buffered kernel left the GateUp at 62 % of copy
+ *       bandwidth, latency-bound with one batch per row and 16-24 warps per SM)
  *
- * Data flow (v2; v1 reached ~6% of copy bandwidth on the H200, this one ~80% on the Q4_0 LM head):
- *  1. x is quantised ONCE per workgroup into static LDS / shared memory (tb_quantize_block, the
- *     same rule as kernels/activations.py), not once per row per block as v1 did.
- *  2. Weights are read with 16-byte vector loads (tb_int4 is alignas(16), so nvcc emits
- *     LDG.E.128 and AMD global_load_dwordx4), lane-contiguous: every load is fully coalesced.
- *     A lane's 16 weights are half of a 32-block (one whole group when TB_GROUP == 16).
- *  3. TB_UNROLL independent 16-byte loads per lane are issued before any arithmetic
- *     (8; 4 at TW = 24 where NVIDIA's 3 blocks/SM cap registers at 85).
- *  Static LDS: x of up to TB_CHUNK weights per row of M as int8 + per-32-block scale and sum,
- *  i.e. 40 KB at TB_CHUNK = 8192 (fits gfx9's 64 KB and sm_90's 48 KB static limit; on gfx906/gfx90a
- *  it allows one workgroup, 4 waves, per CU). A K-slice longer than TB_CHUNK is processed in
- *  chunks with x re-staged per row (correct, slower; KB > 1 variants keep slices short).
- *
- * KB > 1 reduction: a "last workgroup reduces" pass inside the same launch, not atomicAdd.
- *   Every slice writes its partial sums to workspace, then bumps a per-row-group counter; the
- *   workgroup that arrives last adds the KB partials in slice order and writes y, and resets the
- *   counter. Why: (1) y is NaN-filled before a parity run and must be fully overwritten, and a
- *   float atomicAdd would need y zeroed by a separate launch (two dispatches per timing, so the
- *   profiler would time the memset too); (2) the sum order is fixed, so results are bitwise
- *   reproducible run to run (atomics are not), which keeps parity and A/B comparisons honest;
- *   (3) the extra traffic is KB*M*N floats, tiny next to N*K weight bytes.
+ * Data flow: (1) the first batch of weight loads is issued, (2) x of this workgroup's K slice is
+ * quantised per 32-block to int8 into static LDS (kernels/activations.py's rule; each 16-weight half
+ * stored at the (chunk, run) slot that reads it, so LDS reads are lane-contiguous 16-byte vectors with
+ * no bank conflicts) together with per-block (xs, xs*xsum), (3) chunks are unpacked in registers and
+ * dotted against x with dp4a / sdot4, (4) the RW x 4 partial sums of a lane group are reduced with a
+ * transposing butterfly (RW*4/2 + ... shuffles instead of RW*4*log2(lanes)).
+ * Static LDS: x of the K slice for MX rows, 1.25 bytes per weight per row: TB_XB(KB, MX) bytes, MX x 10 KiB
+ * at KB <= 2, MX x 6 KiB at KB = 4, MX x 3 KiB at KB = 8. It sets the occupancy on AMD (gfx906/90a/942:
+ * 64 KiB per CU -> 1 workgroup at 40 KiB, 2 at 24, 6 at 10; gfx950: 160 KiB) and the manifest's point
+ * rule says when a (m, k, kb) slice fits.
  */
-#include "tb_portability.h"
-
-#ifndef TB_ASYMMETRIC
-#define TB_ASYMMETRIC 0
-#endif
-#ifndef TB_GROUP
-#define TB_GROUP 32
-#endif
-#if TB_GROUP != 32 && TB_GROUP != 16
-#error "TB_GROUP must be 32 or 16"
-#endif
-#if TB_GROUP == 16 && TB_ASYMMETRIC
-#error "asymmetric formats use 32-weight groups"
-#endif
+#include "tb_formats.h"
 
 #define TB_THREADS 256
 #define TB_WAVES (TB_THREADS / TB_WAVE)
-#define TB_MAXM 4
-#ifndef TB_CHUNK
-#define TB_CHUNK 8192 /* weights of x per row held in LDS / shared memory */
+/* static LDS bytes: x of the K slice for MX rows, 1.25 bytes per weight per row */
+#define TB_XB(KB, MX) ((MX) * ((KB) <= 2 ? 10240 : ((KB) == 4 ? 6144 : 3072)))
+
+/* 32-bit registers one chunk keeps live between its loads and its arithmetic (payload + meta) */
+#if defined(TB_FMT_Q6_K)
+#define TB_META_REGS 5
+#elif defined(TB_FMT_Q4_K)
+#define TB_META_REGS 3
+#elif defined(TB_FMT_Q5_0) || defined(TB_FMT_Q5_1) || defined(TB_FMT_IQ4_XS)
+#define TB_META_REGS 2
+#else
+#define TB_META_REGS 1
 #endif
-#define TB_CHUNK_BLOCKS (TB_CHUNK / 32)
-#define TB_CHUNK_VEC (TB_CHUNK / 16) /* 16-byte pieces of one staged x row */
-/* 16-byte loads in flight per lane: 8 where registers allow, 4 at TW = 24 (3 blocks/SM cap
- * registers at 85 on sm_90; 8 would spill there: measured with ptxas -v) */
-#define TB_UNROLL_FOR(TW) ((TW) >= 24 ? 4 : 8)
+/* registers a variant needs, calibrated on sm_90 ptxas -v (Q4_0: 60 at RW=1,U=2; 94 at 1,8; 112 at 2,4):
+ * a base, each chunk in flight (payload, meta, its address), each further row's unpacked chunk */
+#define TB_EST_REGS(RW, U, MX) (30 + 5 * (MX) + (RW) * (U) * (5 + TB_META_REGS) + (4 + 3 * (MX)) * ((RW) - 1))
 
 #if defined(TB_AMD)
-/* Waves per EU asked of the compiler: TW/4, but no more than the static LDS allows. A 256-thread
- * workgroup is one wave per SIMD, so waves per EU = workgroups per CU = LDS per CU / LDS per
- * workgroup (64 KB on gfx906/gfx90a/gfx942: 1; 160 KB on gfx950: 3). Asking for more only caps
- * VGPRs (6 waves/EU -> 40 VGPRs: spills) for an occupancy the LDS never permits. */
+/* waves per EU asked of the compiler: what the static LDS permits (a 256-thread workgroup is one wave
+ * per SIMD), capped by what the registers of the variant permit (256 VGPRs per lane per SIMD) */
 #if defined(__gfx950__)
 #define TB_LDS_PER_CU 163840
 #else
 #define TB_LDS_PER_CU 65536
 #endif
-#define TB_LDS_BYTES (TB_MAXM * TB_CHUNK + 2 * 4 * TB_MAXM * TB_CHUNK_BLOCKS + 4)
-#define TB_LDS_WAVES (TB_LDS_PER_CU / TB_LDS_BYTES > 0 ? TB_LDS_PER_CU / TB_LDS_BYTES : 1)
-#define TB_DECODE_WANT(TW) ((TW) / 4 > 0 ? (TW) / 4 : 1)
-#define TB_DECODE_OCCUPANCY(TW) (TB_DECODE_WANT(TW) < TB_LDS_WAVES ? TB_DECODE_WANT(TW) : TB_LDS_WAVES)
+#define TB_LDS_WAVES(KB, MX) (TB_LDS_PER_CU / TB_XB(KB, MX) > 0 ? TB_LDS_PER_CU / TB_XB(KB, MX) : 1)
+/* AMD code needs more VGPRs than sm_90 needs registers: about one more per chunk in flight (gfx906 hipcc:
+ * 84 VGPRs + 3 spills at MX=1, RW=1, U=8 capped at 3 waves), and half as many again for the formats
+ * with two or more meta words (Q4_K / IQ4_XS at MX=1, RW=2, U=4: 128 VGPRs + 28 spills at 2 waves) */
+#if TB_META_REGS >= 2
+#define TB_EST_VGPRS(RW, U, MX) (TB_EST_REGS(RW, U, MX) * 3 / 2)
 #else
-#define TB_DECODE_OCCUPANCY(TW) ((TW) * 32 / TB_THREADS > 0 ? (TW) * 32 / TB_THREADS : 1)
+#define TB_EST_VGPRS(RW, U, MX) (TB_EST_REGS(RW, U, MX) + (RW) * (U))
+#endif
+#define TB_REG_WAVES(RW, U, MX) (256 / TB_EST_VGPRS(RW, U, MX) > 0 ? 256 / TB_EST_VGPRS(RW, U, MX) : 1)
+#define TB_OCC(RW, U, KB, MX)                                                                           \
+    (TB_LDS_WAVES(KB, MX) < TB_REG_WAVES(RW, U, MX) ? TB_LDS_WAVES(KB, MX) : TB_REG_WAVES(RW, U, MX))
+#else
+/* min blocks per SM: 65536 registers / (256 threads * registers the variant needs) */
+#define TB_OCC_R(RW, U, MX) (65536 / (TB_THREADS * TB_EST_REGS(RW, U, MX)))
+#define TB_OCC(RW, U, KB, MX) (TB_OCC_R(RW, U, MX) > 4 ? 4 : (TB_OCC_R(RW, U, MX) < 1 ? 1 : TB_OCC_R(RW, U, MX)))
 #endif
 
-#define TB_DECODE_PARAMS                                                                          \
-    const tb_i8 *__restrict__ qs, const tb_u16 *__restrict__ scales,                              \
-        const tb_u16 *__restrict__ mins, const float *__restrict__ x, float *__restrict__ y,      \
-        float *__restrict__ workspace, tb_u32 *__restrict__ counters, int m, int n, int k,         \
-        int rows_per_wave
+#define TB_DECODE_PARAMS                                                                             \
+    const tb_u8 *__restrict__ qs, const tb_u8 *__restrict__ qh, const tb_u8 *__restrict__ sc,        \
+        const float *__restrict__ x, float *__restrict__ y, float *__restrict__ workspace,           \
+        tb_u32 *__restrict__ counters, int m, int n, int k, int tiles, int grid_x
 
-/* 16-byte aligned so one vector load is emitted per 16 weights (LDG.E.128 / global_load_dwordx4,
- * LDS.128 / ds_read_b128); a plain 4-int struct is 4-byte aligned and compiles to four loads.
- * Every address read through it is 16-byte aligned: rows start at row*k bytes (k % 32 == 0) and
- * the LDS arrays are declared as tb_int4. */
-struct alignas(16) tb_int4 {
-    tb_i32 x, y, z, w;
+struct alignas(8) tb_f2 {
+    float x, y;
+};
+struct alignas(16) tb_f4 {
+    float x, y, z, w;
 };
 
-/* quantise blocks [c0, c1) of every x row into LDS (all threads of the workgroup) */
-TB_DEV void tb_stage_x(const float *__restrict__ x, int m, int k, int c0, int c1, tb_int4 *xq_s, float *xs_s,
-                       tb_i32 *xsum_s) {
-    const int nblk = c1 - c0;
-    for (int t = TB_TID; t < nblk * m; t += TB_THREADS) {
-        const int i = t / nblk;
-        const int b = t - i * nblk;
-        tb_i32 packed[8], sum;
-        const float xs = tb_quantize_block(x + (tb_size)i * (tb_size)k + (tb_size)(c0 + b) * 32, packed, &sum);
-        tb_int4 *dst = xq_s + i * TB_CHUNK_VEC + 2 * b;
-        dst[0] = tb_int4{packed[0], packed[1], packed[2], packed[3]};
-        dst[1] = tb_int4{packed[4], packed[5], packed[6], packed[7]};
-        xs_s[i * TB_CHUNK_BLOCKS + b] = xs;
-        xsum_s[i * TB_CHUNK_BLOCKS + b] = sum;
+/* Quantise x blocks [b0, b0 + nb) (32-weight blocks) of every row of M into LDS, 8 lanes per block (one
+ * float4 each: coalesced loads, few registers while the first weight loads are in flight):
+ * xq: [M][TB_RUNS][nchunks] 16-byte slots, xm: [M][nb] (xs, xs * xsum). Same rule as
+ * kernels/activations.py: amax, inv = 127 / amax (0 when amax = 0), q = rint(x * inv), xs = amax / 127. */
+TB_DEV void tb_stage_x(const float *__restrict__ x, int m, int k, int b0, int nb, int c0, int nchunks,
+                       tb_u32x4 *xq, float *xm) {
+    const int total = 8 * nb * m;
+    for (int base = 0; base < total; base += TB_THREADS) { /* uniform trip count: shuffles below */
+        const int t = base + TB_TID;
+        const bool on = t < total;
+        const int blk = t >> 3, part = t & 7;
+        const int i = on ? blk / nb : 0;
+        const int b = on ? blk - i * nb : 0;
+        tb_f4 v = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (on) v = *(const tb_f4 *)(x + (tb_size)i * (tb_size)k + (tb_size)(b0 + b) * 32 + 4 * part);
+        float amax = tb_fmaxf(tb_fmaxf(tb_fabsf(v.x), tb_fabsf(v.y)), tb_fmaxf(tb_fabsf(v.z), tb_fabsf(v.w)));
+        amax = tb_fmaxf(amax, tb_shfl_xor(amax, 4));
+        amax = tb_fmaxf(amax, tb_shfl_xor(amax, 2));
+        amax = tb_fmaxf(amax, tb_shfl_xor(amax, 1));
+        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        const tb_i32 q0 = (tb_i32)tb_rintf(v.x * inv), q1 = (tb_i32)tb_rintf(v.y * inv);
+        const tb_i32 q2 = (tb_i32)tb_rintf(v.z * inv), q3 = (tb_i32)tb_rintf(v.w * inv);
+        float sum = (float)(q0 + q1 + q2 + q3); /* exact: |sum| <= 4064 */
+        sum += tb_shfl_xor(sum, 4);
+        sum += tb_shfl_xor(sum, 2);
+        sum += tb_shfl_xor(sum, 1);
+        if (on) {
+            int c, run;
+            tb_half_slot(2 * (b0 + b) + (part >> 2), &c, &run);
+            tb_u32 *slot = (tb_u32 *)(xq + (i * TB_RUNS + run) * nchunks + (c - c0));
+            slot[part & 3] = (tb_u32)(q0 & 0xFF) | ((tb_u32)(q1 & 0xFF) << 8) | ((tb_u32)(q2 & 0xFF) << 16) |
+                             ((tb_u32)(q3 & 0xFF) << 24);
+            if (part == 0) {
+                const float xs = amax / 127.0f;
+                xm[2 * (i * nb + b)] = xs;
+                xm[2 * (i * nb + b) + 1] = xs * sum;
+            }
+        }
     }
 }
 
-/* one row over blocks [c0, c1) with x staged in LDS; adds into acc[0..m) */
-template <int TB_UNROLL>
-__device__ TB_FORCEINLINE void tb_row_chunk(const tb_i8 *__restrict__ qs, const tb_u16 *__restrict__ scales,
-                                            const tb_u16 *__restrict__ mins, int row, int k, int m, int c0,
-                                            int c1, const tb_int4 *xq_s, const float *xs_s,
-                                            const tb_i32 *xsum_s, float *acc) {
-    const int lane = tb_lane();
-    const int ng = k / TB_GROUP;
-    const int h0 = 2 * c0, h1 = 2 * c1; /* 16-weight halves */
-    const tb_int4 *wrow = (const tb_int4 *)(qs + (tb_size)row * (tb_size)k);
-    const tb_u16 *srow = scales + (tb_size)row * (tb_size)ng;
-#if TB_ASYMMETRIC
-    const tb_u16 *mrow = mins + (tb_size)row * (tb_size)ng;
-#else
-    (void)mins;
-    (void)xsum_s;
-#endif
-    for (int base = h0; base < h1; base += TB_WAVE * TB_UNROLL) {
-        tb_int4 w[TB_UNROLL];
+/* Transposing butterfly over a lane group of G lanes: V values per lane in, after it v[0] holds the
+ * group sum of value tb_owned<V, G>(lane) (V and G powers of two, V <= G). */
+template <int V, int G>
+struct tb_reduce {
+    static __device__ TB_FORCEINLINE void run(float *v, int lane) {
+        if constexpr (G == 1) {
+            return;
+        } else if constexpr (V == 1) {
+            v[0] += tb_shfl_xor(v[0], G / 2);
+            tb_reduce<1, G / 2>::run(v, lane);
+        } else {
+            const bool up = (lane & (G / 2)) != 0;
 #pragma unroll
-        for (int u = 0; u < TB_UNROLL; ++u) {
-            const int h = base + u * TB_WAVE + lane;
-            if (h < h1) w[u] = wrow[h];
+            for (int i = 0; i < V / 2; ++i) {
+                const float send = up ? v[i] : v[i + V / 2];
+                const float keep = up ? v[i + V / 2] : v[i];
+                v[i] = keep + tb_shfl_xor(send, G / 2);
+            }
+            tb_reduce<V / 2, G / 2>::run(v, lane);
         }
+    }
+    static __device__ TB_FORCEINLINE int owned(int lane) {
+        if constexpr (V == 1 || G == 1) {
+            return 0;
+        } else {
+            return ((lane & (G / 2)) ? V / 2 : 0) + tb_reduce<V / 2, G / 2>::owned(lane);
+        }
+    }
+};
+
+/* the 16-byte payload chunks (and their scale / high-bit words) of one batch: U chunks of RW rows */
+template <int RW, int U>
+struct tb_batch {
+    tb_u32 q[RW][U][4];
+    tb_meta mt[RW][U];
+};
+
+/* Everything a workgroup knows about its share of the problem: K slice, LDS x, row geometry. */
+template <int RG, int RW, int U, int KB, int MX>
+struct tb_work {
+    static constexpr int G = TB_WAVE / RG;              /* lanes per row */
+    static constexpr int ROWS_WG = TB_WAVES * RG * RW;  /* rows per tile */
+    static constexpr int V = RW * MX;                   /* partial sums per lane */
+    const tb_u8 *qs, *qh, *sc;
+    float *y, *workspace;
+    tb_u32 *counters;
+    int m, n, tid, lg, rowoff, slice, c0, c1, nchunks, xb0, nxb;
+    tb_size qs_row, qh_row, sc_row;
+    const tb_u32x4 *xq;
+    const float *xm;
+
+    /* issue the loads of batch `base` of tile `tile` (rows past n are clamped: loads stay valid) */
+    __device__ TB_FORCEINLINE void load(tb_batch<RW, U> &b, int tile, int base) const {
+        const int row0 = tile * ROWS_WG + rowoff;
 #pragma unroll
-        for (int u = 0; u < TB_UNROLL; ++u) {
-            const int h = base + u * TB_WAVE + lane;
-            if (h < h1) {
-                const int lh = h - h0; /* half inside the staged chunk */
-                const int lb = lh >> 1; /* block inside the staged chunk */
-#if TB_GROUP == 32
-                const float s = tb_h2f(srow[h >> 1]);
+        for (int r = 0; r < RW; ++r) {
+            const tb_size row = (tb_size)(row0 + r < n ? row0 + r : n - 1);
+            const tb_u8 *qsr = qs + row * qs_row;
+            const tb_u8 *qhr = TB_QH_BYTES ? qh + row * qh_row : qh;
+            const tb_u8 *scr = sc + row * sc_row;
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int c = base + u * G + lg;
+                if (c < c1) {
+                    tb_ld_u32x4(qsr + 16 * (tb_size)c, b.q[r][u]);
+                    b.mt[r][u] = tb_load_meta(qhr, scr, c);
+                }
+            }
+        }
+    }
+
+    /* unpack the batch in registers and add its dot products with x (from LDS) into acc */
+    __device__ TB_FORCEINLINE void compute(const tb_batch<RW, U> &b, int base, float *acc) const {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int c = base + u * G + lg;
+            if (c < c1) {
+                const int lc = c - c0;
+                const int bl = tb_chunk_p_lo(c) / 32 - xb0, bh = tb_chunk_p_hi(c) / 32 - xb0;
+                (void)bh;
+                tb_chunk ch[RW];
+#pragma unroll
+                for (int r = 0; r < RW; ++r) ch[r] = tb_unpack(b.q[r][u], b.mt[r][u], c);
+#pragma unroll
+                for (int i = 0; i < MX; ++i) {
+                    if (i < m) { /* x of row i read once from LDS, used by all RW rows */
+                        tb_i32 xl[4], xh[4];
+                        const tb_u32x4 a = xq[(i * TB_RUNS) * nchunks + lc];
+                        xl[0] = (tb_i32)a.x, xl[1] = (tb_i32)a.y, xl[2] = (tb_i32)a.z, xl[3] = (tb_i32)a.w;
+#if TB_RUNS == 2
+                        const tb_u32x4 h = xq[(i * TB_RUNS + 1) * nchunks + lc];
+                        xh[0] = (tb_i32)h.x, xh[1] = (tb_i32)h.y, xh[2] = (tb_i32)h.z, xh[3] = (tb_i32)h.w;
 #else
-                const float s = tb_h2f(srow[h]);
+                        xh[0] = xh[1] = xh[2] = xh[3] = 0;
 #endif
-#if TB_ASYMMETRIC
-                const float mn = (h & 1) == 0 ? tb_h2f(mrow[h >> 1]) : 0.0f;
+                        const tb_f2 ml = *(const tb_f2 *)(xm + 2 * (i * nxb + bl));
+#if TB_SAME_BLOCK || TB_RUNS == 1
+                        const tb_f2 mh = ml; /* both runs in one 32-block of x */
+#else
+                        const tb_f2 mh = *(const tb_f2 *)(xm + 2 * (i * nxb + bh));
 #endif
 #pragma unroll
-                for (int i = 0; i < TB_MAXM; ++i) {
-                    if (i < m) {
-                        const tb_int4 xv = xq_s[i * TB_CHUNK_VEC + lh];
-                        tb_i32 d = tb_dot4(w[u].x, xv.x, 0);
-                        d = tb_dot4(w[u].y, xv.y, d);
-                        d = tb_dot4(w[u].z, xv.z, d);
-                        d = tb_dot4(w[u].w, xv.w, d);
-                        float r = s * (float)d;
-#if TB_ASYMMETRIC
-                        r += mn * (float)xsum_s[i * TB_CHUNK_BLOCKS + lb];
-#endif
-                        acc[i] += xs_s[i * TB_CHUNK_BLOCKS + lb] * r;
+                        for (int r = 0; r < RW; ++r)
+                            acc[r * MX + i] += tb_chunk_dot(&ch[r], c, xl, xh, ml.x, mh.x, ml.y, mh.y);
                     }
                 }
             }
         }
     }
-}
 
-template <int KB, int TW>
-__device__ TB_FORCEINLINE void tb_decode_body(TB_DECODE_PARAMS) {
-    constexpr int U = TB_UNROLL_FOR(TW);
-    __shared__ tb_int4 xq_s[TB_MAXM * TB_CHUNK_VEC];
-    __shared__ float xs_s[TB_MAXM * TB_CHUNK_BLOCKS];
-    __shared__ tb_i32 xsum_s[TB_MAXM * TB_CHUNK_BLOCKS];
-    const int tid = TB_TID;
-    const int lane = tid & (TB_WAVE - 1);
-    const int wave = tid / TB_WAVE;
-    const int nb = k >> 5;
-    const int slice = KB > 1 ? TB_BID_Y : 0;
-    const int per = (nb + KB - 1) / KB;
-    const int b_begin = slice * per < nb ? slice * per : nb;
-    const int b_end = b_begin + per < nb ? b_begin + per : nb;
-    const int wg_row0 = TB_BID_X * TB_WAVES * rows_per_wave;
-    const int row0 = wg_row0 + wave * rows_per_wave;
-    const bool one_chunk = b_end - b_begin <= TB_CHUNK_BLOCKS;
-
-    if (one_chunk) {
-        tb_stage_x(x, m, k, b_begin, b_end, xq_s, xs_s, xsum_s);
-        tb_sync();
-    }
-    for (int r = 0; r < rows_per_wave; ++r) {
-        const int row = row0 + r;
-        if (one_chunk && row >= n) break; /* wave-uniform; no barrier follows in this path */
-        float acc[TB_MAXM];
-#pragma unroll
-        for (int i = 0; i < TB_MAXM; ++i) acc[i] = 0.0f;
-        if (one_chunk) {
-            tb_row_chunk<U>(qs, scales, mins, row, k, m, b_begin, b_end, xq_s, xs_s, xsum_s, acc);
-        } else {
-            /* every wave of the workgroup runs the same trip count here: barriers stay matched */
-            for (int c0 = b_begin; c0 < b_end; c0 += TB_CHUNK_BLOCKS) {
-                const int c1 = c0 + TB_CHUNK_BLOCKS < b_end ? c0 + TB_CHUNK_BLOCKS : b_end;
-                tb_sync();
-                tb_stage_x(x, m, k, c0, c1, xq_s, xs_s, xsum_s);
-                tb_sync();
-                if (row < n) tb_row_chunk<U>(qs, scales, mins, row, k, m, c0, c1, xq_s, xs_s, xsum_s, acc);
-            }
-            if (row >= n) continue;
+    /* reduce the lane group's sums, write y (KB = 1) or this slice's partials; with KB > 1 the
+     * last slice of the tile to arrive adds the partials in slice order. Zeroes acc. */
+    __device__ TB_FORCEINLINE void finish(int tile, float *acc) const {
+        tb_reduce<V, G>::run(acc, lg);
+        const int j = tb_reduce<V, G>::owned(lg);
+        const int r = j / MX, i = j % MX;
+        const int row = tile * ROWS_WG + rowoff + r;
+        if ((lg & (G / V - 1)) == 0 && i < m && row < n) {
+            if (KB == 1)
+                y[(tb_size)i * (tb_size)n + (tb_size)row] = acc[0];
+            else
+                workspace[((tb_size)slice * (tb_size)m + (tb_size)i) * (tb_size)n + (tb_size)row] = acc[0];
         }
 #pragma unroll
-        for (int i = 0; i < TB_MAXM; ++i) {
-#pragma unroll
-            for (int off = TB_WAVE / 2; off > 0; off >>= 1) acc[i] += tb_shfl_xor(acc[i], off);
-        }
-        if (lane == 0) {
-#pragma unroll
-            for (int i = 0; i < TB_MAXM; ++i) {
-                if (i < m) {
-                    if (KB == 1)
-                        y[(tb_size)i * (tb_size)n + (tb_size)row] = acc[i];
-                    else
-                        workspace[((tb_size)slice * (tb_size)m + (tb_size)i) * (tb_size)n + (tb_size)row] = acc[i];
+        for (int v = 0; v < V; ++v) acc[v] = 0.0f;
+        if (KB > 1) {
+            __shared__ int tb_last;
+            tb_fence_release_device(); /* this thread's partials visible device-wide before the count */
+            tb_sync();
+            if (tid == 0) tb_last = tb_atomic_inc(&counters[tile]) == (tb_u32)(KB - 1);
+            tb_sync();
+            if (tb_last) {
+                tb_fence_acquire_device();
+                const int first = tile * ROWS_WG;
+                const int left = n - first;
+                const int rows = left < ROWS_WG ? left : ROWS_WG;
+                const volatile float *ws = workspace;
+                for (int t = tid; t < rows * m; t += TB_THREADS) {
+                    const int ii = t / rows;
+                    const int rr = first + t % rows;
+                    float s = 0.0f;
+                    for (int sl = 0; sl < KB; ++sl)
+                        s += ws[((tb_size)sl * (tb_size)m + (tb_size)ii) * (tb_size)n + (tb_size)rr];
+                    y[(tb_size)ii * (tb_size)n + (tb_size)rr] = s;
                 }
+                if (tid == 0) tb_atomic_store_zero(&counters[tile]);
             }
+            tb_sync(); /* tb_last is rewritten by the next tile */
         }
     }
+};
 
-    if (KB > 1) {
-        __shared__ int tb_last;
-        tb_fence_release_device(); /* this thread's partials visible device-wide before the count */
-        tb_sync();
-        if (tid == 0) tb_last = tb_atomic_inc(&counters[TB_BID_X]) == (tb_u32)(KB - 1);
-        tb_sync();
-        if (tb_last) {
-            tb_fence_acquire_device();
-            const int left = n - wg_row0;
-            const int rows = left < TB_WAVES * rows_per_wave ? left : TB_WAVES * rows_per_wave;
-            const volatile float *ws = workspace;
-            for (int t = tid; t < rows * m; t += TB_THREADS) {
-                const int i = t / rows;
-                const int row = wg_row0 + t % rows;
-                float s = 0.0f;
-                for (int sl = 0; sl < KB; ++sl) s += ws[((tb_size)sl * (tb_size)m + (tb_size)i) * (tb_size)n + (tb_size)row];
-                y[(tb_size)i * (tb_size)n + (tb_size)row] = s;
+template <int RG, int RW, int U, int KB, int PG, int MX, int PP>
+__device__ TB_FORCEINLINE void tb_decode_body(TB_DECODE_PARAMS) {
+    typedef tb_work<RG, RW, U, KB, MX> W;
+    static_assert(W::V <= W::G, "the butterfly needs RW * MX <= lanes per row");
+    __shared__ tb_u32x4 lds[TB_XB(KB, MX) / 16];
+    (void)PG;
+
+    W w;
+    w.qs = qs, w.qh = qh, w.sc = sc, w.y = y, w.workspace = workspace, w.counters = counters;
+    w.m = m, w.n = n;
+    w.tid = TB_TID;
+    const int lane = w.tid & (TB_WAVE - 1);
+    w.lg = lane & (W::G - 1);                                       /* lane inside its row group */
+    w.rowoff = ((w.tid / TB_WAVE) * RG + lane / W::G) * RW;        /* first row of this group in a tile */
+    /* this workgroup's K slice, in whole format blocks */
+    const int nblk = k / TB_BLOCK_WEIGHTS;
+    w.slice = KB > 1 ? TB_BID_Y : 0;
+    const int per = (nblk + KB - 1) / KB;
+    const int blk0 = w.slice * per < nblk ? w.slice * per : nblk;
+    const int blk1 = blk0 + per < nblk ? blk0 + per : nblk;
+    w.c0 = blk0 * TB_CHUNKS_PER_BLOCK, w.c1 = blk1 * TB_CHUNKS_PER_BLOCK;
+    w.nchunks = w.c1 - w.c0;
+    w.xb0 = blk0 * (TB_BLOCK_WEIGHTS / 32), w.nxb = (blk1 - blk0) * (TB_BLOCK_WEIGHTS / 32);
+    w.qs_row = (tb_size)k * TB_QBITS / 8;
+    w.qh_row = (tb_size)(k / TB_BLOCK_WEIGHTS) * TB_QH_BYTES;
+    w.sc_row = (tb_size)(k / TB_BLOCK_WEIGHTS) * TB_SC_BYTES;
+    tb_u32x4 *xq = lds;
+    float *xm = (float *)(lds + m * TB_RUNS * w.nchunks);
+    w.xq = xq, w.xm = xm;
+
+    float acc[W::V];
+#pragma unroll
+    for (int v = 0; v < W::V; ++v) acc[v] = 0.0f;
+    int tile = TB_BID_X;
+    if (tile >= tiles) return; /* uniform over the workgroup */
+    constexpr int STEP = W::G * U;
+
+    if (PP == 0) {
+        /* batches one after the other: the next loads start after this batch's arithmetic */
+        bool staged = false;
+        for (; tile < tiles; tile += grid_x) {
+            for (int base = w.c0; base < w.c1 || !staged; base += STEP) { /* uniform trip count */
+                tb_batch<RW, U> b;
+                w.load(b, tile, base);
+                if (!staged) { /* first batch: its loads are in flight while x is staged */
+                    tb_stage_x(x, m, k, w.xb0, w.nxb, w.c0, w.nchunks, xq, xm);
+                    tb_sync();
+                    staged = true;
+                    if (base >= w.c1) break; /* empty slice */
+                }
+                w.compute(b, base, acc);
             }
-            if (tid == 0) tb_atomic_store_zero(&counters[TB_BID_X]);
+            w.finish(tile, acc);
         }
+        return;
+    }
+
+    /* PP = 1: software pipeline over the flattened (tile, batch) sequence of this workgroup: the loads
+     * of the next batch (of this tile or the next) are issued before this batch's arithmetic, so every
+     * lane keeps 16-byte loads in flight through the unpack, the dots and the end-of-tile reduction */
+    if (w.c1 == w.c0) { /* empty K slice (KB > number of blocks): partials are zero */
+        for (; tile < tiles; tile += grid_x) w.finish(tile, acc);
+        return;
+    }
+    tb_batch<RW, U> a, b;
+    int base = w.c0;
+    w.load(a, tile, base);
+    tb_stage_x(x, m, k, w.xb0, w.nxb, w.c0, w.nchunks, xq, xm);
+    tb_sync();
+    for (;;) {
+        int nt = tile, nb = base + STEP;
+        if (nb >= w.c1) nt += grid_x, nb = w.c0;
+        if (nt < tiles) w.load(b, nt, nb);
+        w.compute(a, base, acc);
+        if (nb == w.c0) w.finish(tile, acc);
+        if (nt >= tiles) return;
+        tile = nt, base = nb;
+        nt = tile, nb = base + STEP; /* the same step with the buffers' roles swapped */
+        if (nb >= w.c1) nt += grid_x, nb = w.c0;
+        if (nt < tiles) w.load(a, nt, nb);
+        w.compute(b, base, acc);
+        if (nb == w.c0) w.finish(tile, acc);
+        if (nt >= tiles) return;
+        tile = nt, base = nb;
     }
 }
 
-#define TB_DECODE_VARIANT(KB, TW)                                                                 \
-    extern "C" __global__ TB_LAUNCH_BOUNDS(TB_THREADS, TB_DECODE_OCCUPANCY(TW)) void              \
-        tb_decode_kb##KB##_tw##TW(TB_DECODE_PARAMS) {                                             \
-        tb_decode_body<KB, TW>(qs, scales, mins, x, y, workspace, counters, m, n, k, rows_per_wave); \
+#define TB_DECODE_VARIANT(MX, KB, RW, U, RG, PG, PP)                                                   \
+    extern "C" __global__ TB_LAUNCH_BOUNDS(TB_THREADS, TB_OCC(RW, U * (1 + PP), KB, MX)) void         \
+        tb_decode_mx##MX##_kb##KB##_rw##RW##_u##U##_rg##RG##_pg##PG##_pp##PP(TB_DECODE_PARAMS) {     \
+        tb_decode_body<RG, RW, U, KB, PG, MX, PP>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x); \
     }
 
-/* -DTB_DECODE_VARIANTS='TB_DECODE_VARIANT(1,4) ...' builds a subset; default: the whole GPU space */
+/* -DTB_DECODE_VARIANTS='TB_DECODE_VARIANT(1,1,1,4,1,0,1) ...' builds a subset; default: the whole GPU space
+ * (tests/packages/test_builtin_packages.py checks that this list equals the manifest's space) */
 #ifndef TB_DECODE_VARIANTS
-#define TB_DECODE_VARIANTS                                                                        \
-    TB_DECODE_VARIANT(1, 4) TB_DECODE_VARIANT(1, 8) TB_DECODE_VARIANT(1, 12) TB_DECODE_VARIANT(1, 24) \
-    TB_DECODE_VARIANT(2, 4) TB_DECODE_VARIANT(2, 8) TB_DECODE_VARIANT(2, 12) TB_DECODE_VARIANT(2, 24) \
-    TB_DECODE_VARIANT(4, 4) TB_DECODE_VARIANT(4, 8) TB_DECODE_VARIANT(4, 12) TB_DECODE_VARIANT(4, 24) \
-    TB_DECODE_VARIANT(8, 4) TB_DECODE_VARIANT(8, 8) TB_DECODE_VARIANT(8, 12) TB_DECODE_VARIANT(8, 24) \
-    TB_DECODE_VARIANT(16, 4) TB_DECODE_VARIANT(16, 8) TB_DECODE_VARIANT(16, 12) TB_DECODE_VARIANT(16, 24)
+#define TB_DECODE_VARIANTS \
+    TB_DECODE_VARIANT(1, 1, 1, 2, 1, 0, 1) TB_DECODE_VARIANT(1, 1, 1, 2, 1, 2, 1) TB_DECODE_VARIANT(1, 1, 1, 2, 2, 0, 1) \
+    TB_DECODE_VARIANT(1, 1, 1, 4, 1, 0, 0) TB_DECODE_VARIANT(1, 1, 1, 4, 1, 0, 1) TB_DECODE_VARIANT(1, 1, 1, 4, 1, 2, 0) \
+    TB_DECODE_VARIANT(1, 1, 1, 4, 1, 2, 1) TB_DECODE_VARIANT(1, 1, 1, 4, 2, 0, 0) TB_DECODE_VARIANT(1, 1, 1, 4, 2, 0, 1) \
+    TB_DECODE_VARIANT(1, 1, 1, 8, 1, 0, 0) TB_DECODE_VARIANT(1, 1, 1, 8, 1, 2, 0) TB_DECODE_VARIANT(1, 1, 1, 8, 2, 0, 0) \
+    TB_DECODE_VARIANT(1, 1, 2, 2, 1, 0, 1) TB_DECODE_VARIANT(1, 1, 2, 2, 1, 2, 1) TB_DECODE_VARIANT(1, 1, 2, 2, 2, 0, 1) \
+    TB_DECODE_VARIANT(1, 1, 2, 4, 1, 0, 0) TB_DECODE_VARIANT(1, 1, 2, 4, 1, 2, 0) TB_DECODE_VARIANT(1, 1, 2, 4, 2, 0, 0) \
+    TB_DECODE_VARIANT(1, 4, 1, 2, 1, 0, 1) TB_DECODE_VARIANT(1, 4, 1, 4, 1, 0, 1) TB_DECODE_VARIANT(1, 4, 2, 2, 1, 0, 1) \
+    TB_DECODE_VARIANT(4, 1, 1, 2, 1, 0, 1) TB_DECODE_VARIANT(4, 1, 1, 2, 1, 2, 1) TB_DECODE_VARIANT(4, 1, 1, 2, 2, 0, 1) \
+    TB_DECODE_VARIANT(4, 1, 1, 4, 1, 0, 0) TB_DECODE_VARIANT(4, 1, 1, 4, 1, 0, 1) TB_DECODE_VARIANT(4, 1, 1, 4, 1, 2, 0) \
+    TB_DECODE_VARIANT(4, 1, 1, 4, 1, 2, 1) TB_DECODE_VARIANT(4, 1, 1, 4, 2, 0, 0) TB_DECODE_VARIANT(4, 1, 1, 4, 2, 0, 1) \
+    TB_DECODE_VARIANT(4, 1, 2, 2, 1, 0, 0) TB_DECODE_VARIANT(4, 1, 2, 2, 1, 0, 1) TB_DECODE_VARIANT(4, 1, 2, 2, 1, 2, 0) \
+    TB_DECODE_VARIANT(4, 1, 2, 2, 1, 2, 1) TB_DECODE_VARIANT(4, 1, 2, 2, 2, 0, 0) TB_DECODE_VARIANT(4, 1, 2, 2, 2, 0, 1) \
+    TB_DECODE_VARIANT(4, 1, 2, 4, 1, 0, 0) TB_DECODE_VARIANT(4, 1, 2, 4, 1, 2, 0) TB_DECODE_VARIANT(4, 1, 2, 4, 2, 0, 0) \
+    TB_DECODE_VARIANT(4, 4, 1, 2, 1, 0, 1) TB_DECODE_VARIANT(4, 4, 1, 4, 1, 0, 1) TB_DECODE_VARIANT(4, 4, 2, 2, 1, 0, 1)
 #endif
 TB_DECODE_VARIANTS

@@ -1,269 +1,687 @@
 /*
- * Tunebase prefill GEMM:  y[M][N] = x[M][K] . W[N][K]^T   (M = a prefill bucket, 2 .. 4096)
- * W in the packed kernel layout (kernels/formats/packed.py); x quantised per 32-block to int8 while
- * it is staged into LDS (same rule as kernels/activations.py); integer inner product via tb_dot4.
+ * Tunebase prefill GEMM at the formats' true bytes:  y[M][N] = x[M][K] . W[N][K]^T   (M = 2 .. 4096)
  *
- * Build switches: -DTB_ASYMMETRIC=0|1 (min term), -DTB_GROUP=32|16 (weights per scale).
- * Exported symbols (one per variant):  tb_prefill_n{NT}_mt{MT}_mb{MB}_u{U}
+ * Weights: the tb-split layout (kernels/formats/split.py: per-row qs / qh / sc arrays, the GGUF bytes at the
+ * same size). Activations: quantised ONCE per launch by the prelaunch kernel tb_prefill_prep_sk{SK} into the
+ * workspace (int8 per 32-block, the rule of kernels/activations.py), which also zeroes y for split-K.
  *
- * Kernel arguments (ABI; mirrored in kernels/families/abi.py PREFILL_ARGS, keep in sync):
- *   0  const int8_t   *qs      [N][K]            packed weight values
- *   1  const uint16_t *scales  [N][K/TB_GROUP]   fp16 bits
- *   2  const uint16_t *mins    [N][K/TB_GROUP]   fp16 bits; may be NULL when TB_ASYMMETRIC=0
- *   3  const float    *x       [M][K]            activations
- *   4  float          *y       [M][N]            output, fully overwritten
- *   5  int            m
- *   6  int            n
- *   7  int            k        multiple of 32 (of 256 for K-quant / IQ4_XS sources)
- * Launch: block = (256,1,1), grid = (ceil(N/NT), ceil(M/MT), 1), static LDS only (no dynamic LDS).
+ * Tensor cores with int8 operands:
+ *   NVIDIA sm_90   mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 (m16n8k16 for Q6_K's 16-weight scales);
+ *                  A = activations (ldmatrix.x4), B = weights unpacked in registers from ldmatrix'ed words;
+ *                  cp.async multi-stage pipeline (STAGES), split-K over grid.z.
+ *   AMD gfx90a     v_mfma_i32_16x16x16i8 (two per 32-block), gfx942/gfx950 v_mfma_i32_16x16x32_i8;
+ *   AMD gfx906     v_dot4_i32_i8 (sdot4) register tiles;  AMD: register-staged double buffer in LDS.
+ * Per 32-block scales apply to each k32 partial (as llama.cpp's MMQ does), with no int-to-float convert:
+ * the int32 accumulator starts at the bit pattern of 1.5 * 2^23 (minus OFF * xsum for Q4_0 / Q5_0), so it
+ * ends as that float plus the exact dot; fma(acc, dw, -1.5*2^23*dw) is then round(dot * dw) and a second
+ * fma applies the activation scale (asymmetric formats add min * x-block-sum).
  *
- * Variant meaning:
- *   NT = weight rows per workgroup tile (64 | 128), MT = activation rows per tile (16 | 32 | 64);
- *   each thread owns an (NT/64) x (MT/4) register tile, so N128/MT64 (32 accumulators plus
- *   staging registers) is excluded by the family constraints.
- *   MB = second argument of __launch_bounds__ (waves per EU on AMD, min blocks per SM on NVIDIA).
- *   U  = unroll of the K-block loop inside one LDS stage (4 blocks at NT=64, 2 at NT=128):
- *        0 = compiler's choice, 1 = none, 2, 4 (at NT=128, U2 and U4 both unroll fully).
- * Pipeline: K is consumed in stages of TB_TKB(NT) 32-blocks; two LDS buffers: while stage s is
- * multiplied out of one buffer, stage s+1 is fetched from global memory into registers and
- * then written to the other buffer, one barrier per stage.
+ * Kernel arguments (the manifest's [[args]], in order; the prelaunch kernel takes the same):
+ *   0 const tb_u8 *qs   1 const tb_u8 *qh (null without high bits)   2 const tb_u8 *sc
+ *   3 const float *x [M][K]   4 float *y [M][N]   5 tb_u8 *ws (workspace)   6 int m   7 int n   8 int k
+ * Workspace: xq int8 [Ms][K] (Ms = M rounded up to 16), then per 32-block activation records
+ *   NVIDIA [K/32][Ms/16][8][TBP_REC] words (rows g, g+8 of each 16-row group together: dx, ci [, sx]),
+ *   AMD    [K/32][4][Ms] words (dx, ci, sx planes).
+ *   dx = amax / 127, ci = bits(1.5*2^23) - OFF * xsum, sx = dx * xsum.
+ * Launch: block = (32|64) * warps_n * warps_m threads, grid = (ceil(N/BN), ceil(M/BM), SK), dynamic shared
+ * memory (NVIDIA) / static LDS (AMD) sized as the manifest's [derived] smem.
+ * Exported symbols: tb_prefill_n{BN}_m{BM}_wn{WN}_wm{WM}_kb{KB}_s{ST}_sk{SK}_mb{MB}, tb_prefill_prep_sk{1,2,4}.
  */
 #include "tb_portability.h"
+#include "tb_formats.h"
+#include "tb_prefill_fmt.h"
 
-#ifndef TB_ASYMMETRIC
-#define TB_ASYMMETRIC 0
-#endif
-#ifndef TB_GROUP
-#define TB_GROUP 32
-#endif
-#if TB_GROUP != 32 && TB_GROUP != 16
-#error "TB_GROUP must be 32 or 16"
-#endif
-#if TB_GROUP == 16 && TB_ASYMMETRIC
-#error "asymmetric formats use 32-weight groups"
+#define TBP_STR(x) #x
+#define TBP_UNROLL(n) _Pragma(TBP_STR(unroll n))
+#ifndef TBP_KG_UNROLL
+#define TBP_KG_UNROLL 1 /* block groups of a stage unrolled: more ILP, but a full stage's operands spill */
 #endif
 
-#define TB_THREADS 256
-/* 32-blocks per LDS stage: 8 KiB of weights per buffer, so every thread fetches exactly one
- * weight block per stage and the double-buffered tiles stay under CUDA's 48 KiB static LDS
- * (NT=64: 4 blocks = 128 K values, NT=128: 2 blocks = 64 K values per stage). */
-#define TB_TKB(NT) (TB_THREADS / (NT) * 1)
-#define TB_SPG (32 / TB_GROUP)             /* scales per 32-block */
-#define TB_WSTRIDE(NT) (TB_TKB(NT) * 8 + 1) /* int32 words per LDS row, +1 avoids bank conflicts */
-
-#define TB_PREFILL_PARAMS                                                                         \
-    const tb_i8 *__restrict__ qs, const tb_u16 *__restrict__ scales,                              \
-        const tb_u16 *__restrict__ mins, const float *__restrict__ x, float *__restrict__ y, int m, \
-        int n, int k
-
-template <int NT, int MT>
-struct TbPrefillSmem {
-    tb_i32 w[2][NT][TB_WSTRIDE(NT)];
-    float ws[2][NT][TB_TKB(NT) * TB_SPG];
-#if TB_ASYMMETRIC
-    float wm[2][NT][TB_TKB(NT)];
+#if !defined(TB_DEV_MEMBER)
+#define TB_DEV_MEMBER __device__ TB_FORCEINLINE
 #endif
-    tb_i32 xq[2][MT][TB_WSTRIDE(NT)];
-    float xs[2][MT][TB_TKB(NT)];
-    tb_i32 xsum[2][MT][TB_TKB(NT)];
-};
 
-template <int NT, int MT>
-struct TbPrefillStage {
-    static constexpr int WB = NT * TB_TKB(NT) / TB_THREADS; /* weight blocks per thread: 1 */
-    tb_i32 w[WB][8];
-    float ws[WB][TB_SPG];
-    float wm[WB];
-    tb_i32 xq[8];
-    float xs;
-    tb_i32 xsum;
-};
+#define TB_PREFILL_PARAMS                                                                                    \
+    const tb_u8 *__restrict__ qs, const tb_u8 *__restrict__ qh, const tb_u8 *__restrict__ sc,               \
+        const float *__restrict__ x, float *__restrict__ y, tb_u8 *__restrict__ ws, int m, int n, int k
 
-template <int NT, int MT>
-__device__ TB_FORCEINLINE void tb_prefill_fetch(TbPrefillStage<NT, MT> &st, TB_PREFILL_PARAMS, int n0, int m0, int kb0) {
-    const int tid = TB_TID;
-    const int nb = k >> 5;
-    const int ng = k / TB_GROUP;
-#pragma unroll
-    for (int j = 0; j < TbPrefillStage<NT, MT>::WB; ++j) {
-        const int bi = tid + TB_THREADS * j;
-        const int row = n0 + bi / TB_TKB(NT);
-        const int b = kb0 + bi % TB_TKB(NT);
-        const bool ok = row < n && b < nb;
-        if (ok) {
-            const tb_i32 *wp = (const tb_i32 *)(qs + (tb_size)row * (tb_size)k + (tb_size)b * 32);
-#pragma unroll
-            for (int q = 0; q < 8; ++q) st.w[j][q] = wp[q];
-#pragma unroll
-            for (int s = 0; s < TB_SPG; ++s) st.ws[j][s] = tb_h2f(scales[(tb_size)row * (tb_size)ng + (tb_size)b * TB_SPG + s]);
-#if TB_ASYMMETRIC
-            st.wm[j] = tb_h2f(mins[(tb_size)row * (tb_size)ng + (tb_size)b]);
-#else
-            st.wm[j] = 0.0f;
-#endif
-        } else {
-#pragma unroll
-            for (int q = 0; q < 8; ++q) st.w[j][q] = 0;
-#pragma unroll
-            for (int s = 0; s < TB_SPG; ++s) st.ws[j][s] = 0.0f;
-            st.wm[j] = 0.0f;
-        }
-    }
-    st.xs = 0.0f;
-    st.xsum = 0;
-#pragma unroll
-    for (int q = 0; q < 8; ++q) st.xq[q] = 0;
-    if (tid < MT * TB_TKB(NT)) {
-        const int row = m0 + tid / TB_TKB(NT);
-        const int b = kb0 + tid % TB_TKB(NT);
-        if (row < m && b < nb) st.xs = tb_quantize_block(x + (tb_size)row * (tb_size)k + (tb_size)b * 32, st.xq, &st.xsum);
-    }
-    (void)mins;
-    (void)y;
-}
+#define TB_PREFILL_ARGS qs, qh, sc, x, y, ws, m, n, k
 
-template <int NT, int MT>
-__device__ TB_FORCEINLINE void tb_prefill_store(TbPrefillSmem<NT, MT> &sm, const TbPrefillStage<NT, MT> &st, int buf) {
-    const int tid = TB_TID;
-#pragma unroll
-    for (int j = 0; j < TbPrefillStage<NT, MT>::WB; ++j) {
-        const int bi = tid + TB_THREADS * j;
-        const int row = bi / TB_TKB(NT), b = bi % TB_TKB(NT);
-#pragma unroll
-        for (int q = 0; q < 8; ++q) sm.w[buf][row][b * 8 + q] = st.w[j][q];
-#pragma unroll
-        for (int s = 0; s < TB_SPG; ++s) sm.ws[buf][row][b * TB_SPG + s] = st.ws[j][s];
-#if TB_ASYMMETRIC
-        sm.wm[buf][row][b] = st.wm[j];
-#endif
-    }
-    if (tid < MT * TB_TKB(NT)) {
-        const int row = tid / TB_TKB(NT), b = tid % TB_TKB(NT);
-#pragma unroll
-        for (int q = 0; q < 8; ++q) sm.xq[buf][row][b * 8 + q] = st.xq[q];
-        sm.xs[buf][row][b] = st.xs;
-        sm.xsum[buf][row][b] = st.xsum;
+/* ---- vendor primitives -------------------------------------------------------------------------------- */
+#if defined(TB_CUDA)
+TB_DEV tb_u32 tbp_saddr(const void *p) { return (tb_u32)__cvta_generic_to_shared(p); }
+/* cp.async of CH bytes, the bytes past `valid` zero-filled (valid = 0: nothing read) */
+template <int CH>
+TB_DEV void tbp_cp_async(void *dst, const void *src, int valid) {
+    if constexpr (CH == 16) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(tbp_saddr(dst)), "l"(src), "r"(valid));
+    } else {
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(tbp_saddr(dst)), "l"(src), "n"(CH),
+                     "r"(valid));
     }
 }
-
-template <int NT, int MT, int U>
-__device__ TB_FORCEINLINE void tb_prefill_body(TB_PREFILL_PARAMS) {
-    constexpr int RN = NT / 64; /* weight rows per thread */
-    constexpr int RM = MT / 4;  /* activation rows per thread */
-    static_assert(RN * RM <= 16, "register tile too large (N128/MT64 is excluded)");
-    __shared__ TbPrefillSmem<NT, MT> sm;
-    const int tid = TB_TID;
-    const int tn = tid % 64, tm = tid / 64;
-    const int n0 = TB_BID_X * NT, m0 = TB_BID_Y * MT;
-    const int nb = k >> 5;
-    const int stages = (nb + TB_TKB(NT) - 1) / TB_TKB(NT);
-
-    float acc[RN][RM];
-#pragma unroll
-    for (int i = 0; i < RN; ++i)
-#pragma unroll
-        for (int j = 0; j < RM; ++j) acc[i][j] = 0.0f;
-
-    TbPrefillStage<NT, MT> st;
-    tb_prefill_fetch<NT, MT>(st, qs, scales, mins, x, y, m, n, k, n0, m0, 0);
-    tb_prefill_store<NT, MT>(sm, st, 0);
-    tb_sync();
-
-    for (int s = 0; s < stages; ++s) {
-        const int buf = s & 1;
-        if (s + 1 < stages) tb_prefill_fetch<NT, MT>(st, qs, scales, mins, x, y, m, n, k, n0, m0, (s + 1) * TB_TKB(NT));
-
-        auto block = [&](int b) {
-            tb_i32 w[RN][8];
-            float ws[RN][TB_SPG];
-            float wm[RN];
-#pragma unroll
-            for (int i = 0; i < RN; ++i) {
-#pragma unroll
-                for (int q = 0; q < 8; ++q) w[i][q] = sm.w[buf][tn + 64 * i][b * 8 + q];
-#pragma unroll
-                for (int c = 0; c < TB_SPG; ++c) ws[i][c] = sm.ws[buf][tn + 64 * i][b * TB_SPG + c];
-#if TB_ASYMMETRIC
-                wm[i] = sm.wm[buf][tn + 64 * i][b];
+TB_DEV void tbp_cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+TB_DEV void tbp_cp_wait(void) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+TB_DEV void tbp_ldsm4(tb_u32 &r0, tb_u32 &r1, tb_u32 &r2, tb_u32 &r3, const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(tbp_saddr(p)));
+}
+TB_DEV void tbp_ldsm2(tb_u32 &r0, tb_u32 &r1, const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(tbp_saddr(p)));
+}
+TB_DEV void tbp_ldsm1(tb_u32 &r0, const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n" : "=r"(r0) : "r"(tbp_saddr(p)));
+}
+/* d = a(16x32 s8) . b(32x8 s8) + bits(1.5 * 2^23): ONE constant C quad for every mma (ptxas keeps it in four
+ * registers; per-row start values would cost a copy or an add per accumulator) */
+TB_DEV void tbp_mma32(tb_i32 *d, const tb_u32 *a, tb_u32 b0, tb_u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%10, %10, %10, %10};\n"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(TBP_MAGIC_BITS));
+}
+/* d = a(16x16 s8: a0 rows g, a1 rows g+8) . b(16x8 s8) + bits(1.5 * 2^23) */
+TB_DEV void tbp_mma16(tb_i32 *d, tb_u32 a0, tb_u32 a1, tb_u32 b0) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+                 "{%7, %7, %7, %7};\n"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                 : "r"(a0), "r"(a1), "r"(b0), "r"(TBP_MAGIC_BITS));
+}
+/* acc (16x8 f32, C layout of the int8 mma) += a (16x4 tf32: a0 row g, a1 row g+8, col t) . b (4x8: row t, col g) */
+TB_DEV void tbp_mma_tf32(float *acc, const tb_u32 *a, tb_u32 b) {
+    asm volatile("mma.sync.aligned.m16n8k4.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(b));
+}
+/* v ~ hi + lo, both exact tf32 values (low 13 bits cleared): hi*b + lo*b + hi*b_lo is an fp32-grade product
+ * (the dropped lo*b_lo and lo's truncation are below 2^-20 relative); masks instead of cvt.rna: 3 plain ops */
+TB_DEV void tbp_split_tf32(float v, tb_u32 &hi, tb_u32 &lo) {
+    hi = (tb_u32)__float_as_int(v) & 0xFFFFE000u;
+    lo = (tb_u32)__float_as_int(v - __int_as_float((int)hi)) & 0xFFFFE000u;
+}
+TB_DEV float tbp_as_float(tb_i32 v) { return __int_as_float(v); }
+TB_DEV tb_i32 tbp_float_bits(float v) { return __float_as_int(v); }
+TB_DEV void tbp_red_add(float *p, float v) { atomicAdd(p, v); }
+#define TBP_BID_Z ((int)blockIdx.z)
+#define TBP_DYN_SMEM extern __shared__ __align__(16) tb_u8 tbp_smem[];
+#elif defined(TB_AMD)
+TB_DEV float tbp_as_float(tb_i32 v) { return __builtin_bit_cast(float, v); }
+TB_DEV tb_i32 tbp_float_bits(float v) { return __builtin_bit_cast(tb_i32, v); }
+#if defined(TB_HIP_HEADERS)
+#define TBP_BID_Z ((int)blockIdx.z)
 #else
-                wm[i] = 0.0f;
+#define TBP_BID_Z ((int)__builtin_amdgcn_workgroup_id_z())
 #endif
-            }
-#pragma unroll
-            for (int j = 0; j < RM; ++j) {
-                const int mr = tm + 4 * j;
-                tb_i32 xq[8];
-#pragma unroll
-                for (int q = 0; q < 8; ++q) xq[q] = sm.xq[buf][mr][b * 8 + q];
-                const float xs = sm.xs[buf][mr][b];
-                const float xsum = (float)sm.xsum[buf][mr][b];
-#pragma unroll
-                for (int i = 0; i < RN; ++i) {
-#if TB_GROUP == 32
-                    tb_i32 d = 0;
-#pragma unroll
-                    for (int q = 0; q < 8; ++q) d = tb_dot4(w[i][q], xq[q], d);
-                    float r = ws[i][0] * (float)d;
-#if TB_ASYMMETRIC
-                    r += wm[i] * xsum;
+TB_DEV void tbp_red_add(float *p, float v) { __hip_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT); }
+typedef int tbp_v4i __attribute__((ext_vector_type(4)));
 #endif
+/* (TB_EMU: tb_portability.h of tests/kernels/emu supplies the same names, emulated on the host) */
+
+TB_DEV float tbp_fma(float a, float b, float c) {
+#if defined(TB_AMD)
+    return __builtin_fmaf(a, b, c);
 #else
-                    tb_i32 d0 = 0, d1 = 0;
-#pragma unroll
-                    for (int q = 0; q < 4; ++q) d0 = tb_dot4(w[i][q], xq[q], d0);
-#pragma unroll
-                    for (int q = 4; q < 8; ++q) d1 = tb_dot4(w[i][q], xq[q], d1);
-                    float r = ws[i][0] * (float)d0 + ws[i][1] * (float)d1;
+    return fmaf(a, b, c);
 #endif
-                    acc[i][j] += xs * r;
-                }
-                (void)xsum;
-            }
-            (void)wm;
-        };
-        if constexpr (U == 1) {
-#pragma unroll 1
-            for (int b = 0; b < TB_TKB(NT); ++b) block(b);
-        } else if constexpr (U == 2) {
-#pragma unroll 2
-            for (int b = 0; b < TB_TKB(NT); ++b) block(b);
-        } else if constexpr (U == 4) {
-#pragma unroll 4
-            for (int b = 0; b < TB_TKB(NT); ++b) block(b);
-        } else {
-            for (int b = 0; b < TB_TKB(NT); ++b) block(b);
+}
+
+TB_DEV float tbp_rint(float v) {
+#if defined(TB_AMD)
+    return __builtin_rintf(v);
+#else
+    return rintf(v);
+#endif
+}
+
+/* ---- formats: one block's lane words -> the two int8 operand words (k-sets 4q.. and 16+4q..) --------- */
+/* w: the lane's payload words of the block's group (TBP_QS_CHUNKS), h: its high-bit words (Q5: the block's
+ * qh word, Q6_K: 2 words), j: block inside the group, q: lane quarter */
+TB_DEV void tbp_unpack(const tb_u32 *w, const tb_u32 *h, int j, int q, tb_u32 &lo, tb_u32 &hi) {
+    (void)h;
+    (void)j;
+    (void)q;
+#if defined(TB_FMT_Q8_0)
+    lo = w[0];
+    hi = w[1];
+#elif defined(TB_FMT_Q4_0)
+    /* signed operands 16 * (q - 8): (q ^ 8) in a byte's high nibble is q - 8 as a signed nibble, times 16 as
+     * an int8; one LOP3 (+ a shift for the low nibbles). The scale decode divides dw by 16 (exact). */
+    lo = ((w[0] << 4) ^ 0x80808080u) & 0xF0F0F0F0u;
+    hi = (w[0] ^ 0x88888888u) & 0xF0F0F0F0u;
+#elif defined(TB_FMT_Q4_1)
+    lo = TB_NIB_LO(w[0]);
+    hi = TB_NIB_HI(w[0]);
+#elif defined(TB_FMT_Q5_0)
+    /* signed operands 8 * (q - 16): the 5-bit q with its top bit flipped, shifted to a byte's top (dw / 8) */
+    lo = ((TB_NIB_LO(w[0]) | tb_spread4_to_bit4(h[0] >> (4 * q))) ^ 0x10101010u) << 3;
+    hi = ((TB_NIB_HI(w[0]) | tb_spread4_to_bit4(h[0] >> (16 + 4 * q))) ^ 0x10101010u) << 3;
+#elif defined(TB_FMT_Q5_1)
+    lo = TB_NIB_LO(w[0]) | tb_spread4_to_bit4(h[0] >> (4 * q));
+    hi = TB_NIB_HI(w[0]) | tb_spread4_to_bit4(h[0] >> (16 + 4 * q));
+#elif defined(TB_FMT_IQ4_NL) || defined(TB_FMT_IQ4_XS)
+    tb_i32 l, u;
+    tb_iq4_lookup(w[0], &l, &u);
+    lo = (tb_u32)l;
+    hi = (tb_u32)u;
+#elif defined(TB_FMT_Q4_K)
+    lo = j ? TB_NIB_HI(w[0]) : TB_NIB_LO(w[0]);
+    hi = j ? TB_NIB_HI(w[1]) : TB_NIB_LO(w[1]);
+#elif defined(TB_FMT_Q6_K)
+    const tb_u32 wl = w[2 * (j & 1)], wh = w[2 * (j & 1) + 1];
+    const tb_u32 nl = (j & 2) ? TB_NIB_HI(wl) : TB_NIB_LO(wl);
+    const tb_u32 nh = (j & 2) ? TB_NIB_HI(wh) : TB_NIB_LO(wh);
+    lo = tb_bytes_sub(nl | (((h[0] >> (2 * j)) & 0x03030303u) << 4), 0x20202020u);
+    hi = tb_bytes_sub(nh | (((h[1] >> (2 * j)) & 0x03030303u) << 4), 0x20202020u);
+#endif
+}
+
+/* Q4_K 6-bit (scale, min) of sub-block j from the 12 packed bytes (llama.cpp's get_scale_min_k4) */
+TB_DEV void tbp_q4k_scale_min(const tb_u8 *q, int j, tb_u32 *sc, tb_u32 *mn) {
+    if (j < 4) {
+        *sc = q[j] & 63u;
+        *mn = q[j + 4] & 63u;
+    } else {
+        *sc = (q[j + 4] & 0xFu) | ((tb_u32)(q[j - 4] >> 6) << 4);
+        *mn = (tb_u32)(q[j + 4] >> 4) | ((tb_u32)(q[j] >> 6) << 4);
+    }
+}
+
+/* Decoded scales of one (row, block) from the row's raw sc bytes of the stage: out[0] = dw, out[1] = -MAGIC*dw,
+ * and out[2] = mw (asymmetric) or out[2..3] = (dw, -MAGIC*dw) of the block's second 16 weights (Q6_K).
+ * kb: block inside the stage, b: absolute block, delta: Q6_K window misalignment. */
+TB_DEV void tbp_decode_scale(const tb_u8 *raw, int kb, int b, int delta, float *out) {
+    (void)kb;
+    (void)b;
+    (void)delta;
+    float dw, mw = 0.0f;
+#if TBP_KQUANT == 0
+    dw = tb_half(tb_ld_u16(raw + kb * TBP_SCB)) * TBP_OPERAND_SCALE;
+#if TBP_ASYM
+    mw = tb_half(tb_ld_u16(raw + kb * TBP_SCB + 2));
+#endif
+#elif defined(TB_FMT_Q4_K)
+    tb_u32 s6, m6;
+    tbp_q4k_scale_min(raw + 4, b & 7, &s6, &m6);
+    dw = tb_half(tb_ld_u16(raw)) * (float)s6;
+    mw = -(tb_half(tb_ld_u16(raw + 2)) * (float)m6);
+#elif defined(TB_FMT_Q6_K)
+    const int j = b & 7, idx = 8 * (j >> 2) + 2 * (j & 3);
+    const float d = tb_half((tb_u32)raw[delta + 16] | ((tb_u32)raw[delta + 17] << 8));
+    dw = d * (float)(tb_i8)raw[delta + idx];
+    const float dh = d * (float)(tb_i8)raw[delta + idx + 1];
+    out[2] = dh;
+    out[3] = -TBP_MAGIC * dh;
+#elif defined(TB_FMT_IQ4_XS)
+    const int j = b & 7;
+    const tb_u32 low = ((tb_u32)raw[4 + (j >> 1)] >> (4 * (j & 1))) & 0xFu;
+    const tb_u32 high = (tb_ld_u16(raw + 2) >> (2 * j)) & 3u;
+    dw = tb_half(tb_ld_u16(raw)) * (float)((tb_i32)(low | (high << 4)) - 32);
+#endif
+    out[0] = dw;
+    out[1] = -TBP_MAGIC * dw;
+#if TBP_ASYM
+    out[2] = mw; /* stored in the mins plane */
+#endif
+    (void)mw;
+}
+
+/* ---- prelaunch: quantise x once per launch, zero y for split-K ----------------------------------------
+ * One thread per 4 values of x (8 lanes per 32-block, shuffles reduce amax and the sum) and per 4 cells
+ * of y; grid = ceil(max(M*K/4, SK > 1 ? M*N/4 : 0) / 256) blocks of 256 (the manifest's [prelaunch]). */
+template <int SK>
+__device__ TB_FORCEINLINE void tbp_prep_body(TB_PREFILL_PARAMS) {
+    (void)qs;
+    (void)qh;
+    (void)sc;
+    const int nbk = k >> 5;
+    const int ms = (m + 15) & ~15;
+    tb_i8 *xq = (tb_i8 *)ws;
+    tb_i32 *rec = (tb_i32 *)(ws + (tb_size)ms * (tb_size)k);
+    const tb_size gt = (tb_size)TB_BID_X * 256u + (tb_size)TB_TID;
+    const tb_size blk = gt >> 3; /* the 8 lanes of a group share blk: shuffles stay inside live groups */
+    const int l8 = TB_TID & 7;
+    const bool live = blk < (tb_size)m * (tb_size)nbk;
+    const tb_size row = live ? blk / (tb_size)nbk : 0, b = live ? blk % (tb_size)nbk : 0;
+    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (live) {
+        const float *xp = x + row * (tb_size)k + b * 32u + 4u * (tb_size)l8;
+        for (int i = 0; i < 4; ++i) v[i] = xp[i];
+    }
+    float amax = tb_fmaxf(tb_fmaxf(tb_fabsf(v[0]), tb_fabsf(v[1])), tb_fmaxf(tb_fabsf(v[2]), tb_fabsf(v[3])));
+    amax = tb_fmaxf(amax, tb_shfl_xor(amax, 1));
+    amax = tb_fmaxf(amax, tb_shfl_xor(amax, 2));
+    amax = tb_fmaxf(amax, tb_shfl_xor(amax, 4));
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    tb_u32 word = 0;
+    tb_i32 s = 0;
+    for (int i = 0; i < 4; ++i) {
+        const tb_i32 qv = (tb_i32)tbp_rint(v[i] * inv);
+        s += qv;
+        word |= ((tb_u32)(qv & 0xFF)) << (8 * i);
+    }
+    float sf = (float)s; /* exact: |sum| <= 32 * 127 */
+    sf += tb_shfl_xor(sf, 1);
+    sf += tb_shfl_xor(sf, 2);
+    sf += tb_shfl_xor(sf, 4);
+    if (live) {
+        *(tb_u32 *)(xq + row * (tb_size)k + b * 32u + 4u * (tb_size)l8) = word;
+        if (l8 == 0) {
+            const tb_i32 xsum = (tb_i32)sf;
+            const float dx = amax / 127.0f;
+            const tb_i32 ci = TBP_MAGIC_BITS - TBP_OFF * xsum;
+#if defined(TB_AMD) || defined(TB_EMU_AMD)
+            const tb_size plane = (tb_size)nbk * (tb_size)ms;
+            const tb_size at = b * (tb_size)ms + row;
+            rec[at] = tbp_float_bits(dx);
+            rec[plane + at] = ci;
+            rec[2 * plane + at] = tbp_float_bits(dx * sf);
+#else
+            const tb_size grp = (b * (tb_size)(ms >> 4) + (row >> 4)) * 8u + (row & 7u);
+            tb_i32 *r = rec + grp * TBP_REC + ((row >> 3) & 1u);
+            r[0] = tbp_float_bits(dx);
+            r[2] = ci;
+#if TBP_ASYM
+            r[4] = tbp_float_bits(dx * sf);
+#endif
+#endif
         }
+    }
+    if (SK > 1) {
+        const tb_size cells = (tb_size)m * (tb_size)n;
+        for (tb_size i = 4u * gt; i < 4u * gt + 4u && i < cells; ++i) y[i] = 0.0f;
+    }
+}
 
-        if (s + 1 < stages) tb_prefill_store<NT, MT>(sm, st, buf ^ 1);
+#define TB_PREFILL_PREP(SK)                                                                                \
+    extern "C" __global__ TB_LAUNCH_BOUNDS(256, 1) void tb_prefill_prep_sk##SK(TB_PREFILL_PARAMS) {        \
+        tbp_prep_body<SK>(TB_PREFILL_ARGS);                                                              \
+    }
+
+/* ---- stage copy geometry shared by both vendors ------------------------------------------------------ */
+template <int BN, int BM, int KB>
+struct TbpLayout {
+    using S = TbpStage<KB>;
+    static constexpr int A_STRIDE = KB * 32 + 16;
+    static constexpr int A_BYTES = BM * A_STRIDE;
+    static constexpr int AS_BYTES = TBP_AS_BYTES(BM, KB);
+    static constexpr int QS_BYTES = BN * S::QS_STRIDE;
+    static constexpr int QH_BYTES = BN * S::QH_STRIDE;
+    static constexpr int SC_BYTES = BN * S::SC_STRIDE;
+    static constexpr int OFF_AS = A_BYTES;
+    static constexpr int OFF_QS = OFF_AS + AS_BYTES;
+    static constexpr int OFF_QH = OFF_QS + QS_BYTES;
+    static constexpr int OFF_SC = OFF_QH + QH_BYTES;
+    static constexpr int STAGE = OFF_SC + SC_BYTES;
+    static constexpr int WS_BYTES = KB * BN * (TBP_NSC + TBP_ASYM) * 4; /* decoded scales [+ mins] of a stage */
+    static constexpr int MW_OFF = KB * BN * TBP_NSC; /* floats: the mins plane inside the decoded scales */
+    static constexpr int smem(int stages) { return stages * STAGE + WS_BYTES; }
+};
+
+/* byte offset (inside the part's row) and length of a weight part for stage block B0, row bytes per part */
+struct TbpRows {
+    tb_size qs_row, qh_row, sc_row;
+};
+TB_DEV TbpRows tbp_rows(int k) {
+    TbpRows r;
+    r.qs_row = (tb_size)k * TBP_QS_BPB / 32u;
+    r.qh_row = (tb_size)k * TBP_QH_BPB / 32u;
+    r.sc_row = (tb_size)(k / TB_BLOCK_WEIGHTS) * (tb_size)TB_SC_BYTES;
+    return r;
+}
+/* global offset of the stage's raw scale window inside row `row` (K-quants: the super-block's bytes) */
+TB_DEV tb_size tbp_sc_offset(const TbpRows &r, tb_size row, int b0) {
+#if TBP_KQUANT
+    return row * r.sc_row + (tb_size)(b0 >> 3) * (tb_size)TB_SC_BYTES;
+#else
+    return row * r.sc_row + (tb_size)b0 * (tb_size)TBP_SCB;
+#endif
+}
+
+/* ============================================ NVIDIA ================================================= */
+#if defined(TB_CUDA) || defined(TB_EMU_NV)
+
+/* A thread's share of one part's stage copy: ROWS rows of CPR chunks of CH bytes, THREADS threads, every
+ * thread a fixed chunk column (tid % CPR) and rows tid / CPR + j * THREADS / CPR: source pointers are
+ * computed once, a stage only adds its offset. */
+template <int ROWS, int CPR, int CH, int THREADS>
+struct TbpCopy {
+    static_assert(THREADS % CPR == 0, "chunks per row divide the threads");
+    static constexpr int STEP = THREADS / CPR;
+    static constexpr int ITEMS = (ROWS + STEP - 1) / STEP;
+    const tb_u8 *src[ITEMS];
+    int dst[ITEMS];
+    bool ok[ITEMS], live[ITEMS];
+    TB_DEV_MEMBER void init(const tb_u8 *base, int row0, int limit, tb_size row_bytes, int dst_off, int dst_stride) {
+        const int c = TB_TID % CPR, r0 = TB_TID / CPR;
+#pragma unroll
+        for (int j = 0; j < ITEMS; ++j) {
+            const int r = r0 + j * STEP;
+            live[j] = (ROWS % STEP == 0) || r < ROWS;
+            ok[j] = live[j] && row0 + r < limit;
+            src[j] = ok[j] ? base + (tb_size)(row0 + r) * row_bytes + (tb_size)(c * CH) : base;
+            dst[j] = dst_off + r * dst_stride + c * CH;
+        }
+    }
+    /* stage_off: bytes of the stage start inside a row (applied to live rows only) */
+    TB_DEV_MEMBER void copy(tb_u8 *stage, tb_size stage_off) const {
+#pragma unroll
+        for (int j = 0; j < ITEMS; ++j)
+            if (live[j]) tbp_cp_async<CH>(stage + dst[j], ok[j] ? src[j] + stage_off : src[j], ok[j] ? CH : 0);
+    }
+};
+
+/* raw scale bytes of the stage -> decoded floats [KB][BN][TBP_NSC] */
+template <int BN, int BM, int KB, int THREADS>
+TB_DEV void tbp_decode_stage(const tb_u8 *stage, float *wsc, int s, int n0, int k) {
+    using L = TbpLayout<BN, BM, KB>;
+    using S = TbpStage<KB>;
+    const int b0 = s * KB;
+    const TbpRows rows = tbp_rows(k);
+    (void)rows;
+    (void)n0;
+#pragma unroll
+    for (int i0 = 0; i0 < KB * BN; i0 += THREADS) {
+        const int i = i0 + TB_TID;
+        if ((KB * BN) % THREADS != 0 && i >= KB * BN) break;
+        const int kb = i / BN, r = i % BN;
+        int delta = 0;
+#if defined(TB_FMT_Q6_K)
+        delta = (int)(tbp_sc_offset(rows, (tb_size)(n0 + r), b0) & 3u);
+#endif
+        float out[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        tbp_decode_scale(stage + L::OFF_SC + r * S::SC_STRIDE, kb, b0 + kb, delta, out);
+        float *o = wsc + (kb * BN + r) * TBP_NSC;
+        if (TBP_NSC == 4)
+            *(float4 *)o = make_float4(out[0], out[1], out[2], out[3]);
+        else
+            *(float2 *)o = make_float2(out[0], out[1]);
+        if (TBP_ASYM) wsc[L::MW_OFF + kb * BN + r] = out[2];
+    }
+}
+
+template <int BN, int BM, int WN_, int WM_, int KB, int ST, int SK>
+TB_DEV void tbp_nv_body(TB_PREFILL_PARAMS) {
+    using L = TbpLayout<BN, BM, KB>;
+    using S = TbpStage<KB>;
+    constexpr int THREADS = 32 * WN_ * WM_;
+    constexpr int WTN = BN / WN_, WTM = BM / WM_;
+    constexpr int NI = WTN / 8, MI = WTM / 16;
+    static_assert(WTN % 8 == 0 && WTM % 16 == 0, "warp tile");
+    static_assert(NI % 4 == 0, "weights are read 4 fragments per ldmatrix.x4");
+    static_assert(KB % TBP_G == 0 && (KB & (KB - 1)) == 0 && KB <= 8, "stage blocks");
+    TBP_DYN_SMEM
+    tb_u8 *smem = tbp_smem;
+    float *wsc = (float *)(smem + ST * L::STAGE);
+
+    const int tid = TB_TID, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp % WM_, wn = warp / WM_;
+    const int g = lane >> 2, t = lane & 3;
+    const int n0 = TB_BID_X * BN, m0 = TB_BID_Y * BM;
+    const int nst_all = (k >> 5) / KB;
+    const int per = (nst_all + SK - 1) / SK;
+    const int s_begin = TBP_BID_Z * per;
+    const int nst = (nst_all - s_begin) < per ? (nst_all - s_begin) : per;
+    const int ms = (m + 15) & ~15;
+    const TbpRows rows = tbp_rows(k);
+
+    /* the stage copies */
+    TbpCopy<BM, KB * 2, 16, THREADS> cp_a;
+    cp_a.init(ws, m0, m, (tb_size)k, 0, L::A_STRIDE);
+    constexpr int RB = (BM / 16) * 8 * TBP_REC * 4; /* activation-record bytes per block (contiguous) */
+    const tb_size rec_block = (tb_size)(ms >> 4) * (8u * TBP_REC * 4u);
+    TbpCopy<KB, RB / 16, 16, THREADS> cp_r; /* rows = blocks; a chunk past the records is zero-filled */
+    cp_r.init(ws + (tb_size)ms * (tb_size)k + (tb_size)(m0 >> 4) * (8u * TBP_REC * 4u), 0, KB, rec_block, L::OFF_AS,
+              RB);
+    {
+        const int c = tid % (RB / 16);
+        const bool in = (m0 >> 4) + (c * 16) / (8 * TBP_REC * 4) < (ms >> 4);
+#pragma unroll
+        for (int j = 0; j < cp_r.ITEMS; ++j) cp_r.ok[j] = cp_r.ok[j] && in;
+    }
+    TbpCopy<BN, S::QS / 16, 16, THREADS> cp_q;
+    cp_q.init(qs, n0, n, rows.qs_row, L::OFF_QS, S::QS_STRIDE);
+#if TBP_QH_BPB
+    constexpr int HCH = S::QH >= 16 ? 16 : S::QH;
+    TbpCopy<BN, S::QH / HCH, HCH, THREADS> cp_h;
+    cp_h.init(qh, n0, n, rows.qh_row, L::OFF_QH, S::QH_STRIDE);
+#endif
+#if !defined(TB_FMT_Q6_K)
+    TbpCopy<BN, S::SC / S::SC_CHUNK, S::SC_CHUNK, THREADS> cp_s;
+    cp_s.init(sc, n0, n, rows.sc_row, L::OFF_SC, S::SC_STRIDE);
+#endif
+
+    auto load = [&](int s, int buf) {
+        tb_u8 *stage = smem + buf * L::STAGE;
+        const int b0 = s * KB;
+        cp_a.copy(stage, (tb_size)b0 * 32u);
+        cp_r.copy(stage, (tb_size)b0 * rec_block);
+        cp_q.copy(stage, (tb_size)b0 * TBP_QS_BPB);
+#if TBP_QH_BPB
+        cp_h.copy(stage, (tb_size)b0 * TBP_QH_BPB);
+#endif
+#if defined(TB_FMT_Q6_K)
+        /* 18 bytes at a 2-aligned offset: a 4-aligned window of five words, the tail past them zero-filled */
+        for (int i = tid; i < BN * 5; i += THREADS) {
+            const int r = i / 5, c = i % 5, row = n0 + r;
+            int valid = 0;
+            const tb_u8 *src = sc;
+            if (row < n) {
+                const tb_size off = tbp_sc_offset(rows, (tb_size)row, b0);
+                const tb_size from = (off & ~(tb_size)3) + 4u * (tb_size)c, end = off + 18u;
+                valid = from >= end ? 0 : (end - from >= 4u ? 4 : (int)(end - from));
+                src = valid ? sc + from : sc;
+            }
+            tbp_cp_async<4>(stage + L::OFF_SC + r * S::SC_STRIDE + 4 * c, src, valid);
+        }
+#else
+        cp_s.copy(stage, tbp_sc_offset(rows, 0, b0));
+#endif
+    };
+
+    float acc[MI][NI][4];
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+
+#pragma unroll
+    for (int s = 0; s < ST - 1; ++s) {
+        if (s < nst) load(s_begin + s, s);
+        tbp_cp_commit();
+    }
+
+    /* per-lane ldmatrix row addresses: A (x4: rows 0-7 / 8-15, bytes 0-15 / 16-31), B (x4: 4 fragments) */
+    const int a_off = (wm * WTM + ((lane >> 3) & 1) * 8 + (lane & 7)) * L::A_STRIDE + (lane >> 4) * 16;
+    const int b_row = wn * WTN + 8 * (lane >> 3) + (lane & 7);
+    const int r_off = L::OFF_AS + ((wm * MI) * 8 + g) * (TBP_REC * 4);
+    const int w_off = (wn * WTN + 2 * t) * TBP_NSC * 4;
+
+    for (int it = 0; it < nst; ++it) {
+        tbp_cp_wait<ST - 2>();
         tb_sync();
-    }
+        if (it + ST - 1 < nst) load(s_begin + it + ST - 1, (it + ST - 1) % ST);
+        tbp_cp_commit();
+        const tb_u8 *stage = smem + (it % ST) * L::STAGE;
+        tbp_decode_stage<BN, BM, KB, THREADS>(stage, wsc, s_begin + it, n0, k);
+        tb_sync();
 
+        const tb_u8 *sa = stage + a_off;
+        const tb_u8 *sq = stage + L::OFF_QS + b_row * S::QS_STRIDE;
+        TBP_UNROLL(TBP_KG_UNROLL)
+        for (int kg = 0; kg < KB; kg += TBP_G) {
+            /* payload (and Q6_K high-bit) words of 4 fragments per ldmatrix.x4 */
+            tb_u32 w[NI][TBP_QS_CHUNKS];
+#if TBP_QS_CHUNKS == 2 && TBP_G == 1
+            /* Q8_0: the block's two chunks of fragments f, f + 1 -> consecutive registers (the B pair) */
+            const int lsel = (lane >> 3) & 1, fsel = lane >> 4; /* matrix j: chunk j & 1 of fragment f + j / 2 */
+            const tb_u8 *sq8 = stage + L::OFF_QS + (wn * WTN + 8 * fsel + (lane & 7)) * S::QS_STRIDE + 16 * lsel;
 #pragma unroll
-    for (int j = 0; j < RM; ++j) {
-        const int row_m = m0 + tm + 4 * j;
+            for (int f = 0; f < NI; f += 2)
+                tbp_ldsm4(w[f][0], w[f][1], w[f + 1][0], w[f + 1][1], sq8 + 8 * f * S::QS_STRIDE + 32 * kg);
+#else
 #pragma unroll
-        for (int i = 0; i < RN; ++i) {
-            const int row_n = n0 + tn + 64 * i;
-            if (row_m < m && row_n < n) y[(tb_size)row_m * (tb_size)n + (tb_size)row_n] = acc[i][j];
+            for (int c = 0; c < TBP_QS_CHUNKS; ++c)
+#pragma unroll
+                for (int f = 0; f < NI; f += 4)
+                    tbp_ldsm4(w[f][c], w[f + 1][c], w[f + 2][c], w[f + 3][c],
+                              sq + 32 * (f / 4) * S::QS_STRIDE + 16 * (kg * TBP_QS_CHUNKS / TBP_G + c));
+#endif
+#if TBP_QH_CHUNKS
+            tb_u32 h[NI][2];
+            const tb_u8 *sh = stage + L::OFF_QH + b_row * S::QH_STRIDE;
+#pragma unroll
+            for (int c = 0; c < 2; ++c)
+#pragma unroll
+                for (int f = 0; f < NI; f += 4)
+                    tbp_ldsm4(h[f][c], h[f + 1][c], h[f + 2][c], h[f + 3][c],
+                              sh + 32 * (f / 4) * S::QH_STRIDE + 16 * (kg / 2 + c));
+#endif
+#pragma unroll
+            for (int j = 0; j < TBP_G; ++j) {
+                const int kb = kg + j;
+                tb_u32 a[MI][4];
+                float dx[MI][2];
+#pragma unroll
+                for (int i = 0; i < MI; ++i) {
+                    tbp_ldsm4(a[i][0], a[i][1], a[i][2], a[i][3], sa + i * 16 * L::A_STRIDE + kb * 32);
+                    const tb_u8 *rp = stage + r_off + (kb * (BM / 16) + i) * 8 * (TBP_REC * 4);
+                    const int2 r4 = *(const int2 *)rp;
+                    dx[i][0] = tbp_as_float(r4.x);
+                    dx[i][1] = tbp_as_float(r4.y);
+                }
+#pragma unroll
+                for (int f = 0; f < NI; ++f) {
+                    tb_u32 hw[2] = {0u, 0u};
+#if defined(TB_FMT_Q5_0) || defined(TB_FMT_Q5_1)
+                    hw[0] = *(const tb_u32 *)(stage + L::OFF_QH + (wn * WTN + 8 * f + g) * S::QH_STRIDE + 4 * kb);
+#elif TBP_QH_CHUNKS
+                    hw[0] = h[f][0];
+                    hw[1] = h[f][1];
+#endif
+                    tb_u32 b0, b1;
+                    tbp_unpack(w[f], hw, j, t, b0, b1);
+                    /* scales of columns 2t, 2t+1: sw[col][0..NSC) */
+                    const float *wp = (const float *)((const tb_u8 *)wsc + w_off) + (kb * BN + 8 * f) * TBP_NSC;
+                    float sw[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+                    {
+                        const float4 v0 = *(const float4 *)wp;
+                        if (TBP_NSC == 2) {
+                            sw[0][0] = v0.x, sw[0][1] = v0.y, sw[1][0] = v0.z, sw[1][1] = v0.w;
+                        } else {
+                            const float4 v1 = *(const float4 *)(wp + 4);
+                            sw[0][0] = v0.x, sw[0][1] = v0.y, sw[0][2] = v0.z, sw[0][3] = v0.w;
+                            sw[1][0] = v1.x, sw[1][1] = v1.y, sw[1][2] = v1.z, sw[1][3] = v1.w;
+                        }
+                    }
+#pragma unroll
+                    for (int i = 0; i < MI; ++i) {
+#if TBP_G16
+                        tb_i32 dl[4], dh[4];
+                        tbp_mma16(dl, a[i][0], a[i][1], b0);
+                        tbp_mma16(dh, a[i][2], a[i][3], b1);
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            const float *s2 = sw[e & 1];
+                            const float tl = tbp_fma(tbp_as_float(dl[e]), s2[0], s2[1]);
+                            const float th = tbp_fma(tbp_as_float(dh[e]), s2[2], s2[3]);
+                            acc[i][f][e] = tbp_fma(tl + th, dx[i][e >> 1], acc[i][f][e]);
+                        }
+#else
+                        tb_i32 d[4];
+                        tbp_mma32(d, a[i], b0, b1);
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            const float *s2 = sw[e & 1];
+                            const float tv = tbp_fma(tbp_as_float(d[e]), s2[0], s2[1]);
+                            acc[i][f][e] = tbp_fma(tv, dx[i][e >> 1], acc[i][f][e]);
+                        }
+#endif
+                    }
+                }
+            }
+        }
+#if TBP_ASYM
+        /* min terms, sum over blocks of mw[n][b] * sx[m][b] (sx = x scale * x block sum): a GEMM of depth K/32 on
+         * the tensor cores, m16n8k4 tf32 accumulating into acc itself, operands split hi + lo (3 products:
+         * fp32-grade sums), instead of one more FFMA per accumulator and block */
+#pragma unroll
+        for (int kq = 0; kq < KB; kq += 4) {
+            tb_u32 ah[MI][2], al[MI][2];
+#pragma unroll
+            for (int i = 0; i < MI; ++i) {
+                const float2 s2 =
+                    *(const float2 *)(stage + r_off + ((kq + t) * (BM / 16) + i) * 8 * (TBP_REC * 4) + 16);
+                tbp_split_tf32(s2.x, ah[i][0], al[i][0]);
+                tbp_split_tf32(s2.y, ah[i][1], al[i][1]);
+            }
+#pragma unroll
+            for (int f = 0; f < NI; ++f) {
+                tb_u32 bh, bl;
+                tbp_split_tf32(wsc[L::MW_OFF + (kq + t) * BN + wn * WTN + 8 * f + g], bh, bl);
+#pragma unroll
+                for (int i = 0; i < MI; ++i) {
+                    tbp_mma_tf32(acc[i][f], al[i], bh);
+                    tbp_mma_tf32(acc[i][f], ah[i], bl);
+                    tbp_mma_tf32(acc[i][f], ah[i], bh);
+                }
+            }
+        }
+#endif
+    }
+    tbp_cp_wait<0>();
+
+    const bool pairs = (n & 1) == 0;
+#pragma unroll
+    for (int i = 0; i < MI; ++i) {
+#pragma unroll
+        for (int f = 0; f < NI; ++f) {
+            const int col = n0 + wn * WTN + 8 * f + 2 * t;
+#pragma unroll
+            for (int hrow = 0; hrow < 2; ++hrow) {
+                const int row = m0 + wm * WTM + 16 * i + g + 8 * hrow;
+                if (row >= m) continue;
+                float *yp = y + (tb_size)row * (tb_size)n + (tb_size)col;
+                const float v0 = acc[i][f][2 * hrow], v1 = acc[i][f][2 * hrow + 1];
+                if (SK > 1) {
+                    if (col < n) tbp_red_add(yp, v0);
+                    if (col + 1 < n) tbp_red_add(yp + 1, v1);
+                } else if (pairs && col + 1 < n) {
+                    *(float2 *)yp = make_float2(v0, v1);
+                } else {
+                    if (col < n) yp[0] = v0;
+                    if (col + 1 < n) yp[1] = v1;
+                }
+            }
         }
     }
 }
 
-#define TB_PREFILL_VARIANT(NT, MT, MB, U)                                                         \
-    extern "C" __global__ TB_LAUNCH_BOUNDS(TB_THREADS, MB) void                                   \
-        tb_prefill_n##NT##_mt##MT##_mb##MB##_u##U(TB_PREFILL_PARAMS) {                            \
-        tb_prefill_body<NT, MT, U>(qs, scales, mins, x, y, m, n, k);                              \
+/* MB = the second __launch_bounds__ argument (minimum resident workgroups per SM): 2 caps registers at 128
+ * for 8 warps, so two workgroups (16 warps) hide latency and halve the wave-quantisation loss, at the
+ * price of a few spilled registers for the bigger formats; the tuner measures both */
+#define TB_PREFILL_VARIANT(BN, BM, WN, WM, KB, ST, SK, MB)                                                 \
+    extern "C" __global__ TB_LAUNCH_BOUNDS(32 * WN * WM, MB) void                                          \
+        tb_prefill_n##BN##_m##BM##_wn##WN##_wm##WM##_kb##KB##_s##ST##_sk##SK##_mb##MB(TB_PREFILL_PARAMS) {   \
+        tbp_nv_body<BN, BM, WN, WM, KB, ST, SK>(TB_PREFILL_ARGS);                                          \
     }
 
-#define TB_PREFILL_U(NT, MT, MB)                                                                  \
-    TB_PREFILL_VARIANT(NT, MT, MB, 0)                                                             \
-    TB_PREFILL_VARIANT(NT, MT, MB, 1) TB_PREFILL_VARIANT(NT, MT, MB, 2) TB_PREFILL_VARIANT(NT, MT, MB, 4)
-#define TB_PREFILL_MB(NT, MT) TB_PREFILL_U(NT, MT, 1) TB_PREFILL_U(NT, MT, 2)
+#endif /* NVIDIA */
 
-/* -DTB_PREFILL_VARIANTS='TB_PREFILL_VARIANT(64,16,1,0) ...' builds a subset; default: the whole space */
+#include "prefill_amd.h"
+
+TB_PREFILL_PREP(1)
+TB_PREFILL_PREP(2)
+TB_PREFILL_PREP(4)
+
+/* -DTB_PREFILL_VARIANTS='TB_PREFILL_VARIANT(128,128,4,2,4,3,1,1) ...' builds a subset; default: one */
 #ifndef TB_PREFILL_VARIANTS
-#define TB_PREFILL_VARIANTS                                                                       \
-    TB_PREFILL_MB(64, 16) TB_PREFILL_MB(64, 32) TB_PREFILL_MB(64, 64) TB_PREFILL_MB(128, 16)       \
-    TB_PREFILL_MB(128, 32)
+#define TB_PREFILL_VARIANTS TB_PREFILL_VARIANT(128, 64, 4, 2, 4, 2, 1, 1)
 #endif
 TB_PREFILL_VARIANTS

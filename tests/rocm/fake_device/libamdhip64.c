@@ -4,7 +4,7 @@
  * the `extra` launch array) are the real ones and only the device is replaced.
  *
  * A "launch" reads the packed kernel-argument buffer at the offsets the kernels' C signatures imply
- * (kernels/sources/hip/decode.hip, prefill.hip) and computes y = x * dequant(W)^T in fp32, which is
+ * (kernels/library/tb-decode/decode.hip, tb-prefill/prefill.hip) and computes y = x * dequant(W)^T, which is
  * what a correct kernel would write. Each launch and NaN fill is appended to $FAKE_HIP_LOG as JSON;
  * $FAKE_HIP_CRASH / $FAKE_HIP_HANG / $FAKE_HIP_PARTIAL name a symbol that dies, hangs, or writes only
  * half of its output. $FAKE_HIP_ARCH and $FAKE_HIP_CUS describe the device (gfx906, 60 CUs).
@@ -216,13 +216,48 @@ static float half_to_float(uint16_t h) {
 #define PTR(raw, off) (*(void *const *)((raw) + (off)))
 #define INT(raw, off) (*(const int32_t *)((raw) + (off)))
 
+/* tb-decode reads the tb-split layout (kernels/formats/split.py): qs qh sc x y workspace counters m n k
+ * tiles grid_x. The fake knows the two formats the tests launch, told apart by the payload width:
+ * Q8_0 (qs k bytes a row, fp16 d per 32) and Q4_0 (qs k/2 bytes a row, low nibbles = weights 0..15). */
+static int gemv_split(const char *raw, int partial) {
+    const uint8_t *qs = PTR(raw, 0), *sc = PTR(raw, 16);
+    const float *x = PTR(raw, 24);
+    float *y = PTR(raw, 32);
+    int m = INT(raw, 56), n = INT(raw, 60), k = INT(raw, 64);
+    if (m <= 0 || n <= 0 || k <= 0 || k % 32 || alloc_size(y) < 4 * (size_t)m * n) return hipErrorInvalidValue;
+    size_t row = alloc_size(qs) / (size_t)n;
+    int q8 = row == (size_t)k;
+    if ((!q8 && row != (size_t)k / 2) || alloc_size(sc) < (size_t)n * (k / 32) * 2) return hipErrorInvalidValue;
+    int rows = partial ? n / 2 : n;
+    for (int i = 0; i < m; ++i)
+        for (int r = 0; r < rows; ++r) {
+            double acc = 0.0;
+            for (int c = 0; c < k; ++c) {
+                int b = c / 32, j = c % 32;
+                uint16_t dbits;
+                memcpy(&dbits, sc + ((size_t)r * (k / 32) + b) * 2, 2);
+                float v;
+                if (q8) {
+                    v = (float)(int8_t)qs[(size_t)r * k + c];
+                } else {
+                    uint8_t byte = qs[(size_t)r * (k / 2) + (size_t)b * 16 + (j % 16)];
+                    v = (float)((j < 16 ? byte & 15 : byte >> 4) - 8);
+                }
+                acc += (double)x[(size_t)i * k + c] * (double)(v * half_to_float(dbits));
+            }
+            y[(size_t)i * n + r] = (float)acc;
+        }
+    return hipSuccess;
+}
+
 static int gemv(const char *raw, int decode, int partial) {
-    /* decode: qs scales mins x y workspace counters m n k rows_per_wave; prefill: qs scales mins x y m n k */
+    /* prefill (tb-packed): qs scales mins x y m n k */
+    if (decode) return gemv_split(raw, partial);
     const int8_t *qs = PTR(raw, 0);
     const uint16_t *scales = PTR(raw, 8), *mins = PTR(raw, 16);
     const float *x = PTR(raw, 24);
     float *y = PTR(raw, 32);
-    int base = decode ? 56 : 40, m = INT(raw, base), n = INT(raw, base + 4), k = INT(raw, base + 8);
+    int base = 40, m = INT(raw, base), n = INT(raw, base + 4), k = INT(raw, base + 8);
     if (m <= 0 || n <= 0 || k <= 0 || alloc_size(scales) < 2 * (size_t)n) return hipErrorInvalidValue;
     size_t groups = alloc_size(scales) / 2 / (size_t)n, group = (size_t)k / groups;
     if (group == 0 || alloc_size(qs) < (size_t)n * k || alloc_size(y) < 4 * (size_t)m * n) return hipErrorInvalidValue;

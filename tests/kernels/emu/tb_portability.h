@@ -1,0 +1,366 @@
+/*
+ * A CPU EMULATOR of the GPU execution model, for testing kernel sources without a GPU: this file stands in
+ * for kernels/library/include/tb_portability.h (it is found first on the include path), so the very
+ * source the GPUs compile (kernels/library/tb-prefill/prefill.hip) runs here, thread by thread.
+ *
+ * Every thread of a workgroup is a ucontext coroutine on one OS thread; barriers (workgroup and
+ * warp/wave) switch to the next thread. Warp-level operations follow the vendors' documented operand
+ * layouts, independently of the kernels' own index math:
+ *   -DTB_EMU_NV   warp 32: ldmatrix .x1/.x2/.x4 (m8n8 b16), mma.sync m16n8k32 / m16n8k16 s8.s8.s32,
+ *                 cp.async (a plain copy with zero fill), shuffles
+ *   -DTB_EMU_AMD  wave 64: v_mfma_i32_16x16x32_i8 (-DTB_EMU_MFMA=32), v_mfma_i32_16x16x16i8 (=16),
+ *                 or no MFMA (gfx906: sdot4 only, =0); shuffles (ds_bpermute)
+ * Only what the prefill kernels use is here. PTX ISA "Matrix Fragments for mma.m16n8k32" and AMD's
+ * "AMD Instinct MI300 ISA, 7.1 matrix fused multiply-add" (operand layouts) are the references.
+ */
+#pragma once
+#include <cmath>
+#include <math.h>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <vector>
+#include <ucontext.h>
+
+#define TB_EMU 1
+typedef signed char tb_i8;
+typedef int tb_i32;
+typedef unsigned int tb_u32;
+typedef unsigned short tb_u16;
+typedef unsigned long long tb_size;
+
+#define __global__
+#define __device__
+#define __shared__
+#define __host__
+#define TB_FORCEINLINE inline
+#define TB_DEV static inline
+#define TB_DEV_MEMBER inline
+#define TB_LAUNCH_BOUNDS(threads, second)
+
+#if defined(TB_EMU_AMD)
+#define TB_WAVE 64
+#else
+#define TB_WAVE 32
+#endif
+
+namespace tbemu {
+struct Thread {
+    ucontext_t ctx;
+    std::vector<char> stack;
+    bool done = false;
+};
+struct Block {
+    int nthreads = 0;
+    std::vector<Thread> th;
+    std::vector<unsigned char> smem;
+    unsigned bar_count = 0, bar_gen = 0;
+    unsigned wcount[32] = {0}, wgen[32] = {0};
+    /* per-warp exchange scratch: lane -> up to 8 words and one pointer */
+    tb_u32 xw[32][64][8];
+    const unsigned char *xp[32][64];
+};
+inline Block *block = nullptr;
+inline int tid = 0, bx = 0, by = 0, bz = 0;
+inline ucontext_t sched;
+inline std::function<void()> body;
+
+inline void yield() { swapcontext(&block->th[tid].ctx, &sched); }
+inline void block_sync() {
+    Block &b = *block;
+    const unsigned gen = b.bar_gen;
+    if (++b.bar_count == (unsigned)b.nthreads) {
+        b.bar_count = 0;
+        ++b.bar_gen;
+        return;
+    }
+    while (b.bar_gen == gen) yield();
+}
+inline void warp_sync() {
+    Block &b = *block;
+    const int w = tid / TB_WAVE;
+    const unsigned gen = b.wgen[w];
+    if (++b.wcount[w] == (unsigned)TB_WAVE) {
+        b.wcount[w] = 0;
+        ++b.wgen[w];
+        return;
+    }
+    while (b.wgen[w] == gen) yield();
+}
+inline void trampoline() {
+    body();
+    block->th[tid].done = true;
+    swapcontext(&block->th[tid].ctx, &sched);
+}
+/* run `fn` as every thread of every workgroup of the grid (workgroups one after another) */
+inline void launch(int gx, int gy, int gz, int threads, size_t shared_bytes, std::function<void()> fn) {
+    if (threads % TB_WAVE) {
+        fprintf(stderr, "emu: %d threads is not a whole number of waves\n", threads);
+        abort();
+    }
+    body = fn;
+    for (int z = 0; z < gz; ++z)
+        for (int yb = 0; yb < gy; ++yb)
+            for (int xb = 0; xb < gx; ++xb) {
+                Block *b = new Block();
+                b->nthreads = threads;
+                b->smem.assign(shared_bytes + 16, 0xA5); /* garbage, like real shared memory */
+                b->th.resize(threads);
+                block = b;
+                bx = xb, by = yb, bz = z;
+                for (int t = 0; t < threads; ++t) {
+                    Thread &th = b->th[t];
+                    th.stack.resize(256 * 1024);
+                    getcontext(&th.ctx);
+                    th.ctx.uc_stack.ss_sp = th.stack.data();
+                    th.ctx.uc_stack.ss_size = th.stack.size();
+                    th.ctx.uc_link = nullptr;
+                    makecontext(&th.ctx, trampoline, 0);
+                }
+                for (long pass = 0;; ++pass) {
+                    bool any = false;
+                    for (int t = 0; t < threads; ++t) {
+                        if (b->th[t].done) continue;
+                        any = true;
+                        tid = t;
+                        swapcontext(&sched, &b->th[t].ctx);
+                    }
+                    if (!any) break;
+                    if (pass > 100000000L) {
+                        fprintf(stderr, "emu: deadlock in block (%d,%d,%d)\n", xb, yb, z);
+                        abort();
+                    }
+                }
+                delete b;
+                block = nullptr;
+            }
+}
+inline int lane() { return tid % TB_WAVE; }
+inline int wave() { return tid / TB_WAVE; }
+inline tb_i32 sbyte(tb_u32 w, int i) { return (tb_i32)(tb_i8)(w >> (8 * i)); }
+inline tb_u32 ubyte(tb_u32 w, int i) { return (w >> (8 * i)) & 0xFFu; }
+} // namespace tbemu
+
+#define TB_TID (tbemu::tid)
+#define TB_BID_X (tbemu::bx)
+#define TB_BID_Y (tbemu::by)
+#define TBP_BID_Z (tbemu::bz)
+
+TB_DEV void tb_sync(void) { tbemu::block_sync(); }
+TB_DEV int tb_lane(void) { return tbemu::lane(); }
+TB_DEV float tb_shfl_xor(float v, int mask) {
+    using namespace tbemu;
+    tb_u32 bits;
+    memcpy(&bits, &v, 4);
+    block->xw[wave()][lane()][0] = bits;
+    warp_sync();
+    bits = block->xw[wave()][lane() ^ mask][0];
+    warp_sync();
+    float r;
+    memcpy(&r, &bits, 4);
+    return r;
+}
+TB_DEV float tb_h2f(tb_u16 h) {
+    const tb_u32 sign = (tb_u32)(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu;
+    tb_u32 man = h & 0x3FFu, bits;
+    if (e == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else {
+            tb_u32 ex = 127 - 15 + 1;
+            while ((man & 0x400u) == 0) {
+                man <<= 1;
+                ex--;
+            }
+            bits = sign | (ex << 23) | ((man & 0x3FFu) << 13);
+        }
+    } else if (e == 0x1F) {
+        bits = sign | 0x7F800000u | (man << 13);
+    } else {
+        bits = sign | ((e + 127 - 15) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+#define tb_fabsf(x) std::fabs(x)
+#define tb_fmaxf(a, b) std::fmax(a, b)
+#define tb_rintf(x) std::rint(x)
+
+struct float2 {
+    float x, y;
+};
+struct alignas(16) float4 {
+    float x, y, z, w;
+};
+struct alignas(16) int4 {
+    int x, y, z, w;
+};
+struct alignas(8) int2 {
+    int x, y;
+};
+inline float2 make_float2(float a, float b) { return {a, b}; }
+inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
+
+TB_DEV float tbp_as_float(tb_i32 v) {
+    float f;
+    memcpy(&f, &v, 4);
+    return f;
+}
+TB_DEV tb_i32 tbp_float_bits(float v) {
+    tb_i32 i;
+    memcpy(&i, &v, 4);
+    return i;
+}
+TB_DEV void tbp_red_add(float *p, float v) { *p += v; } /* one OS thread: no race */
+#define TBP_DYN_SMEM tb_u8 *tbp_smem = (tb_u8 *)tbemu::block->smem.data();
+#define TBP_LDS(name, bytes) tb_u8 *name = (tb_u8 *)tbemu::block->smem.data();
+
+/* ---- NVIDIA ------------------------------------------------------------------------------------------ */
+template <int CH>
+TB_DEV void tbp_cp_async(void *dst, const void *src, int valid) {
+    if (valid < 0 || valid > CH) abort();
+    memcpy(dst, src, (size_t)valid);
+    memset((char *)dst + valid, 0, (size_t)(CH - valid));
+}
+TB_DEV void tbp_cp_commit(void) {}
+template <int N>
+TB_DEV void tbp_cp_wait(void) {}
+
+/* ldmatrix .m8n8 .b16: lanes 8j..8j+7 give the row addresses of matrix j; lane l receives, from each
+ * matrix, row l/4, bytes 4*(l%4) .. +3 */
+inline void tbemu_ldsm(int count, tb_u32 *out, const void *p) {
+    using namespace tbemu;
+    const int w = wave(), l = lane();
+    block->xp[w][l] = (const unsigned char *)p;
+    warp_sync();
+    for (int j = 0; j < count; ++j) memcpy(&out[j], block->xp[w][8 * j + l / 4] + 4 * (l % 4), 4);
+    warp_sync();
+}
+TB_DEV void tbp_ldsm4(tb_u32 &r0, tb_u32 &r1, tb_u32 &r2, tb_u32 &r3, const void *p) {
+    tb_u32 o[4];
+    tbemu_ldsm(4, o, p);
+    r0 = o[0], r1 = o[1], r2 = o[2], r3 = o[3];
+}
+TB_DEV void tbp_ldsm2(tb_u32 &r0, tb_u32 &r1, const void *p) {
+    tb_u32 o[2];
+    tbemu_ldsm(2, o, p);
+    r0 = o[0], r1 = o[1];
+}
+TB_DEV void tbp_ldsm1(tb_u32 &r0, const void *p) { tbemu_ldsm(1, &r0, p); }
+
+/* (C: the constant quad bits(1.5 * 2^23) that prefill.hip's inline asm passes.)
+ * mma.m16n8k32 .s8: A a0..a15 in 4 regs: row g for regs 0, 2 and g+8 for regs 1, 3; col 4t + i (+16 for
+ * regs 2, 3). B b0..b7 in 2 regs: k = 4t + i (+16 for reg 1), col g. D: d0, d1 row g, d2, d3 row g+8;
+ * col 2t + (i & 1).  (g = lane / 4, t = lane % 4) */
+#define TBP_EMU_C 0x4B400000 /* the C quad prefill.hip's mma asm passes */
+TB_DEV void tbp_mma32(tb_i32 *d, const tb_u32 *a, tb_u32 b0, tb_u32 b1) {
+    using namespace tbemu;
+    const int w = wave(), l = lane();
+    tb_u32 *x = block->xw[w][l];
+    x[0] = a[0], x[1] = a[1], x[2] = a[2], x[3] = a[3], x[4] = b0, x[5] = b1;
+    warp_sync();
+    const int g = l / 4, t = l % 4;
+    for (int e = 0; e < 4; ++e) {
+        const int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
+        tb_i32 s = TBP_EMU_C;
+        for (int kk = 0; kk < 32; ++kk) {
+            const int al = (row % 8) * 4 + (kk % 16) / 4, areg = (row >= 8 ? 1 : 0) + (kk >= 16 ? 2 : 0);
+            const int bl = col * 4 + (kk % 16) / 4, breg = kk >= 16 ? 1 : 0;
+            s += sbyte(block->xw[w][al][areg], kk % 4) * sbyte(block->xw[w][bl][4 + breg], kk % 4);
+        }
+        d[e] = s;
+    }
+    warp_sync();
+}
+/* mma.m16n8k16 .s8: A 2 regs (row g, g+8; col 4t + i), B 1 reg (k = 4t + i, col g), D as above */
+TB_DEV void tbp_mma16(tb_i32 *d, tb_u32 a0, tb_u32 a1, tb_u32 b0) {
+    using namespace tbemu;
+    const int w = wave(), l = lane();
+    tb_u32 *x = block->xw[w][l];
+    x[0] = a0, x[1] = a1, x[2] = b0;
+    warp_sync();
+    const int g = l / 4, t = l % 4;
+    for (int e = 0; e < 4; ++e) {
+        const int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
+        tb_i32 s = TBP_EMU_C;
+        for (int kk = 0; kk < 16; ++kk) {
+            const int al = (row % 8) * 4 + kk / 4, areg = row >= 8 ? 1 : 0;
+            const int bl = col * 4 + kk / 4;
+            s += sbyte(block->xw[w][al][areg], kk % 4) * sbyte(block->xw[w][bl][2], kk % 4);
+        }
+        d[e] = s;
+    }
+    warp_sync();
+}
+
+/* prefill.hip's split of a float into two tf32 values (low 13 bits cleared), as its CUDA code does it */
+TB_DEV void tbp_split_tf32(float v, tb_u32 &hi, tb_u32 &lo) {
+    hi = (tb_u32)tbp_float_bits(v) & 0xFFFFE000u;
+    lo = (tb_u32)tbp_float_bits(v - tbp_as_float((tb_i32)hi)) & 0xFFFFE000u;
+}
+/* mma.m16n8k4 .tf32, f32 accumulate: A a0 (row g, col t), a1 (row g+8, col t); B b0 (row t, col g);
+ * C/D as m16n8k32's. Operands are tf32 bit patterns (low 13 bits ignored, as the tensor cores do). */
+TB_DEV void tbp_mma_tf32(float *acc, const tb_u32 *a, tb_u32 b) {
+    using namespace tbemu;
+    const int w = wave(), l = lane();
+    tb_u32 *x = block->xw[w][l];
+    x[0] = a[0], x[1] = a[1], x[2] = b;
+    warp_sync();
+    const int g = l / 4, t = l % 4;
+    for (int e = 0; e < 4; ++e) {
+        const int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
+        double s = acc[e];
+        for (int kk = 0; kk < 4; ++kk) {
+            const float av = tbp_as_float((tb_i32)(block->xw[w][(row % 8) * 4 + kk][row >= 8 ? 1 : 0] & 0xFFFFE000u));
+            const float bv = tbp_as_float((tb_i32)(block->xw[w][col * 4 + kk][2] & 0xFFFFE000u));
+            s += (double)av * (double)bv;
+        }
+        acc[e] = (float)s;
+    }
+    warp_sync();
+}
+
+/* ---- AMD MFMA (wave 64) -------------------------------------------------------------------------------
+ * v_mfma_i32_16x16x32_i8: A[i][k] in lane i + 16 * (k / 8), byte k % 8 of its 64-bit operand (2 regs);
+ * B[k][j] in lane j + 16 * (k / 8), byte k % 8; D[i][j] in lane j + 16 * (i / 4), item i % 4.
+ * v_mfma_i32_16x16x16i8:  A[i][k] in lane i + 16 * (k / 4), byte k % 4 (1 reg); B alike; D as above. */
+typedef tb_i32 tbp_v4i_emu[4];
+TB_DEV void tbp_mfma32(tb_i32 *d, const tb_u32 *a, const tb_u32 *b, const tb_i32 *c) {
+    using namespace tbemu;
+    const int w = wave(), l = lane();
+    tb_u32 *x = block->xw[w][l];
+    x[0] = a[0], x[1] = a[1], x[2] = b[0], x[3] = b[1];
+    warp_sync();
+    const int j = l % 16;
+    for (int r = 0; r < 4; ++r) {
+        const int i = 4 * (l / 16) + r;
+        tb_i32 s = c[r];
+        for (int kk = 0; kk < 32; ++kk) {
+            const int al = i + 16 * (kk / 8), bl = j + 16 * (kk / 8), byte = kk % 8;
+            s += sbyte(block->xw[w][al][byte / 4], byte % 4) * sbyte(block->xw[w][bl][2 + byte / 4], byte % 4);
+        }
+        d[r] = s;
+    }
+    warp_sync();
+}
+TB_DEV void tbp_mfma16(tb_i32 *d, tb_u32 a, tb_u32 b, const tb_i32 *c) {
+    using namespace tbemu;
+    const int w = wave(), l = lane();
+    tb_u32 *x = block->xw[w][l];
+    x[0] = a, x[1] = b;
+    warp_sync();
+    const int j = l % 16;
+    for (int r = 0; r < 4; ++r) {
+        const int i = 4 * (l / 16) + r;
+        tb_i32 s = c[r];
+        for (int kk = 0; kk < 16; ++kk) {
+            const int al = i + 16 * (kk / 4), bl = j + 16 * (kk / 4);
+            s += sbyte(block->xw[w][al][0], kk % 4) * sbyte(block->xw[w][bl][1], kk % 4);
+        }
+        d[r] = s;
+    }
+    warp_sync();
+}
