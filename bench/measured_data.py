@@ -62,6 +62,7 @@ class RecordedPoint:
     times_ns: dict[str, list[int]]
     eligible: set[str]  # passed parity
     cosine: dict[str, float] = field(default_factory=dict)
+    order: dict[str, int] = field(default_factory=dict)  # declared order of the variants when recorded
 
     @property
     def key(self) -> PointKey:
@@ -101,6 +102,7 @@ def load_recording(path: Path) -> tuple[list[RecordedPoint], dict[str, Any]]:
                 str(item.get("shape") or f"{n}x{k}"),
                 {name: [int(t) for t in times] for name, times in item["times_ns"].items()},
                 set(item.get("eligible", [])),
+                order={str(k): int(v) for k, v in item.get("order", {}).items()},
             )
         )  # fmt: skip
     return points, {"kind": "recording", "file": str(path), "machine": payload.get("machine", {})}
@@ -133,6 +135,7 @@ def points_of_database(session: Session) -> list[RecordedPoint]:
             point.eligible.add(variant.name)
         if measurement.cosine is not None:
             point.cosine[variant.name] = measurement.cosine
+        point.order[variant.name] = variant.declared_order
     for measurement_id, device_ns in session.execute(
         select(Dispatch.measurement_id, Dispatch.device_ns).order_by(Dispatch.measurement_id, Dispatch.seq)
     ):
@@ -163,12 +166,16 @@ def store_points(session: Session, points: list[RecordedPoint], device_name: str
             )  # fmt: skip
             session.add(devices[p.arch])
             session.flush()
+        current = {v.name: v for v in package.space(backend)}
         for name, times in p.times_ns.items():
             if (p.phase, name) not in variants:
-                parsed = package.parse(name, backend)
+                # a recording of an older variant space keeps its names (tables of it use a dialect that
+                # reads them, e.g. Llaminar's KB/TW); its declared order is the recorded one
+                parsed = current.get(name)
                 variants[(p.phase, name)] = Variant(
-                    family=package.name, name=name, params=dict(parsed.params), declared_order=parsed.order
-                )
+                    family=package.name, name=name, params=dict(parsed.params) if parsed else {},
+                    declared_order=parsed.order if parsed else p.order.get(name, 1 << 20),
+                )  # fmt: skip
                 session.add(variants[(p.phase, name)])
                 session.flush()
             summary = summarize_ns(times)
@@ -261,6 +268,15 @@ def open_measured(path: Path, workdir: Path) -> tuple[str, list[RecordedPoint], 
         "dispatches_per_variant": {"min": min(per_variant), "max": max(per_variant)},
     }
     return url, points, provenance
+
+
+def current_names(points: list[RecordedPoint], phase: str = "decode") -> tuple[set[str], set[str]]:
+    """(variants of the built-in package's current space, recorded variants outside it)."""
+    backend_of = {p.arch: get_arch(p.arch).backend for p in points}
+    package = builtin_packages()[BUILTIN_FOR_PHASE[phase]]
+    space = {v.name for b in set(backend_of.values()) for v in package.space(b)}
+    recorded = {v for p in points if p.phase == phase for v in p.times_ns}
+    return recorded & space, recorded - space
 
 
 def group_by_arch(points: list[RecordedPoint]) -> dict[tuple[str, str], list[RecordedPoint]]:

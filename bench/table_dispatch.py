@@ -19,8 +19,8 @@ beside the regret the recording predicts for the same answer; and whether the co
 what the host replay of the same table answered.
 ``all`` = build + run. Exit 2: bad input (clear message); 3: the device is not the one built for.
 
-    python3 bench/table_dispatch.py all --data bench/results/<recording>.json.gz \
-        --out $OUT/table-dispatch.json
+    python3 bench/table_dispatch.py all --data <recording of this tb-decode version> --out $OUT/td.json
+    bash bench/device_table_dispatch.sh 2026-11-30   # on the H200: records the current space first, then all
 """
 
 from __future__ import annotations
@@ -48,13 +48,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from measured_data import DataError, RecordedPoint, open_measured  # noqa: E402
+from measured_data import DataError, RecordedPoint, current_names, open_measured  # noqa: E402
 
 from kernels.arches import get_arch  # noqa: E402
 from kernels.formats.registry import get_format  # noqa: E402
 from kernels.packages.build import compile_units  # noqa: E402
 from kernels.packages.expressions import ExpressionError, parse  # noqa: E402
-from kernels.packages.layouts import layout_for  # noqa: E402
+from kernels.packages.layouts import layout_for, needs_packing  # noqa: E402
 from kernels.packages.loader import INCLUDE_DIR, builtin_packages  # noqa: E402
 from kernels.packages.package import DeviceFacts, KernelPackage  # noqa: E402
 from kernels.reference import build_problem  # noqa: E402
@@ -267,7 +267,9 @@ def write_point_data(
     """A tile of real packed weights (``rows`` rows), x and the FP32 reference; row bytes per layout part."""
     layout = layout_for(package.manifest.weights)
     tile = min(rows, point.n)
-    problem = build_problem(point.format, tile, point.k, point.m, seed=SEED, packed=True)
+    problem = build_problem(
+        point.format, tile, point.k, point.m, seed=SEED, packed=needs_packing(package.manifest.weights)
+    )
     row_bytes: dict[str, int] = {}
     for part, array in layout.arrays(problem).items():
         if array is None:
@@ -395,6 +397,14 @@ def build(args: argparse.Namespace) -> BuildManifest:
         if not points:
             raise UsageError(
                 f"{args.data}: no {ARCH} decode measurements{' of ' + args.formats if args.formats else ''}"
+            )
+        _, outside = current_names(points)
+        if outside:
+            raise UsageError(
+                f"{args.data}: {len(outside)} recorded variants are not in {package.ref}'s space (e.g. "
+                f"{', '.join(sorted(outside)[:3])}); the consumer launches the package's own kernels, so the "
+                "data must be a recording of this version: record it first (bench/racing_gpu.py record; "
+                "bench/device_table_dispatch.sh does both)"
             )
         with session_scope(url) as session:
             collapsed = collapse_aliases(alias_points(session, ARCH, "decode"))

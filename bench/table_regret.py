@@ -43,13 +43,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from measured_data import DataError, RecordedPoint, group_by_arch, open_measured  # noqa: E402
+from measured_data import DataError, RecordedPoint, current_names, group_by_arch, open_measured  # noqa: E402
 from trainer_csv import trainer_rows, write_csv  # noqa: E402
 
 from kernels.arches import get_arch  # noqa: E402
 from service.db.migrate import upgrade  # noqa: E402
 from service.db.session import session_scope  # noqa: E402
 from service.imports.llaminar_csv import parse_files, store_rows  # noqa: E402
+from service.tables.codecs import get_codec  # noqa: E402
 from service.tables.collapse import collapse_aliases  # noqa: E402
 from service.tables.fallback import aspect_class, pick_rule  # noqa: E402
 from service.tables.metrics import percentile  # noqa: E402
@@ -153,10 +154,26 @@ def loso(points: Sequence[MeasuredPoint]) -> dict[str, Any]:
     return out
 
 
-def in_sample(session: Any, arch: str, phase: str) -> dict[str, Any]:
-    table = build_table(session, arch, phase, f"llaminar-rocm-{phase}")
+def dialect_for(points: Sequence[RecordedPoint], phase: str) -> str:
+    """struct-table for the built-in package's current variants; Llaminar's KB/TW dialect for a recording
+    of the older KB/TW space (its names no longer parse as the package's)."""
+    _, outside = current_names(list(points), phase)
+    if not outside:
+        return "struct-table"
+    codec = get_codec(phase)
+    try:
+        for name in outside:
+            codec.parse_variant(name)
+    except ValueError as exc:
+        raise DataError(f"variants neither of the current package nor Llaminar's: {exc}") from None
+    return f"llaminar-rocm-{phase}"
+
+
+def in_sample(session: Any, arch: str, phase: str, dialect: str) -> dict[str, Any]:
+    table = build_table(session, arch, phase, dialect)
     m = table.metrics
     return {
+        "dialect": dialect,
         "coverage": m.coverage,
         "exact_hit_rate": m.exact_hit_rate,
         "exact_entry_rate": m.exact_entry_rate,
@@ -241,7 +258,7 @@ def run(data: Path, allow_host: bool, trainer: bool) -> dict[str, Any]:
                                   c.choice.variant, c.times.times_us)
                     for c in collapsed if c.times is not None
                 ]  # fmt: skip
-                final = in_sample(session, arch, phase)
+                final = in_sample(session, arch, phase, dialect_for(group, phase))
             entry: dict[str, Any] = {
                 "source": f"measured on {arch} ({get_arch(arch).label})"
                 + (" - HOST CPU, not a GPU" if arch in hosts else ""),
@@ -250,8 +267,13 @@ def run(data: Path, allow_host: bool, trainer: bool) -> dict[str, Any]:
                 "leave_one_shape_out": loso(measured),
                 "final_table_in_sample": final,
             }
-            if trainer and phase == "decode":
+            if trainer and phase == "decode" and final["dialect"].startswith("llaminar"):
                 entry["imported_trainer_csv_in_sample"] = trainer_comparison(points, arch, Path(tmp))
+            elif trainer and phase == "decode":
+                entry["imported_trainer_csv_in_sample"] = (
+                    "skipped: Llaminar's trainer schema carries KB/TW variants; this data holds the current "
+                    "tb-decode space, which it cannot name"
+                )
             datasets[f"{arch}-{phase}"] = entry
     return {"data": provenance, "datasets": datasets}
 

@@ -37,6 +37,7 @@ from measured_data import DataError, RecordedPoint, open_measured  # noqa: E402
 from kernels.formats.registry import FORMATS  # noqa: E402
 from kernels.packages.loader import builtin_packages  # noqa: E402
 from service.imports.llaminar_csv import DECODE_HEADER  # noqa: E402
+from service.tables.codecs import get_codec  # noqa: E402
 
 TRAINER_RUNS = 20
 
@@ -71,7 +72,7 @@ def trainer_rows(
     backend: str | None = None,
 ) -> list[dict[str, object]]:
     """The CSV rows, is_best set by the trainer's rule."""
-    order = {v.name: v.order for v in builtin_packages()["tb-decode"].space("cuda")}
+    current = {v.name: v.order for v in builtin_packages()["tb-decode"].space("cuda")}
     rows: list[dict[str, object]] = []
     for p in sorted(points, key=lambda p: (p.format, p.shape, p.m, p.n, p.k)):
         if p.phase != "decode":
@@ -80,11 +81,17 @@ def trainer_rows(
         auto_times = p.times_ns.get(auto_variant or "", [])
         if auto_variant is not None and len(auto_times) >= 2 * runs:
             group.append(_row(p, backend or p.arch, "AUTO", 0, 0, auto_times[runs : 2 * runs], True, ""))
+        order = p.order or current
         for name in sorted(p.times_ns, key=lambda v: (order.get(v, 1 << 20), v)):
             times = p.times_ns[name]
             if len(times) < runs:
                 raise DataError(f"{p.key} {name}: {len(times)} dispatches, fewer than --runs {runs}")
-            kb, tw = (int(x) for x in name[2:].split("/TW"))
+            try:
+                kb, tw = get_codec("decode").parse_variant(name)
+            except ValueError:
+                raise DataError(
+                    f"{name}: Llaminar's trainer schema names KB/TW variants only (kb, target_waves columns)"
+                ) from None
             parity = name in p.eligible and (p.format, name) not in parity_fail
             cosine = f"{p.cosine[name]:.6f}" if name in p.cosine else ""
             group.append(_row(p, backend or p.arch, name, kb, tw, times[:runs], parity, cosine))
