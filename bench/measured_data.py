@@ -168,6 +168,8 @@ def store_points(session: Session, points: list[RecordedPoint], device_name: str
             session.flush()
         current = {v.name: v for v in package.space(backend)}
         for name, times in p.times_ns.items():
+            if not times:  # not run here (a restriction, a compile or launch error): nothing to store
+                continue
             if (p.phase, name) not in variants:
                 # a recording of an older variant space keeps its names (tables of it use a dialect that
                 # reads them, e.g. Llaminar's KB/TW); its declared order is the recorded one

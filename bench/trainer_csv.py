@@ -84,6 +84,8 @@ def trainer_rows(
         order = p.order or current
         for name in sorted(p.times_ns, key=lambda v: (order.get(v, 1 << 20), v)):
             times = p.times_ns[name]
+            if not times:  # not run at this point (a restriction or an error): the trainer has no row
+                continue
             if len(times) < runs:
                 raise DataError(f"{p.key} {name}: {len(times)} dispatches, fewer than --runs {runs}")
             try:
