@@ -892,13 +892,26 @@ def families(
 def import_llaminar_csv(
     files: list[Path] = typer.Argument(..., help="Llaminar trainer CSVs (prefill or decode schema)"),
     arch: str | None = typer.Option(None, help="arch of the rows (default: the backend column, if an arch)"),
+    samples: int = typer.Option(
+        20, min=1, help="timed runs behind each row's min/mean/stddev, unless the CSV has a samples column"
+    ),
+    repeats: str = typer.Option(
+        "error",
+        help="repeated rows of one variant and point: error (pool those agreeing within noise, refuse "
+        "the rest) or min (keep the lowest min_us, as Llaminar's analyzer does)",
+    ),
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
     url: str = UrlOption,
     token: str | None = TokenOption,
 ) -> None:
-    """Store trainer CSV rows as imported summaries; nothing is stored if any row is bad."""
+    """Store trainer CSV rows as imported summaries; nothing is stored if any row is bad.
+
+    Winners are judged as the trainer ranks (lowest min_us), a gap counting only when it is beyond
+    the rows' own noise (stddev and run count); see the README, "Imported trainer CSVs"."""
+    if repeats not in ("error", "min"):
+        raise usage_error(f"--repeats must be error or min, not {repeats!r}")
     payload = _read_payload(files, Path.read_text)
-    body: dict[str, Any] = {"files": payload}
+    body: dict[str, Any] = {"files": payload, "samples": samples, "repeats": repeats}
     if arch is not None:
         body["arch"] = arch
     result = _api_call(_client(url, token)._call, "POST", "/v1/imports/llaminar-csv", json=body)
@@ -909,6 +922,8 @@ def import_llaminar_csv(
             f"imported {result['measurements']} measurements at {result['points']} points "
             f"({result['winners']} winners refreshed, {len(result['skipped'])} rows skipped)"
         )
+        for note in result.get("repeats", []):
+            out.print(f"  repeat: {note}", markup=False, highlight=False)
 
 
 @import_app.command("rocprof")

@@ -2,8 +2,8 @@
 
 Per variant the newest non-stale measurement is a candidate, with its per-dispatch
 device times from the dispatches table. Imported summaries (no dispatch rows) take
-part with their median only; see service.statistics.winners for how such
-comparisons decide (median gap of at least 10%, else a tie).
+part with their min, mean, stddev and run count; see service.statistics.winners and
+service.statistics.summaries for how such comparisons decide.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from service.db.queries import at_point
 from service.db.upsert import get_or_create
 from service.statistics.bootstrap import stable_seed
 from service.statistics.staleness import stale_flags
+from service.statistics.summaries import SummaryStats
 from service.statistics.winners import Candidate, Decision, choose_winner, infer_raced_out
 
 
@@ -125,9 +126,20 @@ def candidates_for(session: Session, chosen: dict[str, PointMeasurement]) -> lis
             times_us=times.get(item.measurement.id),
             stale=item.stale,
             raced_out=name in raced_out,
+            summary=None if item.measurement.id in times else summary_of(item.measurement),
         )
         for name, item in chosen.items()
     ]
+
+
+def summary_of(measurement: Measurement) -> SummaryStats | None:
+    """An imported summary's statistics, when it has all of them (min, mean, stddev, run count)."""
+    m = measurement
+    if m.min_us is None or m.mean_us is None or m.stddev_us is None or not m.summary_samples:
+        return None
+    if m.min_us <= 0:
+        return None
+    return SummaryStats(m.min_us, m.mean_us, m.stddev_us, m.summary_samples)
 
 
 def decide_point(

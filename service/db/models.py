@@ -172,6 +172,8 @@ class Measurement(Base):
     source_hash: Mapped[str] = mapped_column(String(80), default="")
     toolchain: Mapped[str] = mapped_column(String(300), default="")
     n_dispatches: Mapped[int] = mapped_column(Integer, default=0)
+    # imported summaries (no dispatch rows): timed runs behind min/mean/stddev, when known
+    summary_samples: Mapped[int | None] = mapped_column(Integer)
     median_us: Mapped[float | None] = mapped_column(Float)
     min_us: Mapped[float | None] = mapped_column(Float)
     p10_us: Mapped[float | None] = mapped_column(Float)

@@ -15,10 +15,13 @@ The rule, for one point:
    one is ``decided``. A larger group is undecided and the tie is broken toward the
    incumbent (the variant of the latest table for the key), then toward the simpler
    variant (lowest declared order), so nightly tables do not churn on noise.
-4. Candidates without per-dispatch times (imported summaries) have no interval:
-   comparisons involving them fall back to medians only, and count as shown slower
-   only when the gap is at least ``summary_gap`` (default 10%): without the spread we
-   cannot tell a 3% gap from noise, but a 10% gap on a GPU kernel rarely is.
+4. Imported summaries (no per-dispatch times; min, mean, stddev and the run count of a
+   trainer CSV) rank by their minimum, as the trainer does (their ``median_us`` holds it),
+   and two of them are compared by the normal interval of the ratio of minimums
+   (service.statistics.summaries): the same "lower end above 1 + min_effect" rule.
+   Only a comparison between a summary and a candidate with dispatch times, whose point
+   estimates are not alike (a minimum against a median), still falls back to the bare
+   ratio and counts as shown slower only when the gap is at least ``summary_gap`` (10%).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from service.statistics import summaries
 from service.statistics.bootstrap import (
     DEFAULT_CONFIDENCE,
     DEFAULT_RESAMPLES,
@@ -52,6 +56,7 @@ class Candidate:
     times_us: tuple[float, ...] | None = None  # per-dispatch device times; None for imported summaries
     stale: bool = False  # provenance differs from the point's current one: visible, never a winner
     raced_out: bool = False  # a race showed it slower than its leader and stopped timing it: never a winner
+    summary: summaries.SummaryStats | None = None  # imported min/mean/stddev/n when there are no times
 
 
 @dataclass(frozen=True)
@@ -127,6 +132,8 @@ def choose_winner(
         a, b = estimates.get(c.variant), estimates.get(base.variant)
         if a is not None and b is not None:
             return ratio_interval(a, b, confidence)
+        if a is None and b is None and c.summary is not None and base.summary is not None:
+            return summaries.ratio_interval(c.summary, base.summary, confidence)
         return median_of(c) / median_of(base), None
 
     tie_group = [leader.variant]

@@ -15,6 +15,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from service.tables.model import FallbackRule, MeasuredPoint
 
 ASPECT_CLASSES: tuple[str, ...] = ("very_wide", "wide", "balanced", "tall")
@@ -63,36 +65,45 @@ class _Segment:
     timed_mean: float | None
 
 
-def _best_variant(points: Sequence[MeasuredPoint]) -> _Segment:
-    """Variant minimising worst-then-mean regret; ties go to the modal winner, then the name."""
-    wins = Counter(p.winner for p in points)
-    candidates = set(wins)
-    for p in points:
-        if p.times_us is not None:
-            candidates.update(p.times_us)
-    scored = []
-    for v in candidates:
-        regrets = [point_regret(p, v) for p in points]
-        scored.append((max(regrets), sum(regrets) / len(regrets), -wins[v], v))
-    worst, mean, _, v = min(scored)
-    timed = [point_regret(p, v) for p in points if p.times_us is not None]
-    return _Segment(v, worst, mean, max(timed) if timed else None, sum(timed) / len(timed) if timed else None)
-
-
 def _fit_segments(
     codebook: int, m: int, aspect: str, points: Sequence[MeasuredPoint], max_segments: int
 ) -> tuple[FallbackRule, ...]:
-    """Best segmentation with at most `max_segments` segments (worst, then mean, then fewer)."""
+    """Best segmentation with at most `max_segments` segments (worst, then mean, then fewer).
+
+    A segment takes the variant minimising worst-then-mean regret over its points; ties go to the
+    modal winner, then the name. Only variants seen at a segment's points (as winner or timed) compete."""
     works = sorted({p.work_items for p in points})
     by_work: dict[int, list[MeasuredPoint]] = defaultdict(list)
     for p in points:
         by_work[p.work_items].append(p)
+    rows = [p for w in works for p in by_work[w]]  # contiguous per work size
+    first = [0]
+    for w in works:
+        first.append(first[-1] + len(by_work[w]))
+    # _best_variant over every row range at once: regret and presence matrices (rows x variants)
+    names = sorted({p.winner for p in rows} | {v for p in rows if p.times_us is not None for v in p.times_us})
+    regret = np.array([[point_regret(p, v) for v in names] for p in rows], dtype=np.float64)
+    present = np.array(
+        [[v == p.winner or (p.times_us is not None and v in p.times_us) for v in names] for p in rows]
+    )
+    timed = np.array([p.times_us is not None for p in rows])
 
     cache: dict[tuple[int, int], _Segment] = {}
 
     def segment(i: int, j: int) -> _Segment:
         if (i, j) not in cache:
-            cache[(i, j)] = _best_variant([p for w in works[i:j] for p in by_work[w]])
+            lo, hi = first[i], first[j]
+            sub = regret[lo:hi]
+            worst, mean = sub.max(axis=0), sub.sum(axis=0) / (hi - lo)
+            wins = Counter(p.winner for p in rows[lo:hi])
+            candidates = np.flatnonzero(present[lo:hi].any(axis=0))
+            keys = [(float(worst[x]), float(mean[x]), -wins[names[x]], names[x], int(x)) for x in candidates]
+            c = min(keys)[-1]
+            t = sub[timed[lo:hi], c]
+            cache[(i, j)] = _Segment(
+                names[c], float(worst[c]), float(mean[c]),
+                float(t.max()) if t.size else None, float(t.mean()) if t.size else None,
+            )  # fmt: skip
         return cache[(i, j)]
 
     def count(i: int, j: int) -> int:

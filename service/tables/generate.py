@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 from kernels.packages.package import KernelPackage
 from service.tables.dialects import get_dialect
-from service.tables.dialects.base import RuleMap, TableDialect
-from service.tables.fallback import aspect_class, fit_fallback_cv
+from service.tables.dialects.base import TableDialect
+from service.tables.fallback import aspect_class
 from service.tables.lookup import TableLookup
 from service.tables.metrics import compute_metrics, regret_of
 from service.tables.model import (
@@ -28,6 +28,7 @@ from service.tables.model import (
     TableChoice,
 )
 from service.tables.overlays import entries_of, fallback_regret, select_overlays
+from service.tables.policy import POLICIES, Fallback, fit_policy
 from service.tables.validate import (
     ExpectedAnswer,
     TableExpectations,
@@ -99,18 +100,22 @@ def measured_points(
     return sorted(points, key=lambda p: p.point)
 
 
-def fallback_probes(rules: RuleMap, measured: set[PointKey]) -> list[PointKey]:
-    """Unseen shapes, one per fitted (codebook, M, aspect class), plus an unseen M."""
-    probes: list[PointKey] = []
-    for cb, m, aspect in sorted(rules):
+def fallback_probes(fallback: Fallback, measured: set[PointKey]) -> list[tuple[PointKey, bool]]:
+    """Unseen shapes with whether the fallback must answer them: one per fitted (codebook, M, aspect
+    class) of the segments, every aspect class of every M of a tree, plus an unseen M (no answer)."""
+    probes: list[tuple[PointKey, bool]] = []
+    groups = set(fallback.rules)
+    for cb, tree in fallback.trees.items():
+        groups |= {(cb, m, aspect) for m in tree.ms for aspect in _PROBE_SHAPES}
+    for cb, m, aspect in sorted(groups):
         n, k = _PROBE_SHAPES[aspect]
         while (cb, m, n, k) in measured:
             n += 64
         assert aspect_class(n, k) == aspect
-        probes.append((cb, m, n, k))
-    if rules:
-        cb = min(cb for cb, _, _ in rules)
-        probes.append((cb, 100000, 4096, 4096))  # an M beyond every policy: expect "no answer"
+        probes.append(((cb, m, n, k), True))
+    if groups:
+        cb = min(cb for cb, _, _ in groups)
+        probes.append(((cb, 100000, 4096, 4096), False))  # an M beyond every policy: expect "no answer"
     return probes
 
 
@@ -125,10 +130,12 @@ def generate_table(
     overlay_threshold: float = DEFAULT_OVERLAY_THRESHOLD,
     known_codebooks: frozenset[int] = KNOWN_CODEBOOKS,
     package: KernelPackage | None = None,
+    policies: Sequence[str] = POLICIES,
 ) -> GeneratedTable:
     """Fit the fallback, keep overlays above the threshold, render, measure, validate.
 
-    ``package`` binds package-bound dialects (struct-table) and json to that package's variant names."""
+    ``package`` binds package-bound dialects (struct-table) and json to that package's variant names.
+    ``policies``: fallback kinds a codebook may take (service.tables.policy chooses by held-out regret)."""
     table_dialect = get_dialect(dialect, phase, package, {c.variant for c in choices})
     if phase is not None and table_dialect.phase != phase:
         raise ValueError(f"dialect {dialect!r} is for phase {table_dialect.phase!r}, not {phase}")
@@ -138,19 +145,20 @@ def generate_table(
     points = measured_points(choices, point_times, known_codebooks, table_dialect)
     by_point = {p.point: p for p in points}
 
-    fit = fit_fallback_cv(points)
-    rules = fit.rules
+    fit = fit_policy(points, policies)
     ordered = sorted(choices, key=lambda c: c.point)
-    overlays = select_overlays(ordered, by_point, rules, overlay_threshold)
-    lookup = TableLookup(entries_of(overlays), rules, table_dialect.codec.m_key)
-    n_rules = sum(len(r) for r in rules.values())
+    overlays = select_overlays(ordered, by_point, fit, overlay_threshold)
+    lookup = TableLookup(entries_of(overlays), fit.rules, table_dialect.codec.m_key, fit.trees)
     metrics = compute_metrics(
-        lookup, points, n_rules, overlay_threshold=overlay_threshold, cv_regret=fit.mean_cv_regret
+        lookup, points, fit.n_rules, overlay_threshold=overlay_threshold, cv_regret=fit.mean_cv_regret
     )
 
     sweeps = tuple(sorted(set(sweep_ids)))
-    info = HeaderInfo(GENERATOR_NAME, GENERATOR_VERSION, dialect, arch, table_dialect.phase, sweeps, metrics)
-    text = table_dialect.render(overlays, rules, info)
+    policy_lines = tuple(f"codebook {cb}: {c.describe()}" for cb, c in sorted(fit.choices.items()))
+    info = HeaderInfo(
+        GENERATOR_NAME, GENERATOR_VERSION, dialect, arch, table_dialect.phase, sweeps, metrics, policy_lines
+    )
+    text = table_dialect.render(overlays, fit, info)
 
     def expect(point: PointKey, must_answer: bool) -> ExpectedAnswer:
         variant = lookup.select_point(point)
@@ -158,10 +166,10 @@ def generate_table(
         return ExpectedAnswer(*point, config=config, must_answer=must_answer)
 
     answers = [expect(p.point, must_answer=True) for p in points]
-    for probe in fallback_probes(rules, set(by_point)):
-        has_rules = (probe[0], probe[1], aspect_class(probe[2], probe[3])) in rules
-        answers.append(expect(probe, must_answer=has_rules))
-    variants = {c.variant for c in overlays} | {r.variant for rs in rules.values() for r in rs}
+    for probe, must_answer in fallback_probes(fit, set(by_point)):
+        answers.append(expect(probe, must_answer=must_answer))
+    variants = {c.variant for c in overlays} | {r.variant for rs in fit.rules.values() for r in rs}
+    variants |= {v for tree in fit.trees.values() for v in tree.root.variants()}
     expectations = TableExpectations(
         answers=tuple(answers),
         known_codebooks=known_codebooks,
@@ -181,7 +189,7 @@ def generate_table(
         decisions.append(
             PointDecision(
                 p.codebook, formats[p.point], p.m, p.n, p.k, p.shape, p.winner, variant, source,
-                regret_of(p, variant), fallback_regret(p, rules)[1],
+                regret_of(p, variant), fallback_regret(p, fit)[1],
             )
         )  # fmt: skip
     return GeneratedTable(
@@ -194,6 +202,7 @@ def generate_table(
         checks=report.checks,
         entries=tuple(overlays),
         decisions=tuple(decisions),
+        fallback_policies={cb: c.policy for cb, c in fit.choices.items()},
     )
 
 

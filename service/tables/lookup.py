@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from service.tables.fallback import aspect_class, pick_rule
 from service.tables.model import FallbackRule, PointKey
+from service.tables.tree import FallbackTree
 
 ExactKey = tuple[int, int, int]  # (m_key, n, k)
 
@@ -27,11 +28,13 @@ def _identity(m: int) -> int:
 
 @dataclass(frozen=True)
 class TableLookup:
-    """Exact entries (codebook -> (m_key, n, k) -> variant) plus fallback rules."""
+    """Exact entries (codebook -> (m_key, n, k) -> variant) plus the fallback: per codebook a decision
+    tree, or segment rules per (codebook, M, aspect class)."""
 
     entries: Mapping[int, Mapping[ExactKey, str]]
     rules: Mapping[tuple[int, int, str], Sequence[FallbackRule]]
     m_key: Callable[[int], int] = field(default=_identity)
+    trees: Mapping[int, FallbackTree] = field(default_factory=dict)
 
     def select(self, codebook: int, m: int, n: int, k: int) -> tuple[str | None, str]:
         """Return (variant or None, source) where source is exact/fallback/none."""
@@ -47,6 +50,9 @@ class TableLookup:
     def fallback(self, codebook: int, m_key: int, n: int, k: int) -> str | None:
         if n <= 0 or k <= 0:
             return None
+        tree = self.trees.get(codebook)
+        if tree is not None:
+            return tree.answer(m_key, n, k)
         rules = self.rules.get((codebook, m_key, aspect_class(n, k)))
         if not rules:
             return None

@@ -141,6 +141,7 @@ class HeaderInfo:
     phase: str
     sweep_ids: tuple[str, ...]
     metrics: TableMetrics
+    fallback_policies: tuple[str, ...] = ()  # per codebook: segments or tree, and the held-out figures
 
 
 @dataclass(frozen=True)
@@ -156,6 +157,7 @@ class GeneratedTable:
     checks: tuple[str, ...] = field(default=())
     entries: tuple[TableChoice, ...] = field(default=())  # the exact overlays emitted
     decisions: tuple[PointDecision, ...] = field(default=())  # what the table answers per point
+    fallback_policies: dict[int, str] = field(default_factory=dict)  # codebook -> segments | tree
 
 
 @dataclass(frozen=True)

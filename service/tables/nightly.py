@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from service.db.models import Winner
 from service.kernel_store import PackageNotFound, resolve
-from service.tables.dialects import DIALECT_NAMES, dialect_problem
+from service.tables.dialects import DIALECT_NAMES, ON_REQUEST_ONLY, dialect_problem
 from service.tables.validate import TableValidationError
 from service.tables.versions import generate_and_store, latest_version, winner_variants, winners_fingerprint
 
@@ -42,7 +42,8 @@ def _dialects_for(session: Session, arch: str, phase: str, kernel: str) -> list[
     except PackageNotFound:
         return []  # winners of a package no longer stored: nothing to generate from
     variants = winner_variants(session, arch, phase, kernel)
-    return [name for name in DIALECT_NAMES if dialect_problem(name, package, variants) is None]
+    nightly = [name for name in DIALECT_NAMES if name not in ON_REQUEST_ONLY]
+    return [name for name in nightly if dialect_problem(name, package, variants) is None]
 
 
 def targets(session: Session) -> list[tuple[str, str, str, str]]:

@@ -169,6 +169,33 @@ def _check_replay(
     return _compare(got, exp), len(got)
 
 
+def find_nvcc() -> list[str] | None:
+    """nvcc argv prefix: $NVCC if set, else nvcc on PATH; None when there is none."""
+    env = os.environ.get("NVCC")
+    if env:
+        return shlex.split(env)
+    path = shutil.which("nvcc")
+    return [path] if path else None
+
+
+def _check_cuda(source: str, workdir: Path, timeout_s: float) -> tuple[list[str], str]:
+    """Compile a CUDA unit calling the lookup on the device (sm_90); no nvcc is a warning, not a failure."""
+    nvcc = find_nvcc()
+    if nvcc is None:
+        return [], "nvcc not found: the CUDA (device-side) compile was not checked"
+    unit = workdir / "device_probe.cu"
+    unit.write_text(source)
+    argv = [*nvcc, "-std=c++17", "-arch=sm_90", "-Werror", "all-warnings", "-I", str(workdir),
+            "-c", str(unit), "-o", str(workdir / "device_probe.o")]  # fmt: skip
+    try:
+        built = _run(argv, workdir, timeout_s)
+    except subprocess.TimeoutExpired:
+        return [f"nvcc device compile timed out after {timeout_s}s"], ""
+    if built.returncode != 0:
+        return [f"header does not compile for the device (nvcc -arch=sm_90):\n{built.stderr.strip()}"], ""
+    return [], "compiles for the device (nvcc -arch=sm_90, lookup called in a __global__)"
+
+
 def _compare(
     got: dict[tuple[int, int, int, int], tuple[int, ...] | None], exp: TableExpectations
 ) -> list[str]:
@@ -252,6 +279,12 @@ def validate_table(
         checks.append("compiles (c++ -std=c++17 -fsyntax-only)")
         if syntax.stderr.strip():
             warnings.append(syntax.stderr.strip())
+
+        probe = getattr(dialect, "device_probe_source", None)
+        if probe is not None:
+            cuda_failures, cuda_note = _check_cuda(probe(HEADER_NAME), workdir, timeout_s)
+            failures += cuda_failures
+            (checks if cuda_note.startswith("compiles") else warnings).append(cuda_note)
 
         try:
             replay_failures, replayed = _check_replay(

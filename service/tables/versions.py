@@ -23,7 +23,7 @@ from service.tables.codecs import get_codec
 from service.tables.collapse import AliasPoint, collapse_aliases
 from service.tables.dialects import dialect_phases, dialect_problem
 from service.tables.generate import generate_table
-from service.tables.model import GeneratedTable, PointDecision
+from service.tables.model import GeneratedTable, PointDecision, PointKey
 
 
 class NoWinners(LookupError):
@@ -92,14 +92,39 @@ def variant_times(
     return times
 
 
+def incumbents(session: Session, arch: str, phase: str, kernel: str | None = None) -> dict[PointKey, str]:
+    """The choice the newest table of this (arch, phase, package), any dialect, made at each measured key.
+
+    The choice (the entry's `winner`: what the alias collapse picked), not the answer: where a fallback
+    rule answers within the overlay threshold the two differ, and taking the answer as incumbent would
+    change the next choice, so regenerating from unchanged winners would not give the same table."""
+    version = session.scalar(
+        select(TableVersion)
+        .where(
+            TableVersion.arch == arch,
+            TableVersion.phase == phase,
+            TableVersion.kernel == _kernel_name(phase, kernel),
+        )
+        .order_by(TableVersion.id.desc())
+        .limit(1)
+    )
+    out: dict[PointKey, str] = {}
+    for e in (version.entries or []) if version is not None else []:
+        choice = e.get("winner") or e.get("variant")
+        if choice is not None:
+            out[(int(e["codebook"]), int(e["m"]), int(e["n"]), int(e["k"]))] = str(choice)
+    return out
+
+
 def alias_points(session: Session, arch: str, phase: str, kernel: str | None = None) -> list[AliasPoint]:
-    """Winners joined with every variant's time, as plain data for the pure steps.
+    """Winners joined with every variant's time and the incumbent, as plain data for the pure steps.
 
     Prefill points whose M is not a policy bucket are left out: the engine rounds
     M up to a bucket, so an entry keyed by another M could never be looked up.
     """
     codec = get_codec(phase)
     times = variant_times(session, arch, phase, kernel)
+    current = incumbents(session, arch, phase, kernel)
     winners = session.scalars(
         select(Winner).where(
             Winner.arch == arch, Winner.phase == phase, Winner.kernel == _kernel_name(phase, kernel)
@@ -109,6 +134,7 @@ def alias_points(session: Session, arch: str, phase: str, kernel: str | None = N
         AliasPoint(
             w.format, w.codebook, w.m, w.n, w.k, w.shape, w.variant, w.median_us,
             times.get((w.format, w.m, w.n, w.k), {}), tuple(w.tie_group or ()),
+            current.get((w.codebook, w.m, w.n, w.k)),
         )
         for w in winners
         if codec.m_key(w.m) == w.m
@@ -170,7 +196,11 @@ def generate_and_store(
         kernel_version=package.version,
         sha256=sha,
         content=generated.text,
-        metrics={**asdict(generated.metrics), "fingerprint": fingerprint},
+        metrics={
+            **asdict(generated.metrics),
+            "fingerprint": fingerprint,
+            "fallback_policies": {str(cb): p for cb, p in sorted(generated.fallback_policies.items())},
+        },
         entries=[decision_json(d) for d in generated.decisions],
         sweep_ids=[int(s) for s in generated.sweep_ids if s.isdigit()],
         parent_id=latest.id if latest else None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from service.tables import generate_table
-from service.tables.collapse import AliasPoint, collapse_aliases, collapse_point
+from service.tables.collapse import AliasConflict, AliasPoint, collapse_aliases, collapse_point
 
 
 def alias(fmt: str, times: dict[str, float], winner: str | None = None, cb: int = 5) -> AliasPoint:
@@ -61,17 +61,31 @@ def test_collapse_groups_by_point_and_rejects_bad_groups() -> None:
         collapse_point([])
 
 
-def test_tie_group_keeps_the_declared_winner_and_reports_measured_regret() -> None:
-    # B is the declared winner (tie broken toward the incumbent); A's median is 0.5% lower
-    # but statistically tied. The choice stays B; the measured ratios are kept, A and B are ties.
+def test_tie_keeps_the_incumbent_only_and_reports_measured_regret() -> None:
+    # B is the declared winner (a tie broken toward the incumbent); A's median is 0.5% lower
+    # but statistically tied. With B the incumbent the choice stays B (no churn on noise); the
+    # measured ratios are kept and B is named as tied.
     a, b, c = "KB8/TW8", "KB1/TW4", "KB2/TW4"
     times = {a: 10.0, b: 10.05, c: 12.0}
-    tied = AliasPoint("Q8_0", 19, 1, 4096, 4096, "S", b, 10.05, times, (a, b))
+    tied = AliasPoint("Q8_0", 19, 1, 4096, 4096, "S", b, 10.05, times, (a, b), incumbent=b)
     got = collapse_point([tied])
     assert got.choice.variant == b and got.worst_alias_regret == pytest.approx(0.005)
     assert got.times is not None and got.times.times_us == pytest.approx({a: 1.0, b: 1.005, c: 1.2})
-    assert got.times.ties == frozenset({a, b})
+    assert b in got.times.ties
     # The fit keeps B for a one-shape group (no chasing noise); the reported regret is the measured 0.5%.
     table = generate_table([got.choice], [got.times], "gfx906", ["1"])
     (decision,) = table.decisions
     assert decision.variant == b and decision.regret == pytest.approx(0.005)
+    # Without an incumbent (a first table) a tie broken toward the simpler variant is not carried
+    # into the table: it takes the measured best.
+    fresh = collapse_point([AliasPoint("Q8_0", 19, 1, 4096, 4096, "S", b, 10.05, times, (a, b))])
+    assert fresh.choice.variant == a and fresh.worst_alias_regret == 0.0
+
+
+def test_alias_group_without_a_common_variant_is_refused_naming_the_key() -> None:
+    q41 = alias("Q4_1", {"A": 10.0, "B": 10.5})
+    q4k = alias("Q4_K", {"C": 20.0})  # A and B fail parity on Q4_K, C fails on Q4_1
+    with pytest.raises(AliasConflict) as info:
+        collapse_aliases([q41, q4k, alias("Q8_0", {"A": 1.0}, cb=19)])
+    (problem,) = info.value.problems
+    assert problem.startswith("CB=5 M=1 ") and "Q4_1: A, B; Q4_K: C" in problem

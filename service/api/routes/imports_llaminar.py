@@ -11,7 +11,16 @@ from sqlalchemy.orm import Session
 
 from service.api.deps import Caller, get_session, require_scope
 from service.api.errors import ERROR_RESPONSES
-from service.imports.llaminar_csv import ARCHES, CsvImportError, display_name, parse_files, store_rows
+from service.imports.llaminar_csv import (
+    ARCHES,
+    MAX_SAMPLES,
+    CsvImportError,
+    Repeats,
+    display_name,
+    parse_files,
+    store_rows,
+)
+from service.statistics.summaries import LLAMINAR_TRAINER_RUNS
 from service.text import NO_NUL, FileName
 
 router = APIRouter(prefix="/v1/imports", tags=["imports"], responses={**ERROR_RESPONSES})
@@ -31,6 +40,19 @@ class LlaminarCsvImport(BaseModel):
 
     arch: str | None = Field(None, examples=["gfx906"], description=f"one of {', '.join(ARCHES)}")
     files: list[CsvFile] = Field(min_length=1, max_length=64)
+    samples: int = Field(
+        LLAMINAR_TRAINER_RUNS,
+        ge=1,
+        le=MAX_SAMPLES,
+        description="timed runs behind each row's min/mean/stddev when the CSV has no `samples` column "
+        "(Llaminar's trainers time 20 runs after 5 warm-ups)",
+    )
+    repeats: Repeats = Field(
+        "error",
+        description="rows repeating one (arch, format, M, N, K, variant): `error` pools repeats that agree "
+        "within noise and refuses those that do not (422 naming both lines); `min` keeps the lowest min_us "
+        "(Llaminar's analyzer rule). Either way the response lists what was pooled or dropped.",
+    )
 
 
 @router.post("/llaminar-csv", status_code=201)
@@ -50,7 +72,9 @@ def import_llaminar_csv(
             ]
         )
     try:
-        parsed = parse_files([(f.name, f.content) for f in request.files], request.arch)
+        parsed = parse_files(
+            [(f.name, f.content) for f in request.files], request.arch, request.samples, request.repeats
+        )
     except CsvImportError as error:
         index: dict[str, int] = {}
         for i, f in enumerate(request.files):
@@ -72,5 +96,6 @@ def import_llaminar_csv(
         "points": result.points,
         "winners": result.winners,
         "skipped": list(parsed.skipped),
+        "repeats": list(parsed.repeats),
         "rows": len(parsed.rows),
     }

@@ -16,6 +16,7 @@ from service.api.errors import ERROR_RESPONSES, NOT_FOUND
 from service.api.errors import _response as _error
 from service.db.models import TableVersion
 from service.kernel_store import PackageNotFound, resolve
+from service.tables.collapse import AliasConflict
 from service.tables.dialects import DIALECT_NAMES, default_dialect, dialect_phases
 from service.tables.diff import diff_versions
 from service.tables.validate import TableValidationError
@@ -68,6 +69,7 @@ def _field_error(field: str, message: str) -> None:
     responses={
         404: _error("no winners for this arch and phase"),
         409: _error("the generated table failed validation"),
+        422: _error("bad request, or winners no one table can serve (aliases without a common variant)"),
     },
 )
 def generate_table(
@@ -96,6 +98,9 @@ def generate_table(
         version = generate_and_store(session, request.arch, request.phase, dialect, request.kernel)
     except NoWinners as error:
         raise HTTPException(404, str(error)) from None
+    except AliasConflict as error:
+        where = f"arch={request.arch} phase={request.phase}"
+        _field_error("arch", f"the winners of {where} cannot make one table: {error}")
     except (TableValidationError, ValueError) as error:
         raise HTTPException(409, f"table failed validation: {error}") from None
     session.commit()

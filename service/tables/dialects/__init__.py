@@ -1,7 +1,8 @@
 """Registry of table dialects by name (a plain dict: add a dialect by adding an entry).
 
 Three kinds: the Llaminar dialects emit the phase's built-in package only (their names and fields are
-Llaminar's); `json` serves any phase and any package; `struct-table` is bound to one package's `[table]`.
+Llaminar's); `json` serves any phase and any package; `struct-table` and its CUDA form `cuda-struct-table`
+are bound to one package's `[table]`.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Collection
 from kernels.packages.package import KernelPackage
 from service.tables.codecs import PhaseCodec
 from service.tables.dialects.base import TableDialect
+from service.tables.dialects.cuda_struct_table import CudaStructTableDialect
 from service.tables.dialects.json_table import JsonDialect
 from service.tables.dialects.llaminar_rocm_decode import LlaminarRocmDecodeDialect
 from service.tables.dialects.llaminar_rocm_prefill import LlaminarRocmPrefillDialect
@@ -24,7 +26,11 @@ DIALECTS: dict[str, TableDialect] = {
 # Dialects that serve any phase: bound to the phase at lookup.
 PHASE_AGNOSTIC: dict[str, type[JsonDialect]] = {JsonDialect.name: JsonDialect}
 # Dialects bound to one kernel package at lookup (any phase).
-PACKAGE_BOUND: dict[str, type[StructTableDialect]] = {StructTableDialect.name: StructTableDialect}
+PACKAGE_BOUND: dict[str, type[StructTableDialect]] = {
+    StructTableDialect.name: StructTableDialect,
+    CudaStructTableDialect.name: CudaStructTableDialect,  # struct-table, __host__ __device__, variant list
+}
+ON_REQUEST_ONLY: frozenset[str] = frozenset({CudaStructTableDialect.name})  # not regenerated nightly
 DIALECT_NAMES: tuple[str, ...] = tuple(sorted({*DIALECTS, *PACKAGE_BOUND}))
 
 
@@ -105,6 +111,7 @@ def default_dialect(phase: str, package: KernelPackage, variants: Collection[str
 __all__ = [
     "DIALECTS",
     "DIALECT_NAMES",
+    "ON_REQUEST_ONLY",
     "TableDialect",
     "default_dialect",
     "dialect_phases",

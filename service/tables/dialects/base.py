@@ -13,6 +13,7 @@ from typing import Protocol
 
 from service.tables.codecs import PhaseCodec
 from service.tables.model import FallbackRule, HeaderInfo, PointKey, TableChoice
+from service.tables.policy import Fallback
 
 RuleMap = Mapping[tuple[int, int, str], Sequence[FallbackRule]]
 # What a lookup answered at a point: the config tuple, or None for "no answer".
@@ -31,8 +32,10 @@ class TableDialect(Protocol):
         """Canonical variant name -> the config fields the table stores."""
         ...
 
-    def render(self, choices: Sequence[TableChoice], fallback_rules: RuleMap, header_info: HeaderInfo) -> str:
-        """The complete table text."""
+    def render(
+        self, choices: Sequence[TableChoice], fallback: Fallback | RuleMap, header_info: HeaderInfo
+    ) -> str:
+        """The complete table text (a bare RuleMap is a segments-only fallback)."""
         ...
 
     def replay_program(self, header_name: str, queries: Sequence[PointKey]) -> str:

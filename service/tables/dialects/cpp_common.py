@@ -11,9 +11,10 @@ import re
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 
-from service.tables.dialects.base import RuleMap
 from service.tables.fallback import ASPECT_CLASSES
 from service.tables.model import CODEBOOK_FORMATS, FallbackRule, HeaderInfo, TableChoice
+from service.tables.policy import Fallback
+from service.tables.tree import FallbackTree, TreeNode
 
 _SAFE_COMMENT_RE = re.compile(r"[^A-Za-z0-9_.,:;=+<>()%/ \-]")
 ASPECT_IDENT: dict[str, str] = {
@@ -64,7 +65,9 @@ def header_comment(info: HeaderInfo, by_cb: dict[int, list[TableChoice]]) -> lis
         "fallback held-out (grouped CV) mean regret: "
         + fmt_metric(m.segments_cv_regret, "no fallback group has 2 shapes to hold one out"),
         f"exact entries: {m.entries} (overlays where fallback regret > {threshold})",
-        f"fallback rules: {m.fallback_rules}",
+        f"fallback rules: {m.fallback_rules} (segments, plus tree leaves)",
+        "fallback policy per codebook (chosen by held-out regret; tree = decision tree over log2 M, N, K):",
+        *(f"  {line}" for line in info.fallback_policies),
     ]
     for cb in sorted(by_cb):
         lines.append(f"  codebook {cb} ({','.join(formats_of(cb, by_cb[cb]))}): {len(by_cb[cb])} entries")
@@ -110,13 +113,40 @@ inline {p}DispatchConfig pick{p}AspectRule(
 """
 
 
-def render_fallback(
-    p: str, m_name: str, fallback_rules: RuleMap, config: Callable[[str], str]
-) -> list[str]:
-    """`select{p}AspectFallback(codebook_id, m, n, k, out)`: switch on codebook and M, rules by work."""
+def render_tree(node: TreeNode, m_name: str, config: Callable[[str], str], indent: str) -> list[str]:
+    """Nested ifs over integer thresholds (each the log2 midpoint between neighbouring values)."""
+    if node.variant is not None:
+        note = f"{node.variant} ({node.points} pts)"
+        return [f"{indent}out = {config(node.variant)};  // {comment(note)}", f"{indent}return true;"]
+    assert node.left is not None and node.right is not None
+    name = m_name if node.feature == "m" else node.feature
+    return [
+        f"{indent}if ({name} <= {node.threshold}) {{",
+        *render_tree(node.left, m_name, config, indent + "    "),
+        f"{indent}}}",
+        *render_tree(node.right, m_name, config, indent),
+    ]
+
+
+def _tree_case(cb: int, tree: FallbackTree, m_name: str, config: Callable[[str], str]) -> list[str]:
+    ms = " || ".join(f"{m_name} == {m}" for m in tree.ms)
+    head = f"decision tree over log2 M, N, K: depth {tree.root.depth()}, {tree.root.leaves()} leaves"
+    return [
+        f"    case {cb}: {{  // {comment(head)}",
+        f"        if (!({ms})) {{",
+        "            return false;",
+        "        }",
+        *render_tree(tree.root, m_name, config, "        "),
+        "    }",
+    ]
+
+
+def render_fallback(p: str, m_name: str, fallback: Fallback, config: Callable[[str], str]) -> list[str]:
+    """`select{p}AspectFallback(codebook_id, m, n, k, out)`: switch on codebook; a codebook's decision tree,
+    or its segments: switch on M, aspect class, rules by work."""
     nested: dict[int, dict[int, dict[str, list[FallbackRule]]]] = defaultdict(lambda: defaultdict(dict))
-    for (cb, m, aspect), rules in fallback_rules.items():
-        if rules:
+    for (cb, m, aspect), rules in fallback.rules.items():
+        if rules and cb not in fallback.trees:
             nested[cb][m][aspect] = list(rules)
     out = [
         f"inline bool select{p}AspectFallback(",
@@ -129,11 +159,17 @@ def render_fallback(
         "    // aspect classes of N/K: very_wide >= 16, wide >= 2, balanced >= 0.75, tall",
         "    const int aspect_class = n >= 16LL * k ? 0 : n >= 2LL * k ? 1 : 4LL * n >= 3LL * k ? 2 : 3;",
     ]
-    if nested:
+    trees = dict(fallback.trees)
+    if trees and not nested:  # trees read only M, N, K
+        out += ["    (void)work_items;", "    (void)aspect_class;"]
+    if nested or trees:
         out.append("    switch (codebook_id) {")
     else:
         out += [f"    (void){v};" for v in ("codebook_id", m_name, "work_items", "aspect_class", "out")]
-    for cb in sorted(nested):
+    for cb in sorted(set(nested) | set(trees)):
+        if cb in trees:
+            out += _tree_case(cb, trees[cb], m_name, config)
+            continue
         out += [f"    case {cb}: {{", f"        switch ({m_name}) {{"]
         for m in sorted(nested[cb]):
             out.append(f"        case {m}: {{")
@@ -164,7 +200,7 @@ def render_fallback(
                 ]
             out += ["            return false;", "        }"]
         out += ["        default:", "            return false;", "        }", "    }"]
-    if nested:
+    if nested or trees:
         out += ["    default:", "        return false;", "    }"]
     else:
         out.append("    return false;")

@@ -19,6 +19,8 @@ from service.tables.codecs import PREFILL_M_BUCKETS, PhaseCodec, get_codec
 from service.tables.dialects.base import ReplayAnswers, RuleMap
 from service.tables.dialects.struct_table import PackageCodec
 from service.tables.model import HeaderInfo, PointKey, TableChoice
+from service.tables.policy import Fallback, as_fallback
+from service.tables.tree import TreeNode
 
 ASPECTS = ("very_wide", "wide", "balanced", "tall")
 
@@ -59,7 +61,23 @@ class JsonDialect:
     def parse_variant(self, variant: str) -> tuple[int, ...]:
         return self.codec.parse_variant(variant)
 
-    def render(self, choices: Sequence[TableChoice], fallback_rules: RuleMap, header_info: HeaderInfo) -> str:
+    def _tree(self, node: TreeNode) -> dict[str, Any]:
+        if node.variant is not None:
+            config = list(self.parse_variant(node.variant))
+            return {"variant": node.variant, "config": config, "points": node.points}
+        assert node.left is not None and node.right is not None
+        return {
+            "feature": node.feature,
+            "threshold": node.threshold,
+            "le": self._tree(node.left),
+            "gt": self._tree(node.right),
+        }
+
+    def render(
+        self, choices: Sequence[TableChoice], fallback: Fallback | RuleMap, header_info: HeaderInfo
+    ) -> str:
+        fb = as_fallback(fallback)
+        fallback_rules = fb.rules
         codebooks: dict[str, dict[str, Any]] = {}
 
         def slot(cb: int) -> dict[str, Any]:
@@ -92,6 +110,8 @@ class JsonDialect:
                     }
                     for r in rules
                 ]
+        for cb, tree in sorted(fb.trees.items()):
+            slot(cb)["tree"] = {"m": list(tree.ms), "root": self._tree(tree.root)}
         info = header_info
         document = {
             "format": "tunebase-dispatch-table",
@@ -114,6 +134,9 @@ class JsonDialect:
             "config_fields": list(self.codec.config_fields),
             "m_policy": list(PREFILL_M_BUCKETS) if self.phase == "prefill" else None,
             "aspect_classes": "very_wide N>=16K, wide N>=2K, balanced 4N>=3K, tall",
+            "fallback_policies": list(info.fallback_policies),
+            "tree": "a codebook with `tree` answers by it (when M is in tree.m): at a node, go to `le` when "
+            "the feature (m, n or k) <= threshold, else `gt`; otherwise its `fallback` segments answer",
             "codebooks": codebooks,
         }
         if self.package is not None:
@@ -142,7 +165,15 @@ class JsonDialect:
                     if (e["m"], e["n"], e["k"]) == (m_key, n, k):
                         answer = tuple(e["config"])
                         break
-                if answer is None and n > 0 and k > 0:
+                tree = table.get("tree")
+                if answer is None and tree is not None:
+                    if m_key in tree["m"] and n > 0 and k > 0:
+                        node, values = tree["root"], {"m": m_key, "n": n, "k": k}
+                        while "config" not in node:
+                            below = values[node["feature"]] <= node["threshold"]
+                            node = node["le"] if below else node["gt"]
+                        answer = tuple(node["config"])
+                elif answer is None and n > 0 and k > 0:
                     aspect = ASPECTS[0 if n >= 16 * k else 1 if n >= 2 * k else 2 if 4 * n >= 3 * k else 3]
                     rules = table["fallback"].get(str(m_key), {}).get(aspect)
                     if rules:

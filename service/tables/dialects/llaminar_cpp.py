@@ -25,6 +25,7 @@ from service.tables.dialects.cpp_common import (
     render_fallback,
 )
 from service.tables.model import HeaderInfo, PointKey, TableChoice
+from service.tables.policy import Fallback, as_fallback
 
 
 class LlaminarCppDialect:
@@ -60,7 +61,9 @@ class LlaminarCppDialect:
     def _config(self, variant: str) -> str:
         return "{" + ", ".join(str(v) for v in self.parse_variant(variant)) + "}"
 
-    def render(self, choices: Sequence[TableChoice], fallback_rules: RuleMap, header_info: HeaderInfo) -> str:
+    def render(
+        self, choices: Sequence[TableChoice], fallback: Fallback | RuleMap, header_info: HeaderInfo
+    ) -> str:
         by_cb: dict[int, list[TableChoice]] = defaultdict(list)
         for c in choices:
             by_cb[c.codebook].append(c)
@@ -69,7 +72,7 @@ class LlaminarCppDialect:
         out.append(self.structs)
         out.extend(self._preamble())
         out.append(lookup_helpers(self.names))
-        out.extend(render_fallback(self.names, self.fallback_m, fallback_rules, self._config))
+        out.extend(render_fallback(self.names, self.fallback_m, as_fallback(fallback), self._config))
         out.extend(self._render_generated(by_cb))
         out.append(f"}}  // namespace {self.namespace}")
         return "\n".join(out) + "\n"

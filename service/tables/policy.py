@@ -1,0 +1,199 @@
+"""Which generalising policy each codebook's fallback takes: work-size segments or a decision tree.
+
+Both are fitted on every measured variant time (service.tables.fallback, service.tables.tree). For
+each codebook the choice is made on held-out regret, never on fit: the codebook's shapes are held
+out fold by fold (leave-one-shape-out up to LOSO_MAX_SHAPES shapes, else CV_FOLDS folds), each
+policy is fitted on the rest (its own hyperparameters chosen by an inner grouped CV, so nothing is
+tuned on the held-out shape), and answers the held-out points. A held-out point a policy cannot
+answer (segments: no training shape in its aspect class) is charged UNMEASURED_PENALTY, like a
+variant that was never measured there. The lower mean wins; a tie keeps the segments (the Llaminar
+dialects' native shape). The generated header records each codebook's choice and both figures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from service.tables.fallback import (
+    UNMEASURED_PENALTY,
+    GroupKey,
+    RuleMap,
+    _held_out_regret,
+    aspect_class,
+    fit_fallback_cv,
+    pick_rule,
+    shape_folds,
+)
+from service.tables.model import FallbackRule, MeasuredPoint
+from service.tables.tree import DEPTHS, MIN_LEAF, FallbackTree, fit_tree, truncate
+
+POLICIES: tuple[str, ...] = ("segments", "tree")
+Answer = Callable[[MeasuredPoint], str | None]
+
+
+@dataclass(frozen=True)
+class PolicyChoice:
+    """One codebook's fallback policy and the held-out mean regret of both candidates."""
+
+    codebook: int
+    policy: str  # segments | tree
+    segments_cv: float | None
+    tree_cv: float | None
+    folds: int
+    shapes: int
+
+    def describe(self) -> str:
+        def pct(v: float | None) -> str:
+            return "n/a" if v is None else f"{v * 100:.2f}%"
+
+        if self.folds < 2:
+            return f"{self.policy} (one shape: nothing to hold out)"
+        return (
+            f"{self.policy} (held-out mean regret over {self.shapes} shapes, {self.folds} folds: "
+            f"tree {pct(self.tree_cv)}, segments {pct(self.segments_cv)})"
+        )
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """The fitted fallback: segment rules for some codebooks, trees for others, and why."""
+
+    rules: RuleMap
+    trees: Mapping[int, FallbackTree] = field(default_factory=dict)
+    choices: Mapping[int, PolicyChoice] = field(default_factory=dict)
+    segments_cv: Mapping[GroupKey, float | None] = field(default_factory=dict)
+
+    @property
+    def mean_cv_regret(self) -> float | None:
+        """Mean held-out regret of the chosen policies, weighted by their shapes (header figure)."""
+        known = [
+            (c.tree_cv if c.policy == "tree" else c.segments_cv, c.shapes)
+            for c in self.choices.values()
+            if (c.tree_cv if c.policy == "tree" else c.segments_cv) is not None
+        ]
+        if not known:
+            return None
+        return sum(v * n for v, n in known if v is not None) / sum(n for _, n in known)
+
+    def answer(self, codebook: int, m_key: int, n: int, k: int) -> str | None:
+        tree = self.trees.get(codebook)
+        if tree is not None:
+            return tree.answer(m_key, n, k)
+        if n <= 0 or k <= 0:
+            return None
+        rules = self.rules.get((codebook, m_key, aspect_class(n, k)))
+        return pick_rule(rules, n * k).variant if rules else None
+
+    @property
+    def n_rules(self) -> int:
+        return sum(len(r) for r in self.rules.values()) + sum(t.root.leaves() for t in self.trees.values())
+
+
+def as_fallback(value: Fallback | Mapping[GroupKey, Sequence[FallbackRule]]) -> Fallback:
+    """A bare segment RuleMap (older callers, tests) as a segments-only Fallback."""
+    return value if isinstance(value, Fallback) else Fallback({key: tuple(r) for key, r in value.items()})
+
+
+def fit_tree_cv(points: Sequence[MeasuredPoint]) -> FallbackTree:
+    """One codebook's tree, depth and leaf size by grouped CV (shallower, then larger leaves, on a tie).
+
+    Each fold grows one tree per leaf size at the deepest depth; shallower ones are its truncations."""
+    codebook = points[0].codebook
+    ms = tuple(sorted({p.m for p in points}))
+    folds = shape_folds(points)
+    held: dict[tuple[int, int], list[float]] = {(d, leaf): [] for d in DEPTHS for leaf in MIN_LEAF}
+    if len(folds) >= 2:
+        for fold in folds:
+            out = set(fold)
+            train = [p for i, p in enumerate(points) if i not in out]
+            for min_leaf in MIN_LEAF:
+                deep = fit_tree(train, max(DEPTHS), min_leaf)
+                for depth in DEPTHS:
+                    tree = truncate(deep, depth)
+                    held[(depth, min_leaf)] += [
+                        _held_out_regret(points[i], tree.answer(points[i].m, points[i].n, points[i].k))
+                        for i in fold
+                    ]
+    scores = {key: round(sum(v) / len(v), 12) if v else 0.0 for key, v in held.items()}
+    depth, min_leaf = min(scores, key=lambda key: (scores[key], key[0], -key[1]))
+    return FallbackTree(codebook, ms, fit_tree(points, depth, min_leaf), depth, min_leaf)
+
+
+def _segments_answer(rules: RuleMap) -> Answer:
+    def answer(p: MeasuredPoint) -> str | None:
+        group = rules.get((p.codebook, p.m, aspect_class(p.n, p.k)))
+        return pick_rule(group, p.work_items).variant if group else None
+
+    return answer
+
+
+def _tree_answer(tree: FallbackTree) -> Answer:
+    def answer(p: MeasuredPoint) -> str | None:
+        return tree.answer(p.m, p.n, p.k)
+
+    return answer
+
+
+FITTERS: dict[str, Callable[[Sequence[MeasuredPoint]], Answer]] = {
+    "segments": lambda pts: _segments_answer(fit_fallback_cv(pts).rules),
+    "tree": lambda pts: _tree_answer(fit_tree_cv(pts)),
+}
+
+
+def held_out_regrets(points: Sequence[MeasuredPoint], policy: str) -> list[float] | None:
+    """Per point, the regret of ``policy`` fitted without the point's shape fold (None: < 2 folds)."""
+    folds = shape_folds(points)
+    if len(folds) < 2:
+        return None
+    regrets = [0.0] * len(points)
+    for fold in folds:
+        out = set(fold)
+        answer = FITTERS[policy]([p for i, p in enumerate(points) if i not in out])
+        for i in fold:
+            variant = answer(points[i])
+            regrets[i] = UNMEASURED_PENALTY if variant is None else _held_out_regret(points[i], variant)
+    return regrets
+
+
+def by_codebook(points: Iterable[MeasuredPoint]) -> dict[int, list[MeasuredPoint]]:
+    groups: dict[int, list[MeasuredPoint]] = {}
+    for p in points:
+        groups.setdefault(p.codebook, []).append(p)
+    return {cb: sorted(g, key=lambda p: p.point) for cb, g in sorted(groups.items())}
+
+
+def fit_policy(points: Sequence[MeasuredPoint], policies: Sequence[str] = POLICIES) -> Fallback:
+    """Fit the fallback; each codebook takes the policy (of ``policies``) with the lower held-out regret."""
+    unknown = set(policies) - set(POLICIES)
+    if unknown or not policies:
+        raise ValueError(f"policies must be a non-empty subset of {POLICIES}, got {list(policies)}")
+    segments = fit_fallback_cv(points)
+    rules: RuleMap = {}
+    trees: dict[int, FallbackTree] = {}
+    choices: dict[int, PolicyChoice] = {}
+    for cb, group in by_codebook(points).items():
+        scores: dict[str, float | None] = {}
+        for policy in POLICIES:
+            if policy in policies and len(policies) > 1:
+                held = held_out_regrets(group, policy)
+                scores[policy] = None if held is None else sum(held) / len(held)
+            else:
+                scores[policy] = None
+        chosen = policies[0]
+        if len(policies) > 1:
+            tree_cv, seg_cv = scores["tree"], scores["segments"]
+            chosen = (
+                "tree"
+                if tree_cv is not None and seg_cv is not None and tree_cv < seg_cv - 1e-12
+                else "segments"
+            )
+        folds = len(shape_folds(group))
+        choices[cb] = PolicyChoice(
+            cb, chosen, scores["segments"], scores["tree"], folds, len({(p.n, p.k) for p in group})
+        )
+        if chosen == "tree":
+            trees[cb] = fit_tree_cv(group)
+        else:
+            rules.update({key: r for key, r in segments.rules.items() if key[0] == cb})
+    return Fallback(rules, trees, choices, segments.cv_regret)

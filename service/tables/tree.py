@@ -1,0 +1,174 @@
+"""A regret-minimising decision tree over log2 M, N, K: the other fallback a codebook may take.
+
+Llaminar's CUDA decode heuristic relabels each shape with a set-cover "master config" and fits a
+classification tree over (log2 M, log2 N, log2 K). Here the tree is grown on regret directly: a
+leaf takes the variant with the least total regret over its points (every variant's measured time
+counts, not only the winner's), a split is kept only when it lowers the total, and depth and leaf
+size are chosen by grouped cross-validation over shapes like the work-size segments are.
+
+Splits on log2 of an integer feature are exact integer comparisons: between neighbouring values
+``a < b`` the cut ``log2 x <= (log2 a + log2 b) / 2`` is ``x <= floor(sqrt(a * b))``, so C++ and
+Python answer identically without floating point. Pure functions over plain data.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from service.tables.model import MeasuredPoint
+
+FEATURES: tuple[str, ...] = ("m", "n", "k")
+# A variant missing (not parity-passing) at a point costs this much there: never chosen for a leaf
+# holding that point while any variant is complete.
+MISSING_COST = 1e6
+DEPTHS: tuple[int, ...] = (1, 2, 3, 4, 6, 8)
+MIN_LEAF: tuple[int, ...] = (1, 2, 4)  # points per leaf
+
+
+@dataclass(frozen=True)
+class TreeNode:
+    """A leaf (``variant`` set) or a split: ``value(feature) <= threshold`` goes left."""
+
+    variant: str | None = None
+    feature: str = ""
+    threshold: int = 0
+    left: TreeNode | None = None
+    right: TreeNode | None = None
+    points: int = 0
+    regret: float | None = None  # mean training regret at a leaf
+    best: str = ""  # the variant this node takes as a leaf (kept on splits, for truncation)
+
+    def answer(self, m: int, n: int, k: int) -> str:
+        node = self
+        values = {"m": m, "n": n, "k": k}
+        while node.variant is None:
+            assert node.left is not None and node.right is not None
+            node = node.left if values[node.feature] <= node.threshold else node.right
+        return node.variant
+
+    def leaves(self) -> int:
+        if self.variant is not None:
+            return 1
+        assert self.left is not None and self.right is not None
+        return self.left.leaves() + self.right.leaves()
+
+    def depth(self) -> int:
+        if self.variant is not None:
+            return 0
+        assert self.left is not None and self.right is not None
+        return 1 + max(self.left.depth(), self.right.depth())
+
+    def variants(self) -> set[str]:
+        if self.variant is not None:
+            return {self.variant}
+        assert self.left is not None and self.right is not None
+        return self.left.variants() | self.right.variants()
+
+
+@dataclass(frozen=True)
+class FallbackTree:
+    """One codebook's tree and the M keys it answers (others get no answer, like the segments)."""
+
+    codebook: int
+    ms: tuple[int, ...]
+    root: TreeNode
+    max_depth: int
+    min_leaf: int
+
+    def answer(self, m_key: int, n: int, k: int) -> str | None:
+        if m_key not in self.ms or n <= 0 or k <= 0:
+            return None
+        return self.root.answer(m_key, n, k)
+
+
+def split_threshold(a: int, b: int) -> int:
+    """Integer cut between ``a < b`` at the midpoint of their log2 values."""
+    return math.isqrt(a * b)
+
+
+def regret_matrix(points: Sequence[MeasuredPoint], variants: Sequence[str]) -> np.ndarray:
+    """points x variants regret for fitting (ties 0, missing MISSING_COST)."""
+    from service.tables.fallback import point_regret
+
+    out = np.empty((len(points), len(variants)), dtype=np.float64)
+    for i, p in enumerate(points):
+        for j, v in enumerate(variants):
+            r = point_regret(p, v)
+            out[i, j] = MISSING_COST if math.isinf(r) else r
+    return out
+
+
+def _order_key(variant: str, wins: dict[str, int]) -> tuple[int, str]:
+    return (-wins.get(variant, 0), variant)
+
+
+def _leaf(cost: np.ndarray, variants: Sequence[str], wins: dict[str, int]) -> int:
+    """Least total regret; ties to the variant more points declared, then the name."""
+    best = float(cost.min())
+    tied = [j for j in range(len(variants)) if cost[j] <= best + 1e-12]
+    return min(tied, key=lambda j: _order_key(variants[j], wins))
+
+
+def fit_tree(
+    points: Sequence[MeasuredPoint], max_depth: int, min_leaf: int, variants: Sequence[str] | None = None
+) -> TreeNode:
+    """Greedy top-down tree minimising total fitting regret."""
+    if not points:
+        raise ValueError("a tree needs at least one point")
+    names = sorted(
+        variants or {v for p in points if p.times_us for v in p.times_us} | {p.winner for p in points}
+    )
+    matrix = regret_matrix(points, names)
+    features = np.array([[p.m, p.n, p.k] for p in points], dtype=np.int64)
+    wins: dict[str, int] = {}
+    for p in points:
+        wins[p.winner] = wins.get(p.winner, 0) + 1
+
+    def grow(rows: np.ndarray, depth: int) -> TreeNode:
+        cost = matrix[rows].sum(axis=0)
+        leaf = _leaf(cost, names, wins)
+        leaf_cost = float(cost[leaf])
+        node = TreeNode(names[leaf], points=len(rows), regret=leaf_cost / len(rows), best=names[leaf])
+        if depth >= max_depth or len(rows) < 2 * min_leaf or leaf_cost <= 1e-12:
+            return node
+        best: tuple[float, int, int] | None = None  # (cost, feature, threshold)
+        for f in range(len(FEATURES)):
+            order = rows[np.argsort(features[rows, f], kind="stable")]
+            values = features[order, f]
+            prefix = np.cumsum(matrix[order], axis=0)
+            costs = prefix[:-1].min(axis=1) + (prefix[-1] - prefix[:-1]).min(axis=1)  # split after row i
+            index = np.arange(len(order) - 1)
+            allowed = (values[:-1] != values[1:]) & (index >= min_leaf - 1) & (index < len(order) - min_leaf)
+            if not allowed.any():
+                continue
+            i = int(np.flatnonzero(allowed)[np.argmin(costs[allowed])])
+            if best is None or float(costs[i]) < best[0] - 1e-12:
+                best = (float(costs[i]), f, split_threshold(int(values[i]), int(values[i + 1])))
+        if best is None or best[0] >= leaf_cost - 1e-9:
+            return node
+        _, f, threshold = best
+        go_left = features[rows, f] <= threshold
+        left, right = grow(rows[go_left], depth + 1), grow(rows[~go_left], depth + 1)
+        if left.variant is not None and left.variant == right.variant:
+            return node  # both halves want the same variant: the split decides nothing
+        return TreeNode(None, FEATURES[f], threshold, left, right, len(rows), node.regret, node.best)
+
+    return grow(np.arange(len(points)), 0)
+
+
+def truncate(node: TreeNode, depth: int) -> TreeNode:
+    """The tree fit_tree grows with ``max_depth=depth``: growth is greedy top-down, so a shallower tree
+    is the deeper one cut at ``depth`` (and halves that then agree merged again)."""
+    if node.variant is not None:
+        return node
+    if depth <= 0:
+        return TreeNode(node.best, points=node.points, regret=node.regret, best=node.best)
+    assert node.left is not None and node.right is not None
+    left, right = truncate(node.left, depth - 1), truncate(node.right, depth - 1)
+    if left.variant is not None and left.variant == right.variant:
+        return TreeNode(node.best, points=node.points, regret=node.regret, best=node.best)
+    return TreeNode(None, node.feature, node.threshold, left, right, node.points, node.regret, node.best)
