@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -103,7 +104,7 @@ def test_every_prefill_variant_passes_parity_and_is_timed(backend: CudaBackend, 
     result = backend.run_task(spec(fmt, 1000, 1024, m, phase="prefill"))
     _all_pass(result, PREFILL_VARIANTS)
     for r in result.results:  # the prelaunch kernel (activation quantisation) ran, and its resources are kept
-        res = result.artifact.resources[r.symbol]
+        res: dict[str, Any] = result.artifact.resources[r.symbol]
         assert res["prelaunch"]["block"] == [256, 1, 1] and int(res["prelaunch"]["registers"]) > 0
         assert int(res["shared_dynamic_bytes"]) > 0, (r.variant, res)
 

@@ -22,7 +22,7 @@ from kernels.packages.build import compile_units
 from kernels.packages.expressions import as_int, parse
 from kernels.packages.loader import INCLUDE_DIR, builtin_packages
 from kernels.packages.package import DeviceFacts
-from kernels.reference import Tolerance, build_problem
+from kernels.reference import Problem, Tolerance, build_problem
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
@@ -42,7 +42,7 @@ class Emulated:
         self.fmt = get_format(fmt)
         self.device = DeviceFacts(backend, arch, 4, 32 if backend == "cuda" else 64)
 
-    def run(self, n: int, k: int, m: int, seed: int = 1) -> tuple[object, np.ndarray]:
+    def run(self, n: int, k: int, m: int, seed: int = 1) -> tuple[Problem, np.ndarray]:
         values = PACKAGE.bindings(self.variant, n, k, m, self.fmt, self.device)
         assert PACKAGE.point_problems(values) == [], PACKAGE.point_problems(values)
         geometry = PACKAGE.geometry(values)

@@ -155,7 +155,7 @@ def test_prelaunch_and_variant_rows_add_up_per_dispatch() -> None:
     from workers.profilers.rocprof_common import DispatchRow
 
     launches = []
-    rows = []
+    rows: list[DispatchRow] = []
     t = 0
     for d, stage in enumerate(["parity", "timed", "timed"]):
         for symbol, ns in (("tb_prefill_prep_sk1", 5), ("tb_prefill_n64_m32", 100 + d)):

@@ -41,7 +41,7 @@ def made_up_recording(path: Path) -> Path:
     points = []
     for m in (1, 2):
         for n, k in SHAPES:
-            times = {}
+            times: dict[str, list[int]] = {}
             for i, v in enumerate(package.space("cuda")):
                 values = package.bindings(v, n, k, m, get_format("Q4_0"), facts)
                 if package.point_problems(values):
