@@ -233,7 +233,7 @@ def test_dashboard_walk_in_chromium(private_server: LiveServer, browser: Any, tm
     page.wait_for_url("**/dashboard/tables/2")
     assert "#pragma once" in page.locator("pre.inc").inner_text()
     inc = page.request.get(f"{base}{page.locator('a.inc').get_attribute('href')}")
-    assert inc.status == 200 and "selectROCmNativeVNNIDecodeGenerated" in inc.text()
+    assert inc.status == 200 and "selectTbDecode(" in inc.text()  # tb-decode: its struct table
 
     page.click("header >> text=concepts")
     assert page.locator("h2#regret").count() == 1

@@ -6,12 +6,15 @@ import time
 
 from fastapi.testclient import TestClient
 
+from kernels.packages.loader import builtin_packages
 from service.api.app import create_app
 from service.api.presence import broker_presence
 from service.auth import create_token
 from service.db.session import session_scope
 from service.sweeps.availability import waiting_warnings
 from tests.distributed.conftest import Cluster, smoke_spec
+
+ROCM_VARIANT = builtin_packages()["tb-decode"].space("rocm")[0].name  # host variants break rocm rules
 
 
 def test_status_counts_live_workers_per_arch(cluster: Cluster) -> None:
@@ -28,7 +31,9 @@ def test_status_counts_live_workers_per_arch(cluster: Cluster) -> None:
     with session_scope(cluster.database_url) as session:
         token = create_token(session, "presence", ["submit"])
     client = TestClient(create_app(cluster.settings), headers={"Authorization": f"Bearer {token}"})
-    gfx906 = smoke_spec(arch="gfx906", shapes=[{"name": "P", "n": 64, "k": 256}])
+    gfx906 = smoke_spec(
+        arch="gfx906", shapes=[{"name": "P", "n": 64, "k": 256}], variants=[ROCM_VARIANT]
+    )
     waiting = client.post("/v1/sweeps", json=gfx906)
     assert waiting.status_code == 202, waiting.text
     body = waiting.json()

@@ -163,6 +163,7 @@ def test_healthz_answers_while_a_large_import_is_parsed(pg_server: LiveServer) -
     assert response.json()["error"]["fields"][0]["field"] == "files.0.content"
     with session_scope(pg_server.database_url) as session:
         assert session.scalar(select(func.count()).select_from(Capture)) == 0
-    # relative, not a wall-clock limit: no probe may wait for a large part of the import
+    # relative, not a wall-clock limit: a blocked event loop makes one probe wait for (nearly) the whole
+    # parse; half of it leaves room for a 2-core machine's scheduling noise and still catches that
     assert len(latencies) >= 10
-    assert max(latencies) < 0.2 * duration, (max(latencies), duration, len(latencies))
+    assert max(latencies) < 0.5 * duration, (max(latencies), duration, len(latencies))
