@@ -154,7 +154,7 @@ def build_table(
 ) -> GeneratedTable:
     """Generate (not store) the table of one package's current winners (default: the phase's built-in);
     raises NoWinners or validation errors."""
-    package = package or table_package(session, phase, dialect)
+    package = package or table_package(session, phase, dialect, arch=arch)
     points = alias_points(session, arch, phase, package.name)
     if not points:
         raise NoWinners(f"no winners for arch={arch} phase={phase} kernel={package.name}")
