@@ -170,25 +170,28 @@ class KernelPackage:
                 out.append({"point": self.variant_name(params), "rule": failed[0]})
         return out
 
+    def _name_params(self, name: str) -> dict[str, int] | None:
+        """The parameters a name spells by the variant template (None when it does not match)."""
+        match = _template_regex(self.manifest.variant.name, self.param_names).match(name)
+        return None if match is None else {p: int(match.group(p)) for p in self.param_names}
+
     def is_variant_name(self, name: str) -> bool:
         """True when ``name`` is the canonical name of a point of the parameter space (any backend)."""
-        match = _template_regex(self.manifest.variant.name, self.param_names).match(name)
-        if match is None:
+        params = self._name_params(name)
+        if params is None:
             return False
-        params = {p: int(match.group(p)) for p in self.param_names}
         in_space = all(value in self.manifest.params[p] for p, value in params.items())
         return in_space and self.variant_name(params) == name
 
     def parse(self, name: str, backend: str) -> Variant:
         """A variant by canonical name; InvalidVariant names the template or the broken rule."""
-        match = _template_regex(self.manifest.variant.name, self.param_names).match(name)
-        if match is None:
+        params = self._name_params(name)
+        if params is None:
             example = self.variant_name({p: values[0] for p, values in self.manifest.params.items()})
             raise InvalidVariant(
                 f"{name!r} is not a {self.name} variant name; expected {self.manifest.variant.name}, "
                 f"e.g. {example}"
             )
-        params = {p: int(match.group(p)) for p in self.param_names}
         canonical = self.variant_name(params)
         if canonical != name:
             raise InvalidVariant(f"{name!r} is not canonical; write {canonical}")
