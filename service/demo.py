@@ -15,11 +15,9 @@ from service.config import Settings
 from service.db.migrate import upgrade
 from service.db.models import Task, Winner
 from service.db.session import session_factory
-from service.kernel_store import resolve
 from service.sweeps.service import submit_sweep
 from service.sweeps.spec import SweepSpec
-from service.tables.dialects import default_dialect
-from service.tables.versions import generate_and_store, winner_variants
+from service.tables.versions import default_table_dialect, generate_and_store
 from workers.backends.registry import create_backend
 from workers.execute import execute_task
 
@@ -74,9 +72,9 @@ def run_demo(
             .order_by(Winner.format, Winner.n, Winner.k, Winner.m)
         ).all()
         winners = [winner_item(w) for w in rows if sweep_id in (w.sweep_ids or [])]
-        package = resolve(session, None, "decode")
-        dialect = default_dialect("decode", package, winner_variants(session, "host", "decode", package.name))
-        version = generate_and_store(session, "host", "decode", dialect)
+        version = generate_and_store(
+            session, "host", "decode", default_table_dialect(session, "host", "decode")
+        )
         content, sha = version.content, version.sha256
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(content)

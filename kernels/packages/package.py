@@ -153,6 +153,10 @@ class KernelPackage:
             for values in itertools.product(*self.manifest.params.values())
         ]
 
+    def all_names(self) -> list[str]:
+        """The name of every point of the parameter space, restrictions not applied."""
+        return [self.variant_name(params) for params in self.all_points()]
+
     def space(self, backend: str) -> list[Variant]:
         """Every valid point for a backend, in declared order (earlier values of earlier params first)."""
         variants: list[Variant] = []

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import re
+from collections.abc import Iterable
 from typing import Protocol
 
 # DESIGN §3: prefill M buckets; at run time M rounds up to the next bucket.
@@ -105,6 +106,16 @@ class PrefillCodec:
 
 
 CODECS: dict[str, PhaseCodec] = {"decode": DecodeCodec(), "prefill": PrefillCodec()}
+
+
+def first_rejection(codec: PhaseCodec, names: Iterable[str]) -> str | None:
+    """Why the first name the codec cannot express is refused (None when every name fits)."""
+    for name in names:
+        try:
+            codec.parse_variant(name)
+        except ValueError as error:
+            return str(error)
+    return None
 
 
 def get_codec(phase: str) -> PhaseCodec:

@@ -21,7 +21,7 @@ from service.db.models import Measurement, TableVersion, Variant, Winner
 from service.kernel_store import resolve
 from service.tables.codecs import get_codec
 from service.tables.collapse import AliasPoint, collapse_aliases
-from service.tables.dialects import dialect_phases, dialect_problem
+from service.tables.dialects import default_dialect, dialect_phases, dialect_problem
 from service.tables.generate import generate_table
 from service.tables.model import GeneratedTable, PointDecision, PointKey
 
@@ -43,6 +43,13 @@ def winner_variants(session: Session, arch: str, phase: str, kernel: str) -> set
         .distinct()
     )
     return set(rows)
+
+
+def default_table_dialect(session: Session, arch: str, phase: str, kernel: str | None = None) -> str:
+    """The dialect a table request without one gets: the first that expresses the stored winners' names
+    (the package's whole space when nothing is stored yet). PackageNotFound when no package answers."""
+    package = resolve(session, kernel, phase)
+    return default_dialect(phase, package, winner_variants(session, arch, phase, package.name) or None)
 
 
 def table_package(

@@ -15,18 +15,18 @@ from service.api.deps import MAX_ID, MAX_OFFSET, Caller, get_session, require_sc
 from service.api.errors import ERROR_RESPONSES, NOT_FOUND
 from service.api.errors import _response as _error
 from service.db.models import TableVersion
-from service.kernel_store import PackageNotFound, resolve
+from service.kernel_store import PackageNotFound
 from service.tables.collapse import AliasConflict
-from service.tables.dialects import DIALECT_NAMES, default_dialect, dialect_phases
+from service.tables.dialects import DIALECT_NAMES, dialect_phases
 from service.tables.diff import diff_versions
 from service.tables.validate import TableValidationError
 from service.tables.versions import (
     NoWinners,
+    default_table_dialect,
     generate_and_store,
     latest_version,
     table_item,
     table_package,
-    winner_variants,
 )
 
 router = APIRouter(prefix="/v1/tables", tags=["tables"], responses={**ERROR_RESPONSES})
@@ -80,9 +80,7 @@ def generate_table(
     dialect = request.dialect
     if dialect is None:
         try:
-            package = resolve(session, request.kernel, request.phase)
-            variants = winner_variants(session, request.arch, request.phase, package.name)
-            dialect = default_dialect(request.phase, package, variants or None)
+            dialect = default_table_dialect(session, request.arch, request.phase, request.kernel)
         except PackageNotFound as error:
             _field_error("kernel", str(error))
     assert dialect is not None
@@ -145,10 +143,7 @@ def latest_inc(
 ) -> PlainTextResponse:
     if dialect is None:
         try:
-            package = resolve(session, kernel, phase)
-            dialect = default_dialect(
-                phase, package, winner_variants(session, arch, phase, package.name) or None
-            )
+            dialect = default_table_dialect(session, arch, phase, kernel)
         except PackageNotFound as error:
             raise HTTPException(404, str(error)) from None
     version = latest_version(session, arch, phase, dialect, kernel)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from kernels.packages.package import KernelPackage
-from service.tables.codecs import PhaseCodec
+from service.tables.codecs import PhaseCodec, first_rejection
 from service.tables.dialects.base import TableDialect
 from service.tables.dialects.cuda_struct_table import CudaStructTableDialect
 from service.tables.dialects.json_table import JsonDialect
@@ -67,13 +67,11 @@ def dialect_problem(name: str, package: KernelPackage, variants: Collection[str]
     ``variants``: the names the table must hold (e.g. the stored winners'; imported Llaminar data keeps
     Llaminar's names); None checks the package's whole space."""
     if name in PHASE_AGNOSTIC:
-        codec: PhaseCodec = PHASE_AGNOSTIC[name](package.phase, package, variants).codec
-        for variant in variants or ():
-            try:
-                codec.parse_variant(variant)
-            except ValueError as error:
-                return f"dialect {name} describes {package.name} by its parameters; {error}"
-        return None
+        codec = PHASE_AGNOSTIC[name](package.phase, package, variants).codec
+        rejection = first_rejection(codec, variants or ())
+        if rejection is None:
+            return None
+        return f"dialect {name} describes {package.name} by its parameters; {rejection}"
     if name in PACKAGE_BOUND:
         try:
             PACKAGE_BOUND[name](package)
@@ -89,15 +87,10 @@ def dialect_problem(name: str, package: KernelPackage, variants: Collection[str]
     phase_codec: PhaseCodec | None = getattr(dialect, "codec", None)
     if phase_codec is None:
         return None
-    names = variants if variants is not None else [package.variant_name(p) for p in package.all_points()]
-    for variant in names:  # Llaminar's structs: every variant must fit their fields
-        try:
-            phase_codec.parse_variant(variant)
-        except ValueError as error:
-            return (
-                f"dialect {name} cannot express {package.name}'s variants ({error}); use struct-table or json"
-            )
-    return None
+    rejection = first_rejection(phase_codec, variants if variants is not None else package.all_names())
+    if rejection is None:  # Llaminar's structs: every variant must fit their fields
+        return None
+    return f"dialect {name} cannot express {package.name}'s variants ({rejection}); use struct-table or json"
 
 
 def default_dialect(phase: str, package: KernelPackage, variants: Collection[str] | None = None) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kernels.packages.package import KernelPackage
-from service.tables.codecs import PREFILL_M_BUCKETS, PhaseCodec, get_codec
+from service.tables.codecs import PREFILL_M_BUCKETS, PhaseCodec, first_rejection, get_codec
 from service.tables.dialects.base import ReplayAnswers, RuleMap
 from service.tables.dialects.struct_table import PackageCodec
 from service.tables.model import HeaderInfo, PointKey, TableChoice
@@ -23,18 +23,6 @@ from service.tables.policy import Fallback, as_fallback
 from service.tables.tree import TreeNode
 
 ASPECTS = ("very_wide", "wide", "balanced", "tall")
-
-
-def _fits_phase_codec(package: KernelPackage, phase: str, names: Collection[str] | None) -> bool:
-    codec = get_codec(phase)
-    if names is None:
-        names = [package.variant_name(params) for params in package.all_points()]
-    try:
-        for name in names:
-            codec.parse_variant(name)
-    except ValueError:
-        return False
-    return True
 
 
 class JsonDialect:
@@ -53,8 +41,10 @@ class JsonDialect:
         # The phase codec (Llaminar's fields) serves a built-in package's data when the names fit it: its own
         # variants if they still do, or the table's `variants` (imported Llaminar rows keep Llaminar's names).
         # Anything else is described by the package's own parameters.
-        names = variants if variants is not None else None
-        fits = package is not None and package.builtin and _fits_phase_codec(package, phase, names)
+        fits = package is not None and package.builtin
+        if package is not None and fits:
+            names = variants if variants is not None else package.all_names()
+            fits = first_rejection(get_codec(phase), names) is None
         self.package = None if package is None or fits else package
         self.codec: PhaseCodec = get_codec(phase) if self.package is None else PackageCodec(self.package)
 
