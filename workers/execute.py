@@ -298,6 +298,16 @@ def _run_and_store(
         return with_db_retry(lambda: _finish_failed(factory, task_id, owner, reason), f"fail task {task_id}")
 
 
+def _check_unique_seq(variant: str, dispatches: list[Dispatch]) -> None:
+    """(measurement_id, seq) is a dispatch row's key: a harness that numbered two launches alike
+    fails its task with this reason, not with the key's constraint name."""
+    seen: set[int] = set()
+    for dispatch in dispatches:
+        if dispatch.seq in seen:
+            raise ValueError(f"variant {variant}: two timed dispatches share seq {dispatch.seq}")
+        seen.add(dispatch.seq)
+
+
 def _finish_failed(factory: sessionmaker[Session], task_id: int, owner: str, reason: str) -> str:
     with factory.begin() as session:
         task = session.get(Task, task_id, with_for_update=True)
@@ -385,6 +395,7 @@ def store_task_result(session: Session, task: Task, result: TaskResult) -> None:
     codebook = FORMATS[task.format].codebook
     pending: list[tuple[Measurement, list[Dispatch]]] = []
     for variant_result in result.results:
+        _check_unique_seq(variant_result.variant, variant_result.dispatches)
         parsed = family.parse(variant_result.variant, backend_name)
         variant = upsert_variant(session, family.name, parsed.name, dict(parsed.params), parsed.order)
         summary = summarize_ns([d.device_ns for d in variant_result.dispatches])

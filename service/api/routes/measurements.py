@@ -86,7 +86,7 @@ def _csv_rows(session: Session, measurement_id: int) -> Iterator[str]:
     query = (
         select(Dispatch.seq, Dispatch.device_ns, Dispatch.wall_ns, Dispatch.buffer_index)
         .where(Dispatch.measurement_id == measurement_id)
-        .order_by(Dispatch.seq, Dispatch.id)
+        .order_by(Dispatch.seq)
         .execution_options(yield_per=CSV_CHUNK)
     )
     for count, row in enumerate(session.execute(query), start=1):
@@ -131,7 +131,7 @@ def get_dispatches(
         )
 
     query = (
-        select(Dispatch).where(Dispatch.measurement_id == measurement.id).order_by(Dispatch.seq, Dispatch.id)
+        select(Dispatch).where(Dispatch.measurement_id == measurement.id).order_by(Dispatch.seq)
     )
     body = paginate(
         session,
