@@ -3,8 +3,8 @@
 Every reader asks for one measurement's rows in seq order, and every writer numbers a measurement's
 dispatches uniquely (seq is the task-wide launch order), so (measurement_id, seq) is the row's
 identity. The bigint id cost a sequence call per row and a second B-tree beside the measurement_id
-one; with the natural key one B-tree serves both, and a binary COPY of a million rows needs about
-two thirds of the time (bench/results/ingest-2026-11-30-c.json).
+one; with the natural key one B-tree serves both (bench/results/ingest-2026-11-30-c.json). On SQLite
+the table becomes WITHOUT ROWID, so that B-tree holds the rows themselves.
 
 Rows already stored that share (measurement_id, seq) (no writer of this code makes them, but an
 older database might hold some) are renumbered 0, 1, ... in the order the readers showed them
@@ -52,7 +52,8 @@ def upgrade() -> None:
             f"ADD CONSTRAINT {PK_NAME} PRIMARY KEY (measurement_id, seq)"
         )
         return
-    with op.batch_alter_table("dispatches", recreate="always") as batch:
+    # SQLite: WITHOUT ROWID, so the key's B-tree is the table (no rowid B-tree beside an autoindex)
+    with op.batch_alter_table("dispatches", recreate="always", table_kwargs={"sqlite_with_rowid": False}) as batch:
         batch.drop_index(INDEX_NAME)
         batch.drop_column("id")
         batch.create_primary_key(PK_NAME, ["measurement_id", "seq"])

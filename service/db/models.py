@@ -200,10 +200,14 @@ class Dispatch(Base):
     Keyed by (measurement_id, seq), seq being the launch's place in its task (unique per measurement):
     no surrogate id, so the primary key is the one index, and it serves every read (one measurement's
     rows in seq order). The bulk of the database lives here; one index less is a third of COPY's time.
+    On SQLite the table is WITHOUT ROWID: the key's B-tree holds the rows, clustered by measurement.
     """
 
     __tablename__ = "dispatches"
-    __table_args__ = (PrimaryKeyConstraint("measurement_id", "seq", name="pk_dispatches"),)
+    __table_args__ = (
+        PrimaryKeyConstraint("measurement_id", "seq", name="pk_dispatches"),
+        {"sqlite_with_rowid": False},
+    )
 
     measurement_id: Mapped[int] = mapped_column(ForeignKey("measurements.id", ondelete="CASCADE"))
     seq: Mapped[int] = mapped_column(Integer, autoincrement=False)
