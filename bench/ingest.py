@@ -184,7 +184,9 @@ def main() -> None:
     try:
         upgrade(pg_url)
         with session_factory(pg_url)() as session:  # the schema measured, as the server states it
-            indexes = list(session.scalars(text("SELECT indexdef FROM pg_indexes WHERE tablename = 'dispatches'")))
+            indexes = list(
+                session.scalars(text("SELECT indexdef FROM pg_indexes WHERE tablename = 'dispatches'"))
+            )
         for method in ("copy", "copy-text", "copy-checked", "executemany"):
             timing = time_method(pg_url, method, args.rows, args.repeats)
             results.append({"database": f"postgres {server_version}", **timing})

@@ -53,7 +53,9 @@ def upgrade() -> None:
         )
         return
     # SQLite: WITHOUT ROWID, so the key's B-tree is the table (no rowid B-tree beside an autoindex)
-    with op.batch_alter_table("dispatches", recreate="always", table_kwargs={"sqlite_with_rowid": False}) as batch:
+    with op.batch_alter_table(
+        "dispatches", recreate="always", table_kwargs={"sqlite_with_rowid": False}
+    ) as batch:
         batch.drop_index(INDEX_NAME)
         batch.drop_column("id")
         batch.create_primary_key(PK_NAME, ["measurement_id", "seq"])

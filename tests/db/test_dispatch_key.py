@@ -13,6 +13,7 @@ from service.db.migrate import downgrade, upgrade
 from service.db.session import session_factory
 from tests.reliability.seed import seed_dispatches
 
+TABLE = "dispatches"
 # (measurement index, seq, device_ns), inserted in this order (so ids follow it)
 ROWS = [
     (0, 4, 104), (0, 0, 100), (0, 2, 102),  # unique seqs, stored out of order: left as they are
@@ -20,17 +21,23 @@ ROWS = [
 ]  # fmt: skip
 
 
+INSERT = text("INSERT INTO dispatches (measurement_id, seq, device_ns, buffer_index) VALUES (:m, :s, :d, 0)")
+
+
 def _rows(connection: Connection, columns: str = "measurement_id, seq, device_ns") -> list[tuple[Any, ...]]:
-    return [tuple(r) for r in connection.execute(text(f"SELECT {columns} FROM dispatches ORDER BY measurement_id, seq"))]
+    query = text(f"SELECT {columns} FROM dispatches ORDER BY measurement_id, seq")
+    return [tuple(r) for r in connection.execute(query)]
 
 
 def _schema(connection: Connection) -> dict[str, Any]:
     inspector = inspect(connection)
     return {
-        "columns": [c["name"] for c in inspector.get_columns("dispatches")],
-        "pk": inspector.get_pk_constraint("dispatches")["constrained_columns"],
-        "indexes": sorted(i["name"] or "" for i in inspector.get_indexes("dispatches")),
-        "fks": [(f["referred_table"], f["options"].get("ondelete")) for f in inspector.get_foreign_keys("dispatches")],
+        "columns": [c["name"] for c in inspector.get_columns(TABLE)],
+        "pk": inspector.get_pk_constraint(TABLE)["constrained_columns"],
+        "indexes": sorted(i["name"] or "" for i in inspector.get_indexes(TABLE)),
+        "fks": [
+            (f["referred_table"], f["options"].get("ondelete")) for f in inspector.get_foreign_keys(TABLE)
+        ],
     }
 
 
@@ -42,10 +49,7 @@ def test_0011_keys_existing_rows_and_downgrades(database_url: str) -> None:
     try:
         with engine.begin() as connection:
             for index, seq, device in ROWS:
-                connection.execute(
-                    text("INSERT INTO dispatches (measurement_id, seq, device_ns, buffer_index) VALUES (:m, :s, :d, 0)"),
-                    {"m": (a, b)[index], "s": seq, "d": device},
-                )
+                connection.execute(INSERT, {"m": (a, b)[index], "s": seq, "d": device})
         upgrade(database_url, "0011")
         with engine.begin() as connection:
             assert _schema(connection) == {
@@ -62,26 +66,20 @@ def test_0011_keys_existing_rows_and_downgrades(database_url: str) -> None:
                 ddl = connection.scalar(text("SELECT sql FROM sqlite_master WHERE name = 'dispatches'"))
                 assert ddl.rstrip().endswith("WITHOUT ROWID"), ddl
             with pytest.raises(IntegrityError), connection.begin_nested():
-                connection.execute(
-                    text("INSERT INTO dispatches (measurement_id, seq, device_ns, buffer_index) VALUES (:m, 2, 1, 0)"),
-                    {"m": a},
-                )
+                connection.execute(INSERT, {"m": a, "s": 2, "d": 1})
         downgrade(database_url, "0010")
         with engine.begin() as connection:
             schema = _schema(connection)
             assert schema["columns"][0] == "id" and schema["pk"] == ["id"]
             assert schema["indexes"] == ["ix_dispatches_measurement_id"]
             assert schema["fks"] == [("measurements", "CASCADE")]
-            ids = [r[0] for r in connection.execute(text("SELECT id FROM dispatches ORDER BY measurement_id, seq"))]
+            ids = [r[0] for r in _rows(connection, "id")]
             assert ids == sorted(ids) and len(set(ids)) == len(ROWS)  # new ids, in read order
             assert [r[1:] for r in _rows(connection, "id, measurement_id, seq, device_ns")] == [
                 (a, 0, 100), (a, 2, 102), (a, 4, 104), (b, 0, 200), (b, 1, 211), (b, 2, 212), (b, 3, 203),
             ]  # fmt: skip
             # the id is generated again, as 0010's writers expect
-            connection.execute(
-                text("INSERT INTO dispatches (measurement_id, seq, device_ns, buffer_index) VALUES (:m, 9, 9, 0)"),
-                {"m": a},
-            )
+            connection.execute(INSERT, {"m": a, "s": 9, "d": 9})
             assert connection.scalar(text("SELECT max(id) FROM dispatches")) > max(ids)
         upgrade(database_url)
         with engine.connect() as connection:

@@ -35,8 +35,9 @@ class RepeatedSeqBackend(HostBackend):
 
 
 def _one_task(url: str) -> int:
-    spec = SweepSpec(arch="host", phase="decode", formats=["Q8_0"], shapes=[{"name": "Key_0", "n": 64, "k": 256}],
-                     m=[1], variants=VARIANTS, min_dispatches=5, max_dispatches=5)  # fmt: skip
+    shapes = [{"name": "Key_0", "n": 64, "k": 256}]
+    spec = SweepSpec(arch="host", phase="decode", formats=["Q8_0"], shapes=shapes, m=[1], variants=VARIANTS,
+                     min_dispatches=5, max_dispatches=5)  # fmt: skip
     with session_factory(url).begin() as session:
         sweep, _ = submit_sweep(session, spec, None, "tests")
         return int(session.scalars(select(Task.id).where(Task.sweep_id == sweep.id)).one())
@@ -47,11 +48,10 @@ def test_stored_rows_keep_the_task_wide_seq(migrated_url: str, artifact_dir: Pat
     factory = session_factory(migrated_url)
     assert execute_task(factory, task_id, HostBackend(artifact_dir)) == "done"
     with factory() as session:
-        seqs = session.execute(
-            select(Dispatch.measurement_id, Dispatch.seq).join(Measurement).where(Measurement.task_id == task_id)
-        ).all()
-        assert sorted(s for _, s in seqs) == list(range(2 * 5))  # interleaved: one numbering for the task
-        assert session.scalar(select(func.sum(Measurement.n_dispatches)).where(Measurement.task_id == task_id)) == 10
+        of_task = Measurement.task_id == task_id
+        seqs = session.scalars(select(Dispatch.seq).join(Measurement).where(of_task)).all()
+        assert sorted(seqs) == list(range(2 * 5))  # interleaved: one numbering for the task
+        assert session.scalar(select(func.sum(Measurement.n_dispatches)).where(of_task)) == 10
 
 
 def test_a_repeated_seq_fails_the_task_with_its_reason(migrated_url: str, artifact_dir: Path) -> None:

@@ -130,9 +130,7 @@ def get_dispatches(
             headers={"Content-Disposition": f'attachment; filename="measurement-{measurement.id}.csv"'},
         )
 
-    query = (
-        select(Dispatch).where(Dispatch.measurement_id == measurement.id).order_by(Dispatch.seq)
-    )
+    query = select(Dispatch).where(Dispatch.measurement_id == measurement.id).order_by(Dispatch.seq)
     body = paginate(
         session,
         query,
