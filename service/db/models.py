@@ -199,7 +199,7 @@ class Dispatch(Base):
 
     Keyed by (measurement_id, seq), seq being the launch's place in its task (unique per measurement):
     no surrogate id, so the primary key is the one index, and it serves every read (one measurement's
-    rows in seq order). The bulk of the database lives here; one index less is a third of COPY's time.
+    rows in seq order). The bulk of the database lives here: each B-tree costs COPY about as much as the heap.
     On SQLite the table is WITHOUT ROWID: the key's B-tree holds the rows, clustered by measurement.
     """
 
