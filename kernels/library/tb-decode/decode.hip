@@ -109,8 +109,15 @@
 #define TB_MINB(RW, U, KB, MX, PG) \
     ((PG) >= 3 && (PG) > TB_OCC(RW, U, KB, MX) && TB_FITS(RW, U, MX, PG) ? (PG) : TB_OCC(RW, U, KB, MX))
 #endif
-/* passes of x staging loaded before any is reduced (tb_stage_x): 6 x 256 float4 cover K = 6144 at M = 1 */
+/* passes of x staging loaded before any is reduced (tb_stage_x): 6 x 256 float4 cover K = 6144 at M = 1.
+ * AMD: 1, the order measured before (gfx906 hipcc: 2 passes or x first made the 4-wave PP0 variants spill) */
+#if defined(TB_AMD)
+#define TB_XP(MX) 1
+#define TB_X_FIRST 0
+#else
 #define TB_XP(MX) ((MX) == 1 ? 6 : 8)
+#define TB_X_FIRST 1
+#endif
 
 #define TB_DECODE_PARAMS                                                                             \
     const tb_u8 *__restrict__ qs, const tb_u8 *__restrict__ qh, const tb_u8 *__restrict__ sc,        \
@@ -372,10 +379,11 @@ __device__ TB_FORCEINLINE void tb_decode_body(TB_DECODE_PARAMS) {
     if (tile >= tiles) return; /* uniform over the workgroup */
     constexpr int STEP = W::G * U;
 
-    /* x first: its XP-deep loads alone set the register peak of the staging (the weights' first batch in
-     * flight beside them cost 76 -> 100 registers at MX1/RW2/U4 on sm_90); the first weight batch is issued
-     * before the barrier, so its latency overlaps the other waves' staging */
-    tb_stage_x<TB_XP(MX)>(x, m, k, w.xb0, w.nxb, w.c0, w.nchunks, xq, xm);
+    /* CUDA: x first, its XP-deep loads alone set the register peak of the staging (the weights' first batch
+     * in flight beside them cost 76 -> 100 registers at MX1/RW2/U4 on sm_90); the first weight batch is
+     * issued before the barrier, so its latency overlaps the other warps' staging. AMD: the first weight
+     * batch first, as measured before (gfx906 hipcc: x first made the 4-wave PP0 variants spill) */
+    if (TB_X_FIRST) tb_stage_x<TB_XP(MX)>(x, m, k, w.xb0, w.nxb, w.c0, w.nchunks, xq, xm);
     if (PP == 0) {
         /* batches one after the other: the next loads start after this batch's arithmetic */
         bool synced = false;
@@ -384,6 +392,7 @@ __device__ TB_FORCEINLINE void tb_decode_body(TB_DECODE_PARAMS) {
                 tb_batch<RW, U> b;
                 w.load(b, tile, base);
                 if (!synced) {
+                    if (!TB_X_FIRST) tb_stage_x<TB_XP(MX)>(x, m, k, w.xb0, w.nxb, w.c0, w.nchunks, xq, xm);
                     tb_sync();
                     synced = true;
                     if (base >= w.c1) break; /* empty slice */
@@ -405,6 +414,7 @@ __device__ TB_FORCEINLINE void tb_decode_body(TB_DECODE_PARAMS) {
     tb_batch<RW, U> a, b;
     int base = w.c0;
     w.load(a, tile, base);
+    if (!TB_X_FIRST) tb_stage_x<TB_XP(MX)>(x, m, k, w.xb0, w.nxb, w.c0, w.nchunks, xq, xm);
     tb_sync();
     for (;;) {
         int nt = tile, nb = base + STEP;
