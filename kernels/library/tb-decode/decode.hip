@@ -97,11 +97,12 @@
 #define TB_OCC(RW, U, KB, MX) (TB_OCC_R(RW, U, MX) > 4 ? 4 : (TB_OCC_R(RW, U, MX) < 1 ? 1 : TB_OCC_R(RW, U, MX)))
 #endif
 /* min blocks per SM asked of ptxas: a persistent grid of PG workgroups per SM must have them all resident
- * (the H200, 2026-11-30: PG = 2 launched 2 workgroups per SM where the registers allowed 3, 15 warps per SM,
- * latency-bound), so PG >= 3 caps the registers at 65536 / (256 PG) -- where the estimate says the variant fits
- * in that (+10: ptxas -v over the 9 formats, sm_90: no spills at or under the line, spills above it for
- * IQ4_XS / Q5_0 / Q4_K / Q6_K); a variant that does not fit keeps its estimate and simply loses to one
- * that does. PG = 2 keeps the estimate (the variants measured on 2026-11-30; Q6_K at MX2 would spill). AMD keeps the LDS / VGPR estimate: a 40 KiB-LDS variant cannot be resident PG times there. */
+ * (the H200, 2026-11-30: PG = 2 launched 2 workgroups per SM where the registers allowed 3, 15 warps per
+ * SM, latency-bound), so PG >= 3 caps the registers at 65536 / (256 PG) where the estimate says the
+ * variant fits in that (+10: ptxas -v over the 9 formats, sm_90: no spills at or under the line, spills
+ * above it for IQ4_XS / Q5_0 / Q4_K / Q6_K); a variant that does not fit keeps its estimate and simply
+ * loses to one that does. PG = 2 keeps the estimate (the variants measured on 2026-11-30; Q6_K at MX2
+ * would spill). AMD keeps the LDS / VGPR estimate: a 40 KiB-LDS variant cannot be resident PG times. */
 #define TB_FITS(RW, U, MX, P) (TB_EST_REGS(RW, U, MX) <= 65536 / (TB_THREADS * (P)) + 10)
 #if defined(TB_AMD)
 #define TB_MINB(RW, U, KB, MX, PG) TB_OCC(RW, U, KB, MX)
