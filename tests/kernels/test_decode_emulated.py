@@ -67,7 +67,8 @@ def _run(binary: Path, fmt: str, name: str, problem: Problem, folder: Path) -> n
     out = folder / "y.bin"
     argv = [
         str(binary), DECODE.symbol(variant), str(problem.m), str(problem.n), str(problem.k), str(g.grid[0]),
-        str(g.grid[1]), str(values["tiles"]), *(str(folder / f"{p}.bin") for p in ("qs", "qh", "sc", "x")), str(out),
+        str(g.grid[1]), str(values["tiles"]), *(str(folder / f"{p}.bin") for p in ("qs", "qh", "sc", "x")),
+        str(out),
     ]  # fmt: skip
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, (name, proc.stderr[-2000:])
