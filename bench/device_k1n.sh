@@ -24,7 +24,7 @@ if [ -z "${DRY:-}" ]; then
 fi
 stamp() {
   echo "# device: $(nvidia-smi --query-gpu=index,name,uuid,driver_version --format=csv,noheader 2>/dev/null | tr '\n' ';') CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"
-  echo "# date: $(date -u +%FT%TZ)"; echo "# git: $(git rev-parse HEAD 2>/dev/null || echo unknown)"; echo "# command: $*"
+  echo "# date: $(date -u +%FT%TZ)"; echo "# git: $(cat .git-head 2>/dev/null || git rev-parse HEAD 2>/dev/null || echo unknown)"; echo "# command: $*"
 }
 json="$OUT/decode-roofline-h200-$tag.json"
 
