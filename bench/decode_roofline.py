@@ -269,14 +269,14 @@ def main(argv: list[str] | None = None) -> int:
             took = f"{r.get('median_us', float('nan')):9.2f} us ({r['seconds']} s)"
             print(f"{fmt:7} {shape:30} M{m} {r.get('variant', '-'):24} {took}", flush=True)
             if args.out:  # a run cut short by its time box still leaves every point it finished
-                args.out.write_text(_dump(_result(argv, started, device, partial, rows, complete=False)))
+                _write(args.out, _result(argv, started, device, partial, rows, complete=False))
         copy_after = copy_bandwidth()
     copy = {**copy_before, "bandwidth_gbs": max(copy_before["bandwidth_gbs"], copy_after["bandwidth_gbs"]),
             "before_gbs": copy_before["bandwidth_gbs"], "after_gbs": copy_after["bandwidth_gbs"],
             "note": "the higher of two copies, one before and one after the points"}  # fmt: skip
     result = _result(argv, started, device, copy, rows, complete=True)
     if args.out:
-        args.out.write_text(_dump(result))
+        _write(args.out, result)
     _print_table(result)
     return 0
 
@@ -315,8 +315,11 @@ def _result(
     return result
 
 
-def _dump(result: dict[str, Any]) -> str:
-    return json.dumps(result, indent=1, default=str)
+def _write(path: Path, result: dict[str, Any]) -> None:
+    """Through a temporary file and a rename: a kill mid-write leaves the previous complete document."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(result, indent=1, default=str))
+    tmp.replace(path)
 
 
 def _print_table(result: dict[str, Any]) -> None:
