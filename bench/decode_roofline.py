@@ -217,6 +217,11 @@ def summarize(rows: list[dict[str, Any]], copy: dict[str, Any]) -> dict[str, Any
     return {
         "points_compared": len(compared),
         "faster_than_llama_cpp": sum(1 for x in ratios if x > 1.0),
+        "slower_than_llama_cpp": [
+            {k: r[k] for k in ("format", "shape", "m", "median_us", "llama_us", "ratio")}
+            for r in compared
+            if r["ratio"] <= 1.0
+        ],
         "geomean_ratio": math.exp(sum(math.log(x) for x in ratios) / len(ratios)) if ratios else None,
         "worst": min(compared, key=lambda r: r["ratio"], default=None)
         and {
@@ -256,21 +261,41 @@ def main(argv: list[str] | None = None) -> int:
         if device is None:
             raise SystemExit("no sm_90 GPU detected (cuda backend)")
         copy_before = copy_bandwidth()
-        rows = []
+        partial = {**copy_before, "note": "partial run: the copy before the points only"}
+        rows: list[dict[str, Any]] = []
         for fmt, shape, n, k, m in points(formats, ms):
             rows.append(run_point(backend, fmt, shape, n, k, m, args.dispatches))
             r = rows[-1]
             took = f"{r.get('median_us', float('nan')):9.2f} us ({r['seconds']} s)"
             print(f"{fmt:7} {shape:30} M{m} {r.get('variant', '-'):24} {took}", flush=True)
+            if args.out:  # a run cut short by its time box still leaves every point it finished
+                _write(args.out, _result(argv, started, device, partial, rows, complete=False))
         copy_after = copy_bandwidth()
     copy = {**copy_before, "bandwidth_gbs": max(copy_before["bandwidth_gbs"], copy_after["bandwidth_gbs"]),
             "before_gbs": copy_before["bandwidth_gbs"], "after_gbs": copy_after["bandwidth_gbs"],
             "note": "the higher of two copies, one before and one after the points"}  # fmt: skip
+    result = _result(argv, started, device, copy, rows, complete=True)
+    if args.out:
+        _write(args.out, result)
+    _print_table(result)
+    return 0
+
+
+def _result(
+    argv: list[str] | None,
+    started: dt.datetime,
+    device: Any,
+    copy: dict[str, Any],
+    rows: list[dict[str, Any]],
+    complete: bool,
+) -> dict[str, Any]:
+    """The JSON document: device, date, command, copy bandwidth, every point and the summary."""
     result = {
         "bench": "decode_roofline",
         "date": started.isoformat(timespec="seconds"),
         "command": "python "
         + " ".join(["bench/decode_roofline.py", *(argv if argv is not None else sys.argv[1:])]),
+        "complete": complete,
         "device": {
             "name": device.name,
             "sms": device.compute_units,
@@ -283,17 +308,18 @@ def main(argv: list[str] | None = None) -> int:
         "weights": f"first {TILE_ROWS} rows quantized, tiled to N rows when N > {TILE_ROWS}",
         "llama_cpp": LLAMA_PROVENANCE,
         "copy": copy,
-        "summary": {},
+        "summary": summarize(rows, copy),
         "points": rows,
-        "seconds_total": 0.0,
+        "seconds_total": round((dt.datetime.now(dt.UTC) - started).total_seconds(), 1),
     }
-    result["summary"] = summarize(rows, copy)
-    result["seconds_total"] = round((dt.datetime.now(dt.UTC) - started).total_seconds(), 1)
-    text = json.dumps(result, indent=1, default=str)
-    if args.out:
-        args.out.write_text(text)
-    _print_table(result)
-    return 0
+    return result
+
+
+def _write(path: Path, result: dict[str, Any]) -> None:
+    """Through a temporary file and a rename: a kill mid-write leaves the previous complete document."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(result, indent=1, default=str))
+    tmp.replace(path)
 
 
 def _print_table(result: dict[str, Any]) -> None:

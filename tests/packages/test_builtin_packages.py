@@ -21,9 +21,11 @@ PREFILL = builtin_packages()["tb-prefill"]
 
 def test_decode_spaces() -> None:
     gpu = DECODE.space("rocm")
-    assert len(gpu) == 42 and [v.name for v in DECODE.space("cuda")] == [v.name for v in gpu]
+    assert len(gpu) == 68 and [v.name for v in DECODE.space("cuda")] == [v.name for v in gpu]
     assert gpu[0].name == "MX1/KB1/RW1/U2/RG1/PG0/PP1" and gpu[-1].name == "MX4/KB4/RW2/U2/RG1/PG0/PP1"
-    assert sum(v.params["pp"] for v in gpu) == 24  # the pipelined kernel, beside 18 single-buffered points
+    assert sum(v.params["pp"] for v in gpu) == 38  # the pipelined kernel, beside 30 single-buffered points
+    assert sum(v.params["mx"] == 2 for v in gpu) == 10 and {v.params["pg"] for v in gpu} == {0, 2, 3, 4}
+    assert all(v.params["mx"] == 1 and v.params["rw"] == 1 for v in gpu if v.params["pg"] == 4)
     host = DECODE.space("host")
     assert [v.name for v in host] == [
         "MX4/KB1/RW1/U4/RG1/PG0/PP0", "MX4/KB1/RW2/U2/RG1/PG0/PP0", "MX4/KB1/RW2/U4/RG1/PG0/PP0",
@@ -34,7 +36,7 @@ def test_decode_spaces() -> None:
     assert host[4].family == "tb-decode"
     # every invalid GPU point names the rule that removes it
     invalid = DECODE.invalid_points("cuda")
-    assert len(invalid) == 2 * 4 * 2 * 3 * 2 * 2 * 2 - 42 and all(p["rule"] for p in invalid)
+    assert len(invalid) == 3 * 4 * 2 * 3 * 2 * 4 * 2 - 68 and all(p["rule"] for p in invalid)
     assert any(p["point"] == "MX4/KB1/RW1/U8/RG1/PG0/PP0" and "mx == 1 or" in p["rule"] for p in invalid)
 
 
@@ -107,7 +109,9 @@ def test_parse_roundtrip(package: object) -> None:
     ("package", "name", "backend", "reason"),
     [
         (DECODE, "MX1/KB3/RW1/U4/RG1/PG0/PP0", "rocm", "kb must be one of 1,2,4,8"),
-        (DECODE, "MX2/KB1/RW1/U4/RG1/PG0/PP0", "cuda", "mx must be one of 1,4"),
+        (DECODE, "MX3/KB1/RW1/U4/RG1/PG0/PP0", "cuda", "mx must be one of 1,2,4"),
+        (DECODE, "MX2/KB1/RW1/U4/RG1/PG0/PP0", "cuda", "mx != 2 or (kb == 1 and pg > 0)"),
+        (DECODE, "MX4/KB1/RW1/U4/RG1/PG4/PP0", "cuda", "pg < 4 or (mx == 1 and rw == 1)"),
         (
             DECODE,
             "MX1/KB1/RW1/U4/RG1/PG0/PP0",
@@ -211,7 +215,7 @@ def test_one_unit_per_format_with_one_symbol_per_variant() -> None:
     # each format is its own unit (tb-split: the arrays differ even where the shapes agree)
     others = [compile_units(DECODE, f, "rocm", DECODE.space("rocm"))[0].defines for f in ("Q4_0", "IQ4_NL")]
     assert others[0] != others[1] and defines not in others
-    assert defines["TB_DECODE_VARIANTS"].count("TB_DECODE_VARIANT(") == 42
+    assert defines["TB_DECODE_VARIANTS"].count("TB_DECODE_VARIANT(") == 68
     assert " " not in defines["TB_DECODE_VARIANTS"]
     assert set(units[0].symbols(DECODE).values()) == {
         "tb_decode_mx{mx}_kb{kb}_rw{rw}_u{u}_rg{rg}_pg{pg}_pp{pp}".format(**v.params)

@@ -118,6 +118,10 @@ TB_DEV tb_i32 tb_dot4(tb_i32 a, tb_i32 b, tb_i32 c) {
 TB_DEV float tb_h2f(tb_u16 h) {
 #if defined(TB_AMD)
     return (float)__builtin_bit_cast(_Float16, h);
+#elif defined(TB_CUDA_EMULATION) /* the CPU emulator (tests/fixtures/gpu_emu): the compiler's _Float16 */
+    _Float16 v;
+    __builtin_memcpy(&v, &h, 2);
+    return (float)v;
 #else
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));

@@ -23,25 +23,28 @@
  * Launch: block = (256,1,1), grid = (grid_x, KB, 1), no dynamic LDS (static LDS per variant, below).
  *
  * Variant meaning (every lane reads 16-byte payload CHUNKS, lane-contiguous, so a row's loads coalesce):
- *   MX  rows of M compiled for (m <= MX): MX = 1 keeps registers and static LDS of M = 1 small
+ *   MX  rows of M compiled for (m <= MX): MX = 1 keeps registers and static LDS of M = 1 small, MX = 2
+ *       those of M = 2 (the H200, 2026-11-30: MX4 at M = 2 held 106 registers, 2 workgroups per SM)
  *   RG  row groups per wave: a row is read by wave/RG lanes (RG = 2: half-waves, for short K)
  *   RW  rows per lane group processed together: each x chunk read from LDS serves RW rows
  *   U   chunks per lane per row loaded before any arithmetic: RW*U 16-byte loads in flight per lane
  *   KB  split-K: grid.y cuts each row's blocks into KB slices; the last workgroup to finish a row
  *       tile adds the partials in slice order (no atomics on y, bitwise reproducible)
  *   PG  0: one workgroup per row tile; P > 0: a persistent grid of P workgroups per CU looping over
- *       tiles, so x is quantised into LDS once per workgroup for many tiles instead of once per tile
+ *       tiles, so x is quantised into LDS once per workgroup for many tiles instead of once per tile;
+ *       on CUDA the variant is compiled for P resident blocks per SM where its registers fit (TB_MINB)
  *   PP  1: software pipeline: a workgroup's (tile, batch) sequence is one stream, and the loads of the
  *       next batch are issued before the arithmetic of this one (two register buffers); 0: batches in turn
  *       (measured on the H200, 2026-11-30: the single-buffered kernel left the GateUp at 62 % of copy
  *       bandwidth, latency-bound with one batch per row and 16-24 warps per SM)
  *
- * Data flow: (1) the first batch of weight loads is issued, (2) x of this workgroup's K slice is
- * quantised per 32-block to int8 into static LDS (kernels/activations.py's rule; each 16-weight half
- * stored at the (chunk, run) slot that reads it, so LDS reads are lane-contiguous 16-byte vectors with
- * no bank conflicts) together with per-block (xs, xs*xsum), (3) chunks are unpacked in registers and
- * dotted against x with dp4a / sdot4, (4) the RW x 4 partial sums of a lane group are reduced with a
- * transposing butterfly (RW*4/2 + ... shuffles instead of RW*4*log2(lanes)).
+ * Data flow: (1) x of this workgroup's K slice is loaded (TB_XP passes in flight at once) and quantised
+ * per 32-block to int8 into static LDS (kernels/activations.py's rule; each 16-weight half stored at the
+ * (chunk, run) slot that reads it, so LDS reads are lane-contiguous 16-byte vectors with no bank
+ * conflicts) together with per-block (xs, xs*xsum), (2) the first batch of weight loads is issued before
+ * the barrier, (3) chunks are unpacked in registers and dotted against x with dp4a / sdot4, (4) the
+ * RW x 4 partial sums of a lane group are reduced with a transposing butterfly (RW*4/2 + ... shuffles
+ * instead of RW*4*log2(lanes)).
  * Static LDS: x of the K slice for MX rows, 1.25 bytes per weight per row: TB_XB(KB, MX) bytes, MX x 10 KiB
  * at KB <= 2, MX x 6 KiB at KB = 4, MX x 3 KiB at KB = 8. It sets the occupancy on AMD (gfx906/90a/942:
  * 64 KiB per CU -> 1 workgroup at 40 KiB, 2 at 24, 6 at 10; gfx950: 160 KiB) and the manifest's point
@@ -93,6 +96,29 @@
 #define TB_OCC_R(RW, U, MX) (65536 / (TB_THREADS * TB_EST_REGS(RW, U, MX)))
 #define TB_OCC(RW, U, KB, MX) (TB_OCC_R(RW, U, MX) > 4 ? 4 : (TB_OCC_R(RW, U, MX) < 1 ? 1 : TB_OCC_R(RW, U, MX)))
 #endif
+/* min blocks per SM asked of ptxas: a persistent grid of PG workgroups per SM must have them all resident
+ * (the H200, 2026-11-30: PG = 2 launched 2 workgroups per SM where the registers allowed 3, 15 warps per
+ * SM, latency-bound), so PG >= 3 caps the registers at 65536 / (256 PG) where the estimate says the
+ * variant fits in that (+10: ptxas -v over the 9 formats, sm_90: no spills at or under the line, spills
+ * above it for IQ4_XS / Q5_0 / Q4_K / Q6_K); a variant that does not fit keeps its estimate and simply
+ * loses to one that does. PG = 2 keeps the estimate (the variants measured on 2026-11-30; Q6_K at MX2
+ * would spill). AMD keeps the LDS / VGPR estimate: a 40 KiB-LDS variant cannot be resident PG times. */
+#define TB_FITS(RW, U, MX, P) (TB_EST_REGS(RW, U, MX) <= 65536 / (TB_THREADS * (P)) + 10)
+#if defined(TB_AMD)
+#define TB_MINB(RW, U, KB, MX, PG) TB_OCC(RW, U, KB, MX)
+#else
+#define TB_MINB(RW, U, KB, MX, PG) \
+    ((PG) >= 3 && (PG) > TB_OCC(RW, U, KB, MX) && TB_FITS(RW, U, MX, PG) ? (PG) : TB_OCC(RW, U, KB, MX))
+#endif
+/* passes of x staging loaded before any is reduced (tb_stage_x): 6 x 256 float4 cover K = 6144 at M = 1.
+ * AMD: 1, the order measured before (gfx906 hipcc: 2 passes or x first made the 4-wave PP0 variants spill) */
+#if defined(TB_AMD)
+#define TB_XP(MX) 1
+#define TB_X_FIRST 0
+#else
+#define TB_XP(MX) ((MX) == 1 ? 6 : 8)
+#define TB_X_FIRST 1
+#endif
 
 #define TB_DECODE_PARAMS                                                                             \
     const tb_u8 *__restrict__ qs, const tb_u8 *__restrict__ qh, const tb_u8 *__restrict__ sc,        \
@@ -107,41 +133,59 @@ struct alignas(16) tb_f4 {
 };
 
 /* Quantise x blocks [b0, b0 + nb) (32-weight blocks) of every row of M into LDS, 8 lanes per block (one
- * float4 each: coalesced loads, few registers while the first weight loads are in flight):
- * xq: [M][TB_RUNS][nchunks] 16-byte slots, xm: [M][nb] (xs, xs * xsum). Same rule as
- * kernels/activations.py: amax, inv = 127 / amax (0 when amax = 0), q = rint(x * inv), xs = amax / 127. */
+ * float4 each: coalesced loads): xq: [M][TB_RUNS][nchunks] 16-byte slots, xm: [M][nb] (xs, xs * xsum).
+ * Same rule as kernels/activations.py: amax, inv = 127 / amax (0 when amax = 0), q = rint(x * inv),
+ * xs = amax / 127. XP passes of the workgroup load their float4s before any of them is reduced, so the
+ * staging costs one global latency per XP * 256 float4s instead of one per 256 (measured on the H200,
+ * 2026-11-30: one-shot grids of the 10-20 MB shapes spent 5 serial x latencies before their first dot) */
+template <int XP>
 TB_DEV void tb_stage_x(const float *__restrict__ x, int m, int k, int b0, int nb, int c0, int nchunks,
                        tb_u32x4 *xq, float *xm) {
     const int total = 8 * nb * m;
-    for (int base = 0; base < total; base += TB_THREADS) { /* uniform trip count: shuffles below */
-        const int t = base + TB_TID;
-        const bool on = t < total;
-        const int blk = t >> 3, part = t & 7;
-        const int i = on ? blk / nb : 0;
-        const int b = on ? blk - i * nb : 0;
-        tb_f4 v = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (on) v = *(const tb_f4 *)(x + (tb_size)i * (tb_size)k + (tb_size)(b0 + b) * 32 + 4 * part);
-        float amax = tb_fmaxf(tb_fmaxf(tb_fabsf(v.x), tb_fabsf(v.y)), tb_fmaxf(tb_fabsf(v.z), tb_fabsf(v.w)));
-        amax = tb_fmaxf(amax, tb_shfl_xor(amax, 4));
-        amax = tb_fmaxf(amax, tb_shfl_xor(amax, 2));
-        amax = tb_fmaxf(amax, tb_shfl_xor(amax, 1));
-        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-        const tb_i32 q0 = (tb_i32)tb_rintf(v.x * inv), q1 = (tb_i32)tb_rintf(v.y * inv);
-        const tb_i32 q2 = (tb_i32)tb_rintf(v.z * inv), q3 = (tb_i32)tb_rintf(v.w * inv);
-        float sum = (float)(q0 + q1 + q2 + q3); /* exact: |sum| <= 4064 */
-        sum += tb_shfl_xor(sum, 4);
-        sum += tb_shfl_xor(sum, 2);
-        sum += tb_shfl_xor(sum, 1);
-        if (on) {
-            int c, run;
-            tb_half_slot(2 * (b0 + b) + (part >> 2), &c, &run);
-            tb_u32 *slot = (tb_u32 *)(xq + (i * TB_RUNS + run) * nchunks + (c - c0));
-            slot[part & 3] = (tb_u32)(q0 & 0xFF) | ((tb_u32)(q1 & 0xFF) << 8) | ((tb_u32)(q2 & 0xFF) << 16) |
-                             ((tb_u32)(q3 & 0xFF) << 24);
-            if (part == 0) {
-                const float xs = amax / 127.0f;
-                xm[2 * (i * nb + b)] = xs;
-                xm[2 * (i * nb + b) + 1] = xs * sum;
+    for (int base = 0; base < total; base += XP * TB_THREADS) { /* uniform trip count: shuffles below */
+        tb_f4 v[XP];
+#pragma unroll
+        for (int p = 0; p < XP; ++p) {
+            const int t = base + p * TB_THREADS + TB_TID;
+            v[p].x = v[p].y = v[p].z = v[p].w = 0.0f;
+            if (t < total) {
+                const int blk = t >> 3, part = t & 7;
+                const int i = blk / nb;
+                const int b = blk - i * nb;
+                v[p] = *(const tb_f4 *)(x + (tb_size)i * (tb_size)k + (tb_size)(b0 + b) * 32 + 4 * part);
+            }
+        }
+#pragma unroll
+        for (int p = 0; p < XP; ++p) {
+            if (base + p * TB_THREADS >= total) break; /* uniform over the workgroup */
+            const int t = base + p * TB_THREADS + TB_TID;
+            const bool on = t < total;
+            const int blk = t >> 3, part = t & 7;
+            const int i = on ? blk / nb : 0;
+            const int b = on ? blk - i * nb : 0;
+            const tb_f4 w = v[p];
+            float amax = tb_fmaxf(tb_fmaxf(tb_fabsf(w.x), tb_fabsf(w.y)), tb_fmaxf(tb_fabsf(w.z), tb_fabsf(w.w)));
+            amax = tb_fmaxf(amax, tb_shfl_xor(amax, 4));
+            amax = tb_fmaxf(amax, tb_shfl_xor(amax, 2));
+            amax = tb_fmaxf(amax, tb_shfl_xor(amax, 1));
+            const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+            const tb_i32 q0 = (tb_i32)tb_rintf(w.x * inv), q1 = (tb_i32)tb_rintf(w.y * inv);
+            const tb_i32 q2 = (tb_i32)tb_rintf(w.z * inv), q3 = (tb_i32)tb_rintf(w.w * inv);
+            float sum = (float)(q0 + q1 + q2 + q3); /* exact: |sum| <= 4064 */
+            sum += tb_shfl_xor(sum, 4);
+            sum += tb_shfl_xor(sum, 2);
+            sum += tb_shfl_xor(sum, 1);
+            if (on) {
+                int c, run;
+                tb_half_slot(2 * (b0 + b) + (part >> 2), &c, &run);
+                tb_u32 *slot = (tb_u32 *)(xq + (i * TB_RUNS + run) * nchunks + (c - c0));
+                slot[part & 3] = (tb_u32)(q0 & 0xFF) | ((tb_u32)(q1 & 0xFF) << 8) | ((tb_u32)(q2 & 0xFF) << 16) |
+                                 ((tb_u32)(q3 & 0xFF) << 24);
+                if (part == 0) {
+                    const float xs = amax / 127.0f;
+                    xm[2 * (i * nb + b)] = xs;
+                    xm[2 * (i * nb + b) + 1] = xs * sum;
+                }
             }
         }
     }
@@ -336,17 +380,22 @@ __device__ TB_FORCEINLINE void tb_decode_body(TB_DECODE_PARAMS) {
     if (tile >= tiles) return; /* uniform over the workgroup */
     constexpr int STEP = W::G * U;
 
+    /* CUDA: x first, its XP-deep loads alone set the register peak of the staging (the weights' first batch
+     * in flight beside them cost 76 -> 100 registers at MX1/RW2/U4 on sm_90); the first weight batch is
+     * issued before the barrier, so its latency overlaps the other warps' staging. AMD: the first weight
+     * batch first, as measured before (gfx906 hipcc: x first made the 4-wave PP0 variants spill) */
+    if (TB_X_FIRST) tb_stage_x<TB_XP(MX)>(x, m, k, w.xb0, w.nxb, w.c0, w.nchunks, xq, xm);
     if (PP == 0) {
         /* batches one after the other: the next loads start after this batch's arithmetic */
-        bool staged = false;
+        bool synced = false;
         for (; tile < tiles; tile += grid_x) {
-            for (int base = w.c0; base < w.c1 || !staged; base += STEP) { /* uniform trip count */
+            for (int base = w.c0; base < w.c1 || !synced; base += STEP) { /* uniform trip count */
                 tb_batch<RW, U> b;
                 w.load(b, tile, base);
-                if (!staged) { /* first batch: its loads are in flight while x is staged */
-                    tb_stage_x(x, m, k, w.xb0, w.nxb, w.c0, w.nchunks, xq, xm);
+                if (!synced) {
+                    if (!TB_X_FIRST) tb_stage_x<TB_XP(MX)>(x, m, k, w.xb0, w.nxb, w.c0, w.nchunks, xq, xm);
                     tb_sync();
-                    staged = true;
+                    synced = true;
                     if (base >= w.c1) break; /* empty slice */
                 }
                 w.compute(b, base, acc);
@@ -366,7 +415,7 @@ __device__ TB_FORCEINLINE void tb_decode_body(TB_DECODE_PARAMS) {
     tb_batch<RW, U> a, b;
     int base = w.c0;
     w.load(a, tile, base);
-    tb_stage_x(x, m, k, w.xb0, w.nxb, w.c0, w.nchunks, xq, xm);
+    if (!TB_X_FIRST) tb_stage_x<TB_XP(MX)>(x, m, k, w.xb0, w.nxb, w.c0, w.nchunks, xq, xm);
     tb_sync();
     for (;;) {
         int nt = tile, nb = base + STEP;
@@ -387,7 +436,7 @@ __device__ TB_FORCEINLINE void tb_decode_body(TB_DECODE_PARAMS) {
 }
 
 #define TB_DECODE_VARIANT(MX, KB, RW, U, RG, PG, PP)                                                   \
-    extern "C" __global__ TB_LAUNCH_BOUNDS(TB_THREADS, TB_OCC(RW, U * (1 + PP), KB, MX)) void         \
+    extern "C" __global__ TB_LAUNCH_BOUNDS(TB_THREADS, TB_MINB(RW, U * (1 + PP), KB, MX, PG)) void    \
         tb_decode_mx##MX##_kb##KB##_rw##RW##_u##U##_rg##RG##_pg##PG##_pp##PP(TB_DECODE_PARAMS) {     \
         tb_decode_body<RG, RW, U, KB, PG, MX, PP>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x); \
     }
@@ -396,19 +445,28 @@ __device__ TB_FORCEINLINE void tb_decode_body(TB_DECODE_PARAMS) {
  * (tests/packages/test_builtin_packages.py checks that this list equals the manifest's space) */
 #ifndef TB_DECODE_VARIANTS
 #define TB_DECODE_VARIANTS \
-    TB_DECODE_VARIANT(1, 1, 1, 2, 1, 0, 1) TB_DECODE_VARIANT(1, 1, 1, 2, 1, 2, 1) TB_DECODE_VARIANT(1, 1, 1, 2, 2, 0, 1) \
-    TB_DECODE_VARIANT(1, 1, 1, 4, 1, 0, 0) TB_DECODE_VARIANT(1, 1, 1, 4, 1, 0, 1) TB_DECODE_VARIANT(1, 1, 1, 4, 1, 2, 0) \
-    TB_DECODE_VARIANT(1, 1, 1, 4, 1, 2, 1) TB_DECODE_VARIANT(1, 1, 1, 4, 2, 0, 0) TB_DECODE_VARIANT(1, 1, 1, 4, 2, 0, 1) \
-    TB_DECODE_VARIANT(1, 1, 1, 8, 1, 0, 0) TB_DECODE_VARIANT(1, 1, 1, 8, 1, 2, 0) TB_DECODE_VARIANT(1, 1, 1, 8, 2, 0, 0) \
-    TB_DECODE_VARIANT(1, 1, 2, 2, 1, 0, 1) TB_DECODE_VARIANT(1, 1, 2, 2, 1, 2, 1) TB_DECODE_VARIANT(1, 1, 2, 2, 2, 0, 1) \
-    TB_DECODE_VARIANT(1, 1, 2, 4, 1, 0, 0) TB_DECODE_VARIANT(1, 1, 2, 4, 1, 2, 0) TB_DECODE_VARIANT(1, 1, 2, 4, 2, 0, 0) \
-    TB_DECODE_VARIANT(1, 4, 1, 2, 1, 0, 1) TB_DECODE_VARIANT(1, 4, 1, 4, 1, 0, 1) TB_DECODE_VARIANT(1, 4, 2, 2, 1, 0, 1) \
-    TB_DECODE_VARIANT(4, 1, 1, 2, 1, 0, 1) TB_DECODE_VARIANT(4, 1, 1, 2, 1, 2, 1) TB_DECODE_VARIANT(4, 1, 1, 2, 2, 0, 1) \
+    TB_DECODE_VARIANT(1, 1, 1, 2, 1, 0, 1) TB_DECODE_VARIANT(1, 1, 1, 2, 1, 2, 1) TB_DECODE_VARIANT(1, 1, 1, 2, 1, 3, 1) \
+    TB_DECODE_VARIANT(1, 1, 1, 2, 1, 4, 1) TB_DECODE_VARIANT(1, 1, 1, 2, 2, 0, 1) TB_DECODE_VARIANT(1, 1, 1, 4, 1, 0, 0) \
+    TB_DECODE_VARIANT(1, 1, 1, 4, 1, 0, 1) TB_DECODE_VARIANT(1, 1, 1, 4, 1, 2, 0) TB_DECODE_VARIANT(1, 1, 1, 4, 1, 2, 1) \
+    TB_DECODE_VARIANT(1, 1, 1, 4, 1, 3, 0) TB_DECODE_VARIANT(1, 1, 1, 4, 1, 3, 1) TB_DECODE_VARIANT(1, 1, 1, 4, 1, 4, 0) \
+    TB_DECODE_VARIANT(1, 1, 1, 4, 1, 4, 1) TB_DECODE_VARIANT(1, 1, 1, 4, 2, 0, 0) TB_DECODE_VARIANT(1, 1, 1, 4, 2, 0, 1) \
+    TB_DECODE_VARIANT(1, 1, 1, 8, 1, 0, 0) TB_DECODE_VARIANT(1, 1, 1, 8, 1, 2, 0) TB_DECODE_VARIANT(1, 1, 1, 8, 1, 3, 0) \
+    TB_DECODE_VARIANT(1, 1, 1, 8, 1, 4, 0) TB_DECODE_VARIANT(1, 1, 1, 8, 2, 0, 0) TB_DECODE_VARIANT(1, 1, 2, 2, 1, 0, 1) \
+    TB_DECODE_VARIANT(1, 1, 2, 2, 1, 2, 1) TB_DECODE_VARIANT(1, 1, 2, 2, 1, 3, 1) TB_DECODE_VARIANT(1, 1, 2, 2, 2, 0, 1) \
+    TB_DECODE_VARIANT(1, 1, 2, 4, 1, 0, 0) TB_DECODE_VARIANT(1, 1, 2, 4, 1, 2, 0) TB_DECODE_VARIANT(1, 1, 2, 4, 1, 3, 0) \
+    TB_DECODE_VARIANT(1, 1, 2, 4, 2, 0, 0) TB_DECODE_VARIANT(1, 4, 1, 2, 1, 0, 1) TB_DECODE_VARIANT(1, 4, 1, 4, 1, 0, 1) \
+    TB_DECODE_VARIANT(1, 4, 2, 2, 1, 0, 1) TB_DECODE_VARIANT(2, 1, 1, 2, 1, 2, 1) TB_DECODE_VARIANT(2, 1, 1, 2, 1, 3, 1) \
+    TB_DECODE_VARIANT(2, 1, 1, 4, 1, 2, 0) TB_DECODE_VARIANT(2, 1, 1, 4, 1, 2, 1) TB_DECODE_VARIANT(2, 1, 1, 4, 1, 3, 0) \
+    TB_DECODE_VARIANT(2, 1, 1, 4, 1, 3, 1) TB_DECODE_VARIANT(2, 1, 2, 2, 1, 2, 1) TB_DECODE_VARIANT(2, 1, 2, 2, 1, 3, 1) \
+    TB_DECODE_VARIANT(2, 1, 2, 4, 1, 2, 0) TB_DECODE_VARIANT(2, 1, 2, 4, 1, 3, 0) TB_DECODE_VARIANT(4, 1, 1, 2, 1, 0, 1) \
+    TB_DECODE_VARIANT(4, 1, 1, 2, 1, 2, 1) TB_DECODE_VARIANT(4, 1, 1, 2, 1, 3, 1) TB_DECODE_VARIANT(4, 1, 1, 2, 2, 0, 1) \
     TB_DECODE_VARIANT(4, 1, 1, 4, 1, 0, 0) TB_DECODE_VARIANT(4, 1, 1, 4, 1, 0, 1) TB_DECODE_VARIANT(4, 1, 1, 4, 1, 2, 0) \
-    TB_DECODE_VARIANT(4, 1, 1, 4, 1, 2, 1) TB_DECODE_VARIANT(4, 1, 1, 4, 2, 0, 0) TB_DECODE_VARIANT(4, 1, 1, 4, 2, 0, 1) \
-    TB_DECODE_VARIANT(4, 1, 2, 2, 1, 0, 0) TB_DECODE_VARIANT(4, 1, 2, 2, 1, 0, 1) TB_DECODE_VARIANT(4, 1, 2, 2, 1, 2, 0) \
-    TB_DECODE_VARIANT(4, 1, 2, 2, 1, 2, 1) TB_DECODE_VARIANT(4, 1, 2, 2, 2, 0, 0) TB_DECODE_VARIANT(4, 1, 2, 2, 2, 0, 1) \
-    TB_DECODE_VARIANT(4, 1, 2, 4, 1, 0, 0) TB_DECODE_VARIANT(4, 1, 2, 4, 1, 2, 0) TB_DECODE_VARIANT(4, 1, 2, 4, 2, 0, 0) \
-    TB_DECODE_VARIANT(4, 4, 1, 2, 1, 0, 1) TB_DECODE_VARIANT(4, 4, 1, 4, 1, 0, 1) TB_DECODE_VARIANT(4, 4, 2, 2, 1, 0, 1)
+    TB_DECODE_VARIANT(4, 1, 1, 4, 1, 2, 1) TB_DECODE_VARIANT(4, 1, 1, 4, 1, 3, 0) TB_DECODE_VARIANT(4, 1, 1, 4, 1, 3, 1) \
+    TB_DECODE_VARIANT(4, 1, 1, 4, 2, 0, 0) TB_DECODE_VARIANT(4, 1, 1, 4, 2, 0, 1) TB_DECODE_VARIANT(4, 1, 2, 2, 1, 0, 0) \
+    TB_DECODE_VARIANT(4, 1, 2, 2, 1, 0, 1) TB_DECODE_VARIANT(4, 1, 2, 2, 1, 2, 0) TB_DECODE_VARIANT(4, 1, 2, 2, 1, 2, 1) \
+    TB_DECODE_VARIANT(4, 1, 2, 2, 1, 3, 0) TB_DECODE_VARIANT(4, 1, 2, 2, 1, 3, 1) TB_DECODE_VARIANT(4, 1, 2, 2, 2, 0, 0) \
+    TB_DECODE_VARIANT(4, 1, 2, 2, 2, 0, 1) TB_DECODE_VARIANT(4, 1, 2, 4, 1, 0, 0) TB_DECODE_VARIANT(4, 1, 2, 4, 1, 2, 0) \
+    TB_DECODE_VARIANT(4, 1, 2, 4, 1, 3, 0) TB_DECODE_VARIANT(4, 1, 2, 4, 2, 0, 0) TB_DECODE_VARIANT(4, 4, 1, 2, 1, 0, 1) \
+    TB_DECODE_VARIANT(4, 4, 1, 4, 1, 0, 1) TB_DECODE_VARIANT(4, 4, 2, 2, 1, 0, 1)
 #endif
 TB_DECODE_VARIANTS

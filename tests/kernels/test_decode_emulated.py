@@ -1,0 +1,113 @@
+"""tb-decode's sm_90 source on the CPU emulator (tests/fixtures/gpu_emu/emu_decode.cpp), where CI has no GPU.
+
+Why: the CUDA branch of decode.hip (x staged TB_XP passes deep, persistent grids that loop over tiles, MX2,
+split-K's last-workgroup reduction) is otherwise only run on the H200. Every CUDA thread is a fiber, shuffles
+and barriers are collectives, so a wrong index or a missing barrier shows up as wrong numbers. Checked against
+gguf's FP32 reference with the package's parity bounds, and all variants against each other (they quantise x
+the same way, so they differ only in float summation order).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kernels.formats.registry import get_format
+from kernels.formats.split import split_blocks
+from kernels.packages.build import compile_units
+from kernels.packages.loader import INCLUDE_DIR, builtin_packages
+from kernels.packages.package import DeviceFacts
+from kernels.reference import Problem, build_problem, score
+
+REPO = Path(__file__).resolve().parents[2]
+EMU = REPO / "tests" / "fixtures" / "gpu_emu"
+DECODE = builtin_packages()["tb-decode"]
+# one SM: a persistent grid of pg workgroups then strides over several tiles
+FACTS = DeviceFacts("cuda", "sm_90", 1, 32)
+# n = 70: not a multiple of any tile; K = 5120: 5 passes of x staging at M = 1, 15 at M = 3
+N, K = 70, 5120
+
+
+def _emulator(tmp: Path, fmt: str, names: list[str]) -> Path:
+    if shutil.which("g++") is None:
+        pytest.skip("needs g++")
+    (unit,) = compile_units(DECODE, fmt, "cuda", [DECODE.parse(n, "cuda") for n in names])
+    out = tmp / f"emu-decode-{fmt}"
+    argv = [
+        "g++", "-std=c++17", "-O1", "-w", f"-I{EMU}", f"-I{unit.source.parent}", f"-I{INCLUDE_DIR}",
+        *[f"-D{name}={value}" for name, value in unit.defines.items()],
+        "-x", "c++", str(EMU / "emu_decode.cpp"), "-o", str(out),
+    ]  # fmt: skip
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return out
+
+
+def _data(tmp: Path, fmt: str, m: int) -> tuple[Problem, Path]:
+    problem = build_problem(fmt, N, K, m, seed=7, packed=False)
+    folder = tmp / f"data-{fmt}-{m}"
+    folder.mkdir()
+    parts = split_blocks(get_format(fmt), problem.weights)
+    for part in ("qs", "qh", "sc"):
+        array = parts[part]
+        (folder / f"{part}.bin").write_bytes(b"" if array is None else np.ascontiguousarray(array).tobytes())
+    (folder / "x.bin").write_bytes(np.ascontiguousarray(problem.x, dtype=np.float32).tobytes())
+    return problem, folder
+
+
+def _run(binary: Path, fmt: str, name: str, problem: Problem, folder: Path) -> np.ndarray:
+    variant = DECODE.parse(name, "cuda")
+    values = DECODE.bindings(variant, problem.n, problem.k, problem.m, get_format(fmt), FACTS)
+    assert DECODE.point_problems(values) == []
+    g = DECODE.geometry(values)
+    out = folder / "y.bin"
+    argv = [
+        str(binary), DECODE.symbol(variant), str(problem.m), str(problem.n), str(problem.k), str(g.grid[0]),
+        str(g.grid[1]), str(values["tiles"]), *(str(folder / f"{p}.bin") for p in ("qs", "qh", "sc", "x")),
+        str(out),
+    ]  # fmt: skip
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, (name, proc.stderr[-2000:])
+    return np.fromfile(out, dtype=np.float32).reshape(problem.m, problem.n)
+
+
+def _check(problem: Problem, results: dict[str, np.ndarray]) -> None:
+    bounds = DECODE.manifest.parity
+    first = next(iter(results.values()))
+    for name, y in results.items():
+        parity = score(problem.expected, y)
+        assert parity.cosine >= bounds.cosine_min and parity.rel_l2 <= bounds.rel_l2_max, (name, parity)
+        assert np.linalg.norm(y - first) <= 1e-5 * np.linalg.norm(first), name
+
+
+# the new axes (pg 3/4, mx 2) beside the measured ones: one-shot, half-wave rows, split-K, both pipelines
+Q4_0_M1 = [
+    "MX1/KB1/RW1/U8/RG1/PG0/PP0", "MX1/KB1/RW1/U4/RG2/PG0/PP1", "MX1/KB1/RW2/U4/RG1/PG2/PP0",
+    "MX1/KB1/RW1/U4/RG1/PG3/PP1", "MX1/KB1/RW2/U4/RG1/PG3/PP0", "MX1/KB1/RW1/U8/RG1/PG4/PP0",
+    "MX1/KB1/RW1/U2/RG1/PG4/PP1", "MX1/KB4/RW2/U2/RG1/PG0/PP1", "MX2/KB1/RW2/U2/RG1/PG3/PP1",
+    "MX4/KB1/RW2/U4/RG1/PG2/PP0",
+]  # fmt: skip
+Q4_0_M3 = [
+    "MX4/KB1/RW1/U4/RG1/PG0/PP0", "MX4/KB1/RW2/U2/RG2/PG0/PP1", "MX4/KB1/RW2/U2/RG1/PG3/PP0",
+    "MX4/KB1/RW1/U4/RG1/PG3/PP1", "MX4/KB4/RW1/U4/RG1/PG0/PP1",
+]  # fmt: skip
+
+
+def test_q4_0_variants_on_the_emulator(tmp_path: Path) -> None:
+    binary = _emulator(tmp_path, "Q4_0", sorted(set(Q4_0_M1 + Q4_0_M3)))
+    for m, names in ((1, Q4_0_M1), (3, Q4_0_M3)):
+        problem, folder = _data(tmp_path, "Q4_0", m)
+        _check(problem, {name: _run(binary, "Q4_0", name, problem, folder) for name in names})
+
+
+@pytest.mark.parametrize("fmt", ["Q8_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q4_K", "Q6_K", "IQ4_XS"])
+def test_every_format_on_the_emulator(tmp_path: Path, fmt: str) -> None:
+    """Each format's unpack through the persistent MX2 kernel and a split-K MX4 one, at M = 2."""
+    names = ["MX2/KB1/RW1/U4/RG1/PG3/PP1", "MX4/KB4/RW2/U2/RG1/PG0/PP1"]
+    binary = _emulator(tmp_path, fmt, names)
+    problem, folder = _data(tmp_path, fmt, 2)
+    _check(problem, {name: _run(binary, fmt, name, problem, folder) for name in names})

@@ -1,0 +1,47 @@
+"""bench/decode_roofline.py's summary arithmetic (issue 13's targets) on hand-made rows: faster count, the
+slower points, geomean, median fraction of copy bandwidth, LM head M4 / M1."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("decode_roofline", REPO / "bench" / "decode_roofline.py")
+assert _spec is not None and _spec.loader is not None
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+
+
+def _row(fmt: str, shape: tuple[str, int, int], m: int, us: float | None) -> dict[str, Any]:
+    row: dict[str, Any] = {"format": fmt, "shape": shape[0], "n": shape[1], "k": shape[2], "m": m}
+    if us is not None:
+        row["median_us"] = us
+    return row
+
+
+def test_summary_counts_ratios_and_bandwidth() -> None:
+    lm, gu = bench.LM_HEAD, bench.GATE_UP
+    rows = [
+        _row("Q4_0", lm, 1, 159.7),  # llama 319.4 -> 2.0x
+        _row("Q4_0", lm, 4, 203.6),  # llama 407.2 -> 2.0x; M4 / M1 = 1.275
+        _row("Q4_0", gu, 1, 50.8),  # llama 25.4 -> 0.5x
+        _row("Q4_0", gu, 2, None),  # no passing variant: no ratio, not compared
+        _row("Q4_0", ("Qwen36_GDN_ZProjection", 6144, 5120), 1, 10.0),  # no llama.cpp number
+    ]
+    copy = {"bandwidth_gbs": 4000.0}
+    s = bench.summarize(rows, copy)
+    assert s["points_compared"] == 3 and s["faster_than_llama_cpp"] == 2
+    assert [(r["shape"], r["m"]) for r in s["slower_than_llama_cpp"]] == [(gu[0], 1)]
+    assert math.isclose(s["geomean_ratio"], (2.0 * 2.0 * 0.5) ** (1 / 3))
+    assert math.isclose(s["lm_head_m4_over_m1"]["Q4_0"], 203.6 / 159.7)
+    assert s["q4_0_lm_head_m1_us"] == 159.7 and s["q4_0_gateup_m1_us"] == 50.8
+    # each row carries its true bytes, its fraction of the copy bandwidth and the llama.cpp constant
+    z = rows[4]
+    assert z["bytes"] == bench.true_bytes("Q4_0", 6144, 5120, 1) and "ratio" not in z
+    assert math.isclose(z["fraction_of_copy"], z["bytes"] / (10.0 * 1e3) / 4000.0)
+    assert rows[0]["llama_us"] == 319.4 and "fraction_of_copy" not in rows[3]
+    fractions = sorted(r["fraction_of_copy"] for r in rows if r["m"] == 1 and "fraction_of_copy" in r)
+    assert s["shapes_in_median"] == 3 and s["median_fraction_m1_q4_0"] == fractions[1]
