@@ -31,13 +31,15 @@ PREFILL = builtin_packages()["tb-prefill"]
 VARIANTS = tuple(v.name for v in DECODE.space("cuda"))
 # the whole prefill space (252 variants) is too many NVRTC compiles per format for a test: every axis value
 PREFILL_VARIANTS = (
-    "N64/M64/W2x2/K4/S3/SK1/MB1",
-    "N128/M64/W4x2/K4/S3/SK2/MB1",
-    "N128/M128/W2x4/K4/S3/SK1/MB1",
-    "N256/M64/W4x2/K4/S4/SK4/MB1",
-    "N128/M32/W4x1/K8/S3/SK1/MB1",
-    "N64/M128/W2x2/K4/S4/SK2/MB1",
-    "N128/M64/W4x2/K8/S3/SK1/MB2",
+    "N64/M64/W2x2/K4/S3/SK1/MB1/E0",
+    "N128/M64/W4x2/K4/S3/SK2/MB1/E0",
+    "N128/M128/W2x4/K4/S3/SK1/MB1/E0",
+    "N256/M64/W4x2/K4/S4/SK4/MB1/E0",
+    "N128/M32/W4x1/K8/S3/SK1/MB1/E0",
+    "N64/M128/W2x2/K4/S4/SK2/MB1/E0",
+    "N128/M64/W4x2/K8/S3/SK1/MB2/E0",
+    *("N64/M64/W4x1/K4/S3/SK1/MB1/E1", "N128/M128/W4x2/K4/S3/SK2/MB1/E1", "N256/M64/W4x4/K8/S3/SK4/MB1/E1"),
+    "N64/M128/W4x1/K8/S4/SK1/MB1/E1",  # the wgmma engine (sm_90a): 1, 2 and 4 warpgroups, split-K 1 / 2 / 4
 )
 
 

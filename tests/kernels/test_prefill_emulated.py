@@ -110,16 +110,16 @@ def check(emu: Emulated, n: int, k: int, m: int) -> None:
 
 NV_CASES = [
     # (format, variant, n, k, m): tails in n and m, every stage depth, split-K, 64 x 64 warp tiles
-    ("Q8_0", "N128/M64/W4x2/K4/S3/SK1/MB1", 200, 512, 37),
-    ("Q4_0", "N64/M64/W2x2/K4/S3/SK2/MB1", 136, 768, 70),
-    ("Q4_1", "N128/M32/W4x1/K4/S4/SK1/MB1", 130, 512, 33),
-    ("Q5_0", "N128/M32/W4x1/K8/S3/SK1/MB1", 64, 512, 19),
-    ("Q5_1", "N64/M64/W2x2/K4/S3/SK4/MB1", 72, 1024, 50),
-    ("IQ4_NL", "N128/M128/W2x4/K4/S3/SK1/MB1", 140, 512, 129),
-    ("Q4_K", "N128/M64/W4x2/K4/S3/SK2/MB1", 150, 768, 65),
-    ("Q6_K", "N64/M64/W2x2/K4/S3/SK1/MB1", 90, 768, 40),
-    ("Q6_K", "N128/M64/W4x2/K8/S3/SK2/MB1", 130, 1024, 17),
-    ("IQ4_XS", "N256/M64/W4x2/K4/S3/SK1/MB1", 260, 512, 64),
+    ("Q8_0", "N128/M64/W4x2/K4/S3/SK1/MB1/E0", 200, 512, 37),
+    ("Q4_0", "N64/M64/W2x2/K4/S3/SK2/MB1/E0", 136, 768, 70),
+    ("Q4_1", "N128/M32/W4x1/K4/S4/SK1/MB1/E0", 130, 512, 33),
+    ("Q5_0", "N128/M32/W4x1/K8/S3/SK1/MB1/E0", 64, 512, 19),
+    ("Q5_1", "N64/M64/W2x2/K4/S3/SK4/MB1/E0", 72, 1024, 50),
+    ("IQ4_NL", "N128/M128/W2x4/K4/S3/SK1/MB1/E0", 140, 512, 129),
+    ("Q4_K", "N128/M64/W4x2/K4/S3/SK2/MB1/E0", 150, 768, 65),
+    ("Q6_K", "N64/M64/W2x2/K4/S3/SK1/MB1/E0", 90, 768, 40),
+    ("Q6_K", "N128/M64/W4x2/K8/S3/SK2/MB1/E0", 130, 1024, 17),
+    ("IQ4_XS", "N256/M64/W4x2/K4/S3/SK1/MB1/E0", 260, 512, 64),
 ]
 
 
@@ -135,13 +135,13 @@ def test_nvidia_path_passes_parity(tmp_path: Path, fmt: str, variant: str, n: in
 @pytest.mark.parametrize("fmt", ["Q4_0", "Q4_K"])
 def test_nvidia_path_fast(tmp_path: Path, fmt: str) -> None:
     """The default-run subset: one symmetric and one K-quant format, tails in both N and M."""
-    emu = build(tmp_path, fmt, "N64/M64/W2x2/K4/S3/SK1/MB1")
+    emu = build(tmp_path, fmt, "N64/M64/W2x2/K4/S3/SK1/MB1/E0")
     check(emu, 72, 512, 21)
 
 
 @pytest.mark.parametrize("fmt", ["Q8_0", "Q4_1", "Q6_K"])
 def test_kernel_shared_memory_equals_the_manifest(tmp_path: Path, fmt: str) -> None:
-    for name in ("N128/M64/W4x2/K4/S3/SK1/MB1", "N64/M128/W2x2/K8/S3/SK1/MB1"):
+    for name in ("N128/M64/W4x2/K4/S3/SK1/MB1/E0", "N64/M128/W2x2/K8/S3/SK1/MB1/E0"):
         emu = build(tmp_path, fmt, name)
         values = PACKAGE.bindings(emu.variant, 4096, 4096, 512, emu.fmt, emu.device)
         assert emu.lib.emu_smem_bytes() == as_int(values["smem"]), name
@@ -149,14 +149,14 @@ def test_kernel_shared_memory_equals_the_manifest(tmp_path: Path, fmt: str) -> N
 
 AMD_CASES = [
     # (arch, format, variant, n, k, m)
-    ("gfx942", "Q4_0", "N64/M32/W2x2/K4/S2/SK1/MB1", 72, 512, 37),
-    ("gfx942", "Q4_K", "N128/M64/W2x2/K4/S2/SK2/MB1", 130, 768, 40),
-    ("gfx942", "Q6_K", "N64/M32/W2x2/K4/S2/SK1/MB1", 64, 512, 20),
-    ("gfx950", "Q5_1", "N64/M64/W2x2/K4/S2/SK1/MB1", 70, 512, 33),
-    ("gfx90a", "Q8_0", "N64/M32/W2x2/K4/S2/SK2/MB1", 66, 512, 31),
-    ("gfx90a", "IQ4_XS", "N128/M32/W4x2/K4/S2/SK1/MB1", 128, 512, 16),
-    ("gfx906", "Q5_0", "N64/M32/W2x2/K4/S2/SK1/MB1", 64, 512, 18),
-    ("gfx906", "Q6_K", "N64/M32/W2x2/K4/S2/SK1/MB1", 40, 512, 9),
+    ("gfx942", "Q4_0", "N64/M32/W2x2/K4/S2/SK1/MB1/E0", 72, 512, 37),
+    ("gfx942", "Q4_K", "N128/M64/W2x2/K4/S2/SK2/MB1/E0", 130, 768, 40),
+    ("gfx942", "Q6_K", "N64/M32/W2x2/K4/S2/SK1/MB1/E0", 64, 512, 20),
+    ("gfx950", "Q5_1", "N64/M64/W2x2/K4/S2/SK1/MB1/E0", 70, 512, 33),
+    ("gfx90a", "Q8_0", "N64/M32/W2x2/K4/S2/SK2/MB1/E0", 66, 512, 31),
+    ("gfx90a", "IQ4_XS", "N128/M32/W4x2/K4/S2/SK1/MB1/E0", 128, 512, 16),
+    ("gfx906", "Q5_0", "N64/M32/W2x2/K4/S2/SK1/MB1/E0", 64, 512, 18),
+    ("gfx906", "Q6_K", "N64/M32/W2x2/K4/S2/SK1/MB1/E0", 40, 512, 9),
 ]
 
 
@@ -174,5 +174,5 @@ def test_amd_paths_pass_parity(
 @pytest.mark.parametrize("arch", ["gfx942", "gfx906"])
 def test_amd_path_fast(tmp_path: Path, arch: str) -> None:
     """The default-run subset: MFMA 16x16x32 and sdot4, a 4-bit K-quant with tails."""
-    emu = build(tmp_path, "Q4_K", "N64/M32/W2x2/K4/S2/SK1/MB1", backend="rocm", arch=arch)
+    emu = build(tmp_path, "Q4_K", "N64/M32/W2x2/K4/S2/SK1/MB1/E0", backend="rocm", arch=arch)
     check(emu, 70, 512, 19)
