@@ -204,7 +204,7 @@ def test_prefill_wgmma_launch() -> None:
     v = PREFILL.parse("N128/M128/W4x2/K4/S3/SK1/MB1/E1", "cuda")
     values = PREFILL.bindings(v, 17408, 5120, 2048, FORMATS["Q4_0"], DeviceFacts("cuda", "sm_90", 132, 32))
     g = PREFILL.geometry(values)
-    assert g.grid == (136, 16, 1) and g.block == (256, 1, 1)
+    assert g.grid == (16, 136, 1) and g.block == (256, 1, 1)  # token tiles along x
     assert PREFILL.prelaunch_geometry(values).grid == (2048 * 5120 // 4 // 256, 2, 1)
     assert PREFILL.symbol(v) == "tb_prefill_n128_m128_wn4_wm2_kb4_s3_sk1_mb1_e1"
     # 3 stages x (128 tokens x 128 halves + 128 rows x (64 + 16 payload + 16 scale bytes)) + decoded scales

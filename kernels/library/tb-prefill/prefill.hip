@@ -23,9 +23,10 @@
  *   NVIDIA [K/32][Ms/16][8][TBP_REC] words (rows g, g+8 of each 16-row group together: dx, ci [, sx]),
  *   AMD    [K/32][4][Ms] words (dx, ci, sx planes).
  *   dx = amax / 127, ci = bits(1.5*2^23) - OFF * xsum, sx = dx * xsum.
- * Launch: block = (32|64) * warps_n * warps_m threads, grid = (ceil(N/BN), ceil(M/BM), SK), dynamic shared
- * memory (NVIDIA) / static LDS (AMD) sized as the manifest's [derived] smem.
- * Exported symbols: tb_prefill_n{BN}_m{BM}_wn{WN}_wm{WM}_kb{KB}_s{ST}_sk{SK}_mb{MB}, tb_prefill_prep_sk{1,2,4}.
+ * Launch: block = (32|64) * warps_n * warps_m threads, grid = (ceil(N/BN), ceil(M/BM), SK) (engine 1: x and y
+ * swapped), dynamic shared memory (NVIDIA) / static LDS (AMD) sized as the manifest's [derived] smem.
+ * Exported symbols: tb_prefill_n{BN}_m{BM}_wn{WN}_wm{WM}_kb{KB}_s{ST}_sk{SK}_mb{MB}_e{ENG}, tb_prefill_prep_sk{1,2,4}
+ * (engine 1: prelaunch grid.y = 2, fp16 activations; prefill_wgmma.h).
  */
 #include "tb_portability.h"
 #include "tb_formats.h"
@@ -300,8 +301,8 @@ __device__ TB_FORCEINLINE void tbp_prep_body(TB_PREFILL_PARAMS) {
 /* grid.y = 1 + engine (the manifest's [prelaunch] grid): 2 = the wgmma engine's fp16 activations */
 #if defined(TB_CUDA)
 #define TBP_PREP_ENGINE(SK)                                                                                \
-    if (gridDim.y == 2) {                                                                                  \
-        tbp_prep_f16_body<SK>(TB_PREFILL_ARGS);                                                           \
+    if (gridDim.y == 2) { /* the second row of blocks has nothing to do */                                \
+        if (blockIdx.y == 0) tbp_prep_f16_body<SK>(TB_PREFILL_ARGS);                                      \
         return;                                                                                            \
     }
 #else

@@ -212,7 +212,7 @@ TB_DEV void tbp_wg_body(TB_PREFILL_PARAMS) {
 
     const int tid = TB_TID, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const int n0 = TB_BID_X * BN, m0 = TB_BID_Y * BT;
+    const int n0 = TB_BID_Y * BN, m0 = TB_BID_X * BT; /* token tiles along x: see the manifest's grid */
     const int nst_all = (k >> 5) / KB;
     const int per = (nst_all + SK - 1) / SK;
     const int s_begin = TBP_BID_Z * per;
