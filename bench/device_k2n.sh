@@ -34,14 +34,31 @@ log="$OUT/k2n-prefill-h200-$tag.log"
 el() { echo "# t=$(( $(date +%s) - t0 ))s $*" | tee -a "$log"; }
 engines=E0E1
 
+# E0: the candidates that won or came second on some point of the 2026-11-30 run (time: ~15 variants x 18
+# points fit the stage's box); E1: every wgmma candidate of bench/prefill_roofline.py
+e0="N64/M64/W2x2/K8/S3/SK2/MB1/E0,N128/M64/W4x2/K4/S3/SK2/MB2/E0,N64/M128/W2x4/K4/S3/SK1/MB2/E0"
+e0="$e0,N128/M128/W4x2/K4/S3/SK1/MB1/E0,N128/M64/W4x2/K4/S3/SK1/MB2/E0,N128/M128/W4x2/K4/S3/SK4/MB1/E0"
+e0="$e0,N128/M128/W2x4/K4/S3/SK1/MB1/E0"
+e1=$(python3 -c "import bench.prefill_roofline as b; print(','.join(v for v in b.CANDIDATES if v.endswith('/E1')))")
+export K2N_BENCH_VARIANTS="$e0,$e1"
+
 el "stage 1: warm the NVRTC cache (sm_90a)"
 run timeout 75 python3 - >> "$log" 2>&1 <<'EOF'
+# the exact units stages 2 and 3 build (one NVRTC unit per format and variant list, in list order): each
+# format's test variants that its point rules keep, and the bench list (all, and SK1 only for M >= 1024)
 import os
 from pathlib import Path
 import bench.prefill_roofline as b
+from kernels.formats.registry import FORMATS
+from kernels.packages.package import DeviceFacts
 from tests.cuda.test_cuda_gpu import PREFILL, PREFILL_VARIANTS
-jobs = [(f, sorted(set(PREFILL_VARIANTS) | (set(b.CANDIDATES) if f in b.FORMATS else set())))
-        for f in PREFILL.manifest.formats]
+h200 = DeviceFacts("cuda", "sm_90", 132, 32)
+def kept(f):
+    return [v for v in PREFILL_VARIANTS if not PREFILL.point_problems(
+        PREFILL.bindings(PREFILL.parse(v, "cuda"), 1000, 1024, 200, FORMATS[f], h200))]
+bench = os.environ["K2N_BENCH_VARIANTS"].split(",")
+jobs = [(f, kept(f)) for f in PREFILL.manifest.formats]
+jobs += [(f, names) for f in b.FORMATS for names in (bench, [v for v in bench if "/SK1/" in v])]
 for r in b.warm_cache(Path(os.environ["TUNEBASE_CUDA_ARTIFACTS"]), jobs, os.cpu_count() or 8):
     print("compile", r["format"], r["ok"], r["seconds"], "s", r["log"][-1500:])
 EOF
@@ -67,8 +84,7 @@ fi
 
 el "stage 3: roofline ($engines)"
 json="$OUT/prefill-roofline-h200-$tag.json"
-variants=$(python3 -c "import bench.prefill_roofline as b; print(','.join(v for v in b.CANDIDATES \
-  if '$engines' == 'E0E1' or v.endswith('/E0')))")
+variants=$([ "$engines" = E0E1 ] && echo "$e0,$e1" || echo "$e0")
 run timeout 230 python3 bench/prefill_roofline.py --artifacts "$ART" --dispatches 5 --warmup 2 --jobs 16 \
   --variants "$variants" --out "$json" > "$OUT/prefill-roofline-h200-$tag.log" 2>&1
 echo "# rc=$?" >> "$log"
