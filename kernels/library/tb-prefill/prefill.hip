@@ -299,10 +299,13 @@ __device__ TB_FORCEINLINE void tbp_prep_body(TB_PREFILL_PARAMS) {
 }
 
 /* grid.y = 1 + engine (the manifest's [prelaunch] grid): 2 = the wgmma engine's fp16 activations */
+#if defined(TB_CUDA) || defined(TB_EMU_NV)
 #if defined(TB_CUDA)
+#define TBP_GRID_Y ((int)gridDim.y)
+#endif
 #define TBP_PREP_ENGINE(SK)                                                                                \
-    if (gridDim.y == 2) { /* the second row of blocks has nothing to do */                                \
-        if (blockIdx.y == 0) tbp_prep_f16_body<SK>(TB_PREFILL_ARGS);                                      \
+    if (TBP_GRID_Y == 2) { /* the second row of blocks has nothing to do */                                \
+        if (TB_BID_Y == 0) tbp_prep_f16_body<SK>(TB_PREFILL_ARGS);                                        \
         return;                                                                                            \
     }
 #else
@@ -419,7 +422,7 @@ TB_DEV void tbp_decode_stage(const tb_u8 *stage, float *wsc, int s, int n0, int 
     tbp_decode_stage_l<TbpLayout<BN, BM, KB>, BN, KB, THREADS>(stage, wsc, s, n0, k);
 }
 
-#if defined(TB_CUDA)
+#if defined(TB_CUDA) || defined(TB_EMU_NV)
 #include "prefill_wgmma.h"
 #endif
 
@@ -688,7 +691,7 @@ TB_DEV void tbp_nv_body(TB_PREFILL_PARAMS) {
 /* ENG = 0: mma.sync (tbp_nv_body); 1: wgmma (prefill_wgmma.h: warps_m warpgroups, BN = 64 * WM, BT = BM) */
 template <int BN, int BM, int WN, int WM, int KB, int ST, int SK, int ENG>
 TB_DEV void tbp_nv_variant(TB_PREFILL_PARAMS) {
-#if defined(TB_CUDA)
+#if defined(TB_CUDA) || defined(TB_EMU_NV)
     if constexpr (ENG == 1) {
         tbp_wg_body<BN, BM, WM, KB, ST, SK>(TB_PREFILL_ARGS);
         return;

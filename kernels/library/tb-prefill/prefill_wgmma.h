@@ -24,14 +24,15 @@
  */
 #pragma once
 
-#if defined(TB_CUDA) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define TBP_HAVE_WGMMA 1
+#if (defined(TB_CUDA) && defined(__CUDA_ARCH_FEAT_SM90_ALL)) || defined(TB_EMU_NV)
+#define TBP_HAVE_WGMMA 1 /* TB_EMU_NV: tests/kernels/emu/tb_portability.h emulates the primitives below */
 #else
 #define TBP_HAVE_WGMMA 0
 #endif
 
 typedef unsigned long long tb_u64;
 
+#if defined(TB_CUDA)
 TB_DEV tb_u32 tbp_h2_fma(tb_u32 a, tb_u32 b, tb_u32 c) {
     tb_u32 d;
     asm("fma.rn.f16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
@@ -43,14 +44,15 @@ TB_DEV tb_u32 tbp_h2_pack(float lo, float hi) {
     asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
     return d;
 }
+#endif
 /* bytes (sel 0: 0, 1; sel 1: 2, 3) of an int8x4 word -> f16x2 of the exact integers times `os` (a power of
  * two): the byte + 128 under exponent 2^10 is the half 1152 + b, then (1152 + b) os - 1152 os in one fma */
 TB_DEV tb_u32 tbp_i8x2_to_h2(tb_u32 w, int sel, tb_u32 os2, tb_u32 neg2) {
-    const tb_u32 raw = __byte_perm(w ^ 0x80808080u, 0x64646464u, sel ? 0x4342u : 0x4140u);
+    const tb_u32 raw = tb_prmt(w ^ 0x80808080u, 0x64646464u, sel ? 0x4342u : 0x4140u);
     return tbp_h2_fma(raw, os2, neg2);
 }
 
-#if TBP_HAVE_WGMMA
+#if TBP_HAVE_WGMMA && defined(TB_CUDA)
 TB_DEV void tbp_wg_fence(void) { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 TB_DEV void tbp_wg_commit(void) { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
@@ -144,7 +146,7 @@ TB_DEV void tbp_wgmma(float *d, const tb_u32 *a, tb_u64 b) {
     else if constexpr (N == 128) tbp_wgmma_n128(d, a, b);
     else tbp_wgmma_n256(d, a, b);
 }
-#endif /* TBP_HAVE_WGMMA */
+#endif /* TBP_HAVE_WGMMA && TB_CUDA */
 
 /* shared-memory matrix descriptor: start, LBO, SBO (16-byte units), no swizzle */
 TB_DEV tb_u64 tbp_wg_desc(tb_u32 saddr, tb_u32 lbo, tb_u32 sbo) {
@@ -188,7 +190,7 @@ __device__ TB_FORCEINLINE void tbp_prep_f16_body(TB_PREFILL_PARAMS) {
         uint2 o;
         o.x = tbp_h2_pack(v0.x, v0.y);
         o.y = tbp_h2_pack(v1.x, v1.y);
-        *(uint2 *)((tb_u16 *)ws + e0) = o;
+        *(uint2 *)((tb_u16 *)ws + e0) = o; /* 8-byte aligned: e0 is a multiple of 4 halves */
     }
     if (SK > 1) {
         const tb_size cells = (tb_size)m * (tb_size)n;
