@@ -73,9 +73,11 @@ done
 wait
 for f in "$OUT"/k2n-gpu-tests-*.log; do echo "## $f" >> "$log"; cat "$f" >> "$log"; done
 grep -hE "passed|failed|error" "$OUT"/k2n-gpu-tests-*.log | tail -6
-# E1 stays in the bench unless a failure names an E1 variant or names none (a crash, a timeout)
+# E1 stays in the bench unless a failure of a bench format (Q4_0, Q8_0, Q4_K) names an E1 variant or names
+# none (a compile failure, a crash); E1 failures of the other six formats are reported, not acted on
 bad=$(grep -hE "^(FAILED|ERROR)" "$OUT"/k2n-gpu-tests-*.log | tee -a "$log")
-if [ -n "$bad" ] && { grep -q "/E1'" <<< "$bad" || ! grep -q "/E0'" <<< "$bad"; }; then
+bench_bad=$(grep -E -- "-(Q4_0|Q8_0|Q4_K)\]" <<< "$bad")
+if [ -n "$bench_bad" ] && { grep -q "/E1'" <<< "$bench_bad" || ! grep -q "/E0'" <<< "$bench_bad"; }; then
   engines=E0; el "E1 failed parity or a run crashed: stage 3 runs E0 only"
 fi
 if [ -z "${DRY:-}" ] && ! grep -qhE "[0-9]+ passed" "$OUT"/k2n-gpu-tests-*.log; then
@@ -94,7 +96,7 @@ el "stage 4: ncu"
 left=$(( 415 - ($(date +%s) - t0) ))
 if [ -f "$json" ] && [ "$left" -gt 25 ]; then
   eng=$([ "$engines" = E0E1 ] && echo E1 || echo E0)
-  TUNEBASE_CUPTI=0 run timeout $(( left < 60 ? left : 60 )) ncu --kernel-name regex:tb_prefill_n --launch-count 1 \
+  run env TUNEBASE_CUPTI=0 timeout $(( left < 60 ? left : 60 )) ncu --kernel-name regex:tb_prefill_n --launch-count 1 \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section SchedulerStats --section WarpStateStats \
     --section InstructionStats --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
     python3 bench/prefill_ncu.py --json "$json" --point Q4_0,GateUp,2048 --artifacts "$ART" --engine "$eng" \
