@@ -27,12 +27,21 @@ def main() -> int:
     parser.add_argument("--json", type=Path, required=True)
     parser.add_argument("--point", required=True, help="FORMAT,SHAPE,M e.g. Q4_0,GateUp,2048")
     parser.add_argument("--artifacts", type=Path)
+    parser.add_argument("--engine", choices=("E0", "E1"), help="this engine's fastest passing variant")
     args = parser.parse_args()
     os.environ["TUNEBASE_CUPTI"] = "0"
     fmt, short, m = args.point.split(",")
     doc = json.loads(args.json.read_text())
     point = next(p for p in doc["points"] if (p["format"], p["short"], p["m"]) == (fmt, short, int(m)))
     winner = point.get("winner") or point["variants"][0]["variant"]
+    if args.engine:  # e.g. the wgmma engine's best, whichever engine won the point
+        timed = [
+            r for r in point["variants"]
+            if r["variant"].endswith("/" + args.engine) and r.get("median_us")
+            and (r["parity"] or {}).get("passed")
+        ]  # fmt: skip
+        if timed:
+            winner = min(timed, key=lambda r: r["median_us"])["variant"]
     from workers.backends.base import TaskSpec
     from workers.backends.cuda import CudaBackend
 

@@ -55,7 +55,7 @@ class Emulated:
         x = np.ascontiguousarray(problem.x, dtype=np.float32)
         ptrs = [VOID(0 if a is None else a.ctypes.data) for a in (parts["qs"], parts["qh"], parts["sc"])]
         common = [*ptrs, VOID(x.ctypes.data), VOID(y.ctypes.data), VOID(ws.ctypes.data), m, n, k]
-        self.lib.emu_prep(pre.grid[0], *common)
+        self.lib.emu_prep(pre.grid[0], pre.grid[1], *common)
         shared = geometry.shared_bytes if self.device.backend == "cuda" else as_int(values["smem"])
         self.lib.emu_main(*geometry.grid, geometry.block[0], ctypes.c_long(shared), *common)
         return problem, y
@@ -75,7 +75,8 @@ def build(tmp: Path, fmt: str, variant_name: str, backend: str = "cuda", arch: s
     if backend == "rocm":
         mfma = {"gfx906": 0, "gfx90a": 16}.get(arch, 32)
         vendor = ["-DTB_EMU_AMD=1", f"-DTB_EMU_MFMA={mfma}", "-DTB_PERM_STYLE=2"]
-    smem = f"TbpLayout<{p['n_tile']},{p['m_tile']},{p['kb']}>::smem({p['stages']})"
+    layout = "TbpWgLayout" if p["engine"] == 1 else "TbpLayout"
+    smem = f"{layout}<{p['n_tile']},{p['m_tile']},{p['kb']}>::smem({p['stages']})"
     out = tmp / f"emu_{fmt}_{symbol}_{backend}_{arch}.so"
     # the emulator's tb_portability.h must win even over tb_formats.h's own directory: both in one folder
     include = tmp / "emu-include"
@@ -110,16 +111,16 @@ def check(emu: Emulated, n: int, k: int, m: int) -> None:
 
 NV_CASES = [
     # (format, variant, n, k, m): tails in n and m, every stage depth, split-K, 64 x 64 warp tiles
-    ("Q8_0", "N128/M64/W4x2/K4/S3/SK1/MB1", 200, 512, 37),
-    ("Q4_0", "N64/M64/W2x2/K4/S3/SK2/MB1", 136, 768, 70),
-    ("Q4_1", "N128/M32/W4x1/K4/S4/SK1/MB1", 130, 512, 33),
-    ("Q5_0", "N128/M32/W4x1/K8/S3/SK1/MB1", 64, 512, 19),
-    ("Q5_1", "N64/M64/W2x2/K4/S3/SK4/MB1", 72, 1024, 50),
-    ("IQ4_NL", "N128/M128/W2x4/K4/S3/SK1/MB1", 140, 512, 129),
-    ("Q4_K", "N128/M64/W4x2/K4/S3/SK2/MB1", 150, 768, 65),
-    ("Q6_K", "N64/M64/W2x2/K4/S3/SK1/MB1", 90, 768, 40),
-    ("Q6_K", "N128/M64/W4x2/K8/S3/SK2/MB1", 130, 1024, 17),
-    ("IQ4_XS", "N256/M64/W4x2/K4/S3/SK1/MB1", 260, 512, 64),
+    ("Q8_0", "N128/M64/W4x2/K4/S3/SK1/MB1/E0", 200, 512, 37),
+    ("Q4_0", "N64/M64/W2x2/K4/S3/SK2/MB1/E0", 136, 768, 70),
+    ("Q4_1", "N128/M32/W4x1/K4/S4/SK1/MB1/E0", 130, 512, 33),
+    ("Q5_0", "N128/M32/W4x1/K8/S3/SK1/MB1/E0", 64, 512, 19),
+    ("Q5_1", "N64/M64/W2x2/K4/S3/SK4/MB1/E0", 72, 1024, 50),
+    ("IQ4_NL", "N128/M128/W2x4/K4/S3/SK1/MB1/E0", 140, 512, 129),
+    ("Q4_K", "N128/M64/W4x2/K4/S3/SK2/MB1/E0", 150, 768, 65),
+    ("Q6_K", "N64/M64/W2x2/K4/S3/SK1/MB1/E0", 90, 768, 40),
+    ("Q6_K", "N128/M64/W4x2/K8/S3/SK2/MB1/E0", 130, 1024, 17),
+    ("IQ4_XS", "N256/M64/W4x2/K4/S3/SK1/MB1/E0", 260, 512, 64),
 ]
 
 
@@ -132,16 +133,57 @@ def test_nvidia_path_passes_parity(tmp_path: Path, fmt: str, variant: str, n: in
     check(emu, n, k, m)
 
 
+WGMMA_CASES = [
+    # engine 1 (wgmma, emulated per the PTX layouts): 1 / 2 / 4 warpgroups, tails in n and m, split-K
+    ("Q4_0", "N64/M64/W4x1/K4/S3/SK1/MB1/E1", 100, 512, 37),
+    ("Q8_0", "N128/M64/W4x2/K4/S3/SK2/MB1/E1", 150, 512, 70),
+    ("Q4_1", "N64/M128/W4x1/K4/S3/SK1/MB1/E1", 72, 256, 130),
+    ("Q5_0", "N64/M64/W4x1/K8/S3/SK1/MB1/E1", 64, 512, 19),
+    ("Q5_1", "N64/M64/W4x1/K4/S4/SK4/MB1/E1", 72, 1024, 50),
+    ("IQ4_NL", "N128/M128/W4x2/K4/S3/SK1/MB1/E1", 140, 256, 33),
+    ("Q4_K", "N64/M64/W4x1/K4/S3/SK2/MB1/E1", 90, 768, 65),
+    ("Q6_K", "N64/M64/W4x1/K4/S3/SK1/MB1/E1", 90, 768, 40),
+    ("Q6_K", "N64/M64/W4x1/K8/S3/SK2/MB1/E1", 70, 1024, 17),
+    ("IQ4_XS", "N256/M64/W4x4/K4/S3/SK1/MB1/E1", 260, 256, 64),
+]
+
+
+def check_wgmma(emu: Emulated, n: int, k: int, m: int) -> None:
+    """fp16 activations and fp16 weights (scales folded in): far tighter than the int8 engine's 1.2e-2."""
+    problem, y = emu.run(n, k, m)
+    assert not np.isnan(y).any(), f"{int(np.isnan(y).sum())} cells never written"
+    parity = problem.check(y, TOL)
+    assert parity.passed, parity
+    assert parity.rel_l2 < 3e-3, parity
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("fmt", "variant", "n", "k", "m"), WGMMA_CASES, ids=[f"{c[0]}-{c[1]}" for c in WGMMA_CASES]
+)
+def test_wgmma_path_passes_parity(tmp_path: Path, fmt: str, variant: str, n: int, k: int, m: int) -> None:
+    check_wgmma(build(tmp_path, fmt, variant), n, k, m)
+
+
+def test_wgmma_path_fast(tmp_path: Path) -> None:
+    """The default-run case of engine 1: Q4_K (mins, super-block scales), tails in N and M."""
+    check_wgmma(build(tmp_path, "Q4_K", "N64/M64/W4x1/K4/S3/SK1/MB1/E1"), 72, 512, 21)
+
+
 @pytest.mark.parametrize("fmt", ["Q4_0", "Q4_K"])
 def test_nvidia_path_fast(tmp_path: Path, fmt: str) -> None:
     """The default-run subset: one symmetric and one K-quant format, tails in both N and M."""
-    emu = build(tmp_path, fmt, "N64/M64/W2x2/K4/S3/SK1/MB1")
+    emu = build(tmp_path, fmt, "N64/M64/W2x2/K4/S3/SK1/MB1/E0")
     check(emu, 72, 512, 21)
 
 
 @pytest.mark.parametrize("fmt", ["Q8_0", "Q4_1", "Q6_K"])
 def test_kernel_shared_memory_equals_the_manifest(tmp_path: Path, fmt: str) -> None:
-    for name in ("N128/M64/W4x2/K4/S3/SK1/MB1", "N64/M128/W2x2/K8/S3/SK1/MB1"):
+    for name in (
+        "N128/M64/W4x2/K4/S3/SK1/MB1/E0",
+        "N64/M128/W2x2/K8/S3/SK1/MB1/E0",
+        "N128/M128/W4x2/K4/S3/SK1/MB1/E1",
+    ):
         emu = build(tmp_path, fmt, name)
         values = PACKAGE.bindings(emu.variant, 4096, 4096, 512, emu.fmt, emu.device)
         assert emu.lib.emu_smem_bytes() == as_int(values["smem"]), name
@@ -149,14 +191,14 @@ def test_kernel_shared_memory_equals_the_manifest(tmp_path: Path, fmt: str) -> N
 
 AMD_CASES = [
     # (arch, format, variant, n, k, m)
-    ("gfx942", "Q4_0", "N64/M32/W2x2/K4/S2/SK1/MB1", 72, 512, 37),
-    ("gfx942", "Q4_K", "N128/M64/W2x2/K4/S2/SK2/MB1", 130, 768, 40),
-    ("gfx942", "Q6_K", "N64/M32/W2x2/K4/S2/SK1/MB1", 64, 512, 20),
-    ("gfx950", "Q5_1", "N64/M64/W2x2/K4/S2/SK1/MB1", 70, 512, 33),
-    ("gfx90a", "Q8_0", "N64/M32/W2x2/K4/S2/SK2/MB1", 66, 512, 31),
-    ("gfx90a", "IQ4_XS", "N128/M32/W4x2/K4/S2/SK1/MB1", 128, 512, 16),
-    ("gfx906", "Q5_0", "N64/M32/W2x2/K4/S2/SK1/MB1", 64, 512, 18),
-    ("gfx906", "Q6_K", "N64/M32/W2x2/K4/S2/SK1/MB1", 40, 512, 9),
+    ("gfx942", "Q4_0", "N64/M32/W2x2/K4/S2/SK1/MB1/E0", 72, 512, 37),
+    ("gfx942", "Q4_K", "N128/M64/W2x2/K4/S2/SK2/MB1/E0", 130, 768, 40),
+    ("gfx942", "Q6_K", "N64/M32/W2x2/K4/S2/SK1/MB1/E0", 64, 512, 20),
+    ("gfx950", "Q5_1", "N64/M64/W2x2/K4/S2/SK1/MB1/E0", 70, 512, 33),
+    ("gfx90a", "Q8_0", "N64/M32/W2x2/K4/S2/SK2/MB1/E0", 66, 512, 31),
+    ("gfx90a", "IQ4_XS", "N128/M32/W4x2/K4/S2/SK1/MB1/E0", 128, 512, 16),
+    ("gfx906", "Q5_0", "N64/M32/W2x2/K4/S2/SK1/MB1/E0", 64, 512, 18),
+    ("gfx906", "Q6_K", "N64/M32/W2x2/K4/S2/SK1/MB1/E0", 40, 512, 9),
 ]
 
 
@@ -174,5 +216,5 @@ def test_amd_paths_pass_parity(
 @pytest.mark.parametrize("arch", ["gfx942", "gfx906"])
 def test_amd_path_fast(tmp_path: Path, arch: str) -> None:
     """The default-run subset: MFMA 16x16x32 and sdot4, a 4-bit K-quant with tails."""
-    emu = build(tmp_path, "Q4_K", "N64/M32/W2x2/K4/S2/SK1/MB1", backend="rocm", arch=arch)
+    emu = build(tmp_path, "Q4_K", "N64/M32/W2x2/K4/S2/SK1/MB1/E0", backend="rocm", arch=arch)
     check(emu, 70, 512, 19)

@@ -52,8 +52,15 @@ def test_decode_source_default_list_is_the_gpu_space() -> None:
 
 
 def test_prefill_spaces() -> None:
-    cuda = PREFILL.space("cuda")
-    assert len(cuda) == 156 and cuda[0].name == "N64/M64/W2x2/K4/S3/SK1/MB1"
+    every = PREFILL.space("cuda")
+    cuda = [v for v in every if v.params["engine"] == 0]
+    assert len(cuda) == 156 and cuda[0].name == "N64/M64/W2x2/K4/S3/SK1/MB1/E0"
+    # the wgmma engine: one m64 weight tile per warpgroup of 4 warps, m_tile tokens (the wgmma N), 1 block/SM
+    wgmma = [v.params for v in every if v.params["engine"] == 1]
+    assert len(wgmma) == 60 and len(every) == 216
+    for p in wgmma:
+        assert p["warps_n"] == 4 and p["n_tile"] == 64 * p["warps_m"] and p["min_blocks"] == 1
+        assert p["m_tile"] >= 64 and p["warps_m"] * p["m_tile"] <= 256 and p["stages"] >= 3
     # NVIDIA warp tiles are 32 or 64 wide in both directions; 4 or 8 warps
     for v in cuda:
         p = v.params
@@ -63,37 +70,40 @@ def test_prefill_spaces() -> None:
     rocm = PREFILL.space("rocm")
     assert len(rocm) == 84 and all(v.params["stages"] == 2 for v in rocm)
     assert [v.name for v in PREFILL.space("host")] == [
-        "N64/M32/W2x2/K4/S2/SK1/MB1", "N64/M64/W2x2/K4/S2/SK1/MB1",
-        "N128/M32/W2x2/K4/S2/SK1/MB1", "N128/M64/W2x2/K4/S2/SK1/MB1",
+        "N64/M32/W2x2/K4/S2/SK1/MB1/E0", "N64/M64/W2x2/K4/S2/SK1/MB1/E0",
+        "N128/M32/W2x2/K4/S2/SK1/MB1/E0", "N128/M64/W2x2/K4/S2/SK1/MB1/E0",
     ]  # fmt: skip
     invalid = {p["point"]: p["rule"] for p in PREFILL.invalid_points("cuda")}
-    assert "n_tile // warps_n in (32, 64)" in invalid["N256/M32/W2x2/K4/S2/SK1/MB1"]
+    assert "n_tile // warps_n in (32, 64)" in invalid["N256/M32/W2x2/K4/S2/SK1/MB1/E0"]
     assert (
         "stages == 2"
-        in {p["point"]: p["rule"] for p in PREFILL.invalid_points("rocm")}["N64/M64/W2x2/K4/S3/SK1/MB1"]
+        in {p["point"]: p["rule"] for p in PREFILL.invalid_points("rocm")}["N64/M64/W2x2/K4/S3/SK1/MB1/E0"]
     )
+    rocm_invalid = {p["point"]: p["rule"] for p in PREFILL.invalid_points("rocm")}
+    assert "backend == 'cuda'" in rocm_invalid["N64/M64/W4x1/K4/S2/SK1/MB1/E1"]
+    assert "warps_m * m_tile <= 256" in invalid["N256/M128/W4x4/K4/S3/SK1/MB1/E1"]
 
 
 def test_prefill_point_rules_carry_reasons() -> None:
     """Rules over the format, K, and the shared memory a variant needs are checked per task."""
     h200 = DeviceFacts("cuda", "sm_90", 132, 32)
     q6 = PREFILL.bindings(
-        PREFILL.parse("N128/M64/W4x2/K4/S3/SK1/MB1", "cuda"), 4096, 5120, 512, FORMATS["Q6_K"], h200
+        PREFILL.parse("N128/M64/W4x2/K4/S3/SK1/MB1/E0", "cuda"), 4096, 5120, 512, FORMATS["Q6_K"], h200
     )
     assert PREFILL.point_problems(q6) == []
     odd_k = PREFILL.bindings(
-        PREFILL.parse("N128/M64/W4x2/K4/S3/SK1/MB1", "cuda"), 4096, 4160, 512, FORMATS["Q8_0"], h200
+        PREFILL.parse("N128/M64/W4x2/K4/S3/SK1/MB1/E0", "cuda"), 4096, 4160, 512, FORMATS["Q8_0"], h200
     )
     assert PREFILL.point_problems(odd_k) == ["k % (block_weights if backend == 'host' else 256) == 0"]
     big = PREFILL.bindings(
-        PREFILL.parse("N64/M128/W2x2/K8/S4/SK1/MB1", "cuda"), 4096, 4096, 512, FORMATS["Q8_0"], h200
+        PREFILL.parse("N64/M128/W2x2/K8/S4/SK1/MB1/E0", "cuda"), 4096, 4096, 512, FORMATS["Q8_0"], h200
     )
     assert as_int(big["smem"]) > 232448 and PREFILL.point_problems(big) == [
         "backend != 'cuda' or smem <= 232448"
     ]
     mi100 = DeviceFacts("rocm", "gfx906", 60, 64)
     lds = PREFILL.bindings(
-        PREFILL.parse("N128/M64/W2x2/K8/S2/SK1/MB1", "rocm"), 4096, 4096, 512, FORMATS["Q8_0"], mi100
+        PREFILL.parse("N128/M64/W2x2/K8/S2/SK1/MB1/E0", "rocm"), 4096, 4096, 512, FORMATS["Q8_0"], mi100
     )
     assert "smem <= (163840 if arch == 'gfx950' else 65536)" in PREFILL.point_problems(lds)[0]
 
@@ -123,9 +133,9 @@ def test_parse_roundtrip(package: object) -> None:
         (DECODE, "kb8/tw8", "rocm", "expected MX{mx}/KB{kb}/RW{rw}/U{u}/RG{rg}/PG{pg}/PP{pp}"),
         (DECODE, "N128/MT32/MB1/U4", "rocm", "not a tb-decode variant name"),
         (DECODE, "MX1/KB8/RW1/U4/RG1/PG0/PP0", "vulkan", "no space for backend 'vulkan'"),
-        (PREFILL, "N128/M64/W2x2/K4/S3/SK1/MB1", "rocm", "stages == 2"),
-        (PREFILL, "N96/M32/W2x2/K4/S2/SK1/MB1", "cuda", "n_tile must be one of 64,128,256"),
-        (PREFILL, "N64/M32/W2x2/K4/S2/SK2/MB1", "host", "stages, split_k, min_blocks) == (2, 2, 4, 2, 1, 1)"),
+        (PREFILL, "N128/M64/W2x2/K4/S3/SK1/MB1/E0", "rocm", "stages == 2"),
+        (PREFILL, "N96/M32/W2x2/K4/S2/SK1/MB1/E0", "cuda", "n_tile must be one of 64,128,256"),
+        (PREFILL, "N64/M32/W2x2/K4/S2/SK2/MB1/E0", "host", "min_blocks, engine) == (2, 2, 4, 2, 1, 1, 0)"),
         (PREFILL, "KB8/TW8", "rocm", "not a tb-prefill variant name"),
     ],
 )
@@ -181,7 +191,7 @@ def test_decode_point_rules_reject_large_m() -> None:
 
 
 def test_prefill_launch_tiles() -> None:
-    v = PREFILL.parse("N128/M64/W4x2/K4/S3/SK2/MB1", "cuda")
+    v = PREFILL.parse("N128/M64/W4x2/K4/S3/SK2/MB1/E0", "cuda")
     values = PREFILL.bindings(v, 17408, 5120, 600, FORMATS["Q4_0"], DeviceFacts("cuda", "sm_90", 132, 32))
     g = PREFILL.geometry(values)
     assert g.grid == (136, 10, 2) and g.block == (256, 1, 1) and g.shared_bytes == as_int(values["smem"])
@@ -189,7 +199,22 @@ def test_prefill_launch_tiles() -> None:
     assert pre.block == (256, 1, 1) and pre.grid == ((600 * 17408 // 4 + 255) // 256, 1, 1)
     assert PREFILL.prelaunch_symbol(v) == "tb_prefill_prep_sk2"
     (ws,) = [a for a in PREFILL.args_for("cuda") if a.role == "workspace"]
-    assert parse(ws.size or "").evaluate_int(values) == 608 * 5120 + 160 * 608 * 16
+    assert parse(ws.size or "").evaluate_int(values) == 608 * 5120 * 2 + 160 * 608 * 16
+
+
+def test_prefill_wgmma_launch() -> None:
+    """Engine 1: 128 threads per warpgroup, the prelaunch's grid.y = 2 selects the fp16 activations, the
+    stage holds the fp16 token tile (TbpWgLayout) instead of int8 rows and records."""
+    v = PREFILL.parse("N128/M128/W4x2/K4/S3/SK1/MB1/E1", "cuda")
+    values = PREFILL.bindings(v, 17408, 5120, 2048, FORMATS["Q4_0"], DeviceFacts("cuda", "sm_90", 132, 32))
+    g = PREFILL.geometry(values)
+    assert g.grid == (16, 136, 1) and g.block == (256, 1, 1)  # token tiles along x
+    assert PREFILL.prelaunch_geometry(values).grid == (2048 * 5120 // 4 // 256, 2, 1)
+    assert PREFILL.symbol(v) == "tb_prefill_n128_m128_wn4_wm2_kb4_s3_sk1_mb1_e1"
+    # 3 stages x (128 tokens x 128 halves + 128 rows x (64 + 16 payload + 16 scale bytes)) + decoded scales
+    assert as_int(values["smem"]) == 3 * (128 * 4 * 64 + 128 * (64 + 16 + 16)) + 4 * 128 * 2 * 4
+    (ws,) = [a for a in PREFILL.args_for("cuda") if a.role == "workspace"]
+    assert parse(ws.size or "").evaluate_int(values) >= 2048 * 5120 * 2
     assert [a.role for a in PREFILL.args_for("host")] == ["weights"] * 3 + ["x", "y", "m", "n", "k"]
 
 

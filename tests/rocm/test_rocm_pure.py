@@ -40,7 +40,7 @@ def test_decode_argument_buffer_layout() -> None:
 
 
 def test_prefill_argument_buffer_layout_pads_to_eight() -> None:
-    variant = PREFILL.parse("N128/M64/W2x4/K4/S2/SK2/MB1", "rocm")
+    variant = PREFILL.parse("N128/M64/W2x4/K4/S2/SK2/MB1/E0", "rocm")
     values = PREFILL.bindings(
         variant, 5120, 17408, 512, FORMATS["Q4_0"], DeviceFacts("rocm", "gfx942", 304, 64)
     )
@@ -74,7 +74,7 @@ def test_launch_geometry_from_the_manifest() -> None:
     assert DECODE.geometry(persistent).grid == (120, 1, 1) and as_int(persistent["tiles"]) == 256
     mi300 = DeviceFacts("rocm", "gfx942", 304, 64)
     values = PREFILL.bindings(
-        PREFILL.parse("N128/M32/W4x2/K4/S2/SK2/MB1", "rocm"), 5120, 17408, 600, FORMATS["Q4_0"], mi300
+        PREFILL.parse("N128/M32/W4x2/K4/S2/SK2/MB1/E0", "rocm"), 5120, 17408, 600, FORMATS["Q4_0"], mi300
     )
     prefill = PREFILL.geometry(values)
     # 8 waves of 64; grid.z = split-K; static LDS (no dynamic bytes on AMD)

@@ -33,7 +33,8 @@ from workers.runner import ArgValue, CompiledVariants, Prelaunch, parse_variants
 
 ARCH = "sm_90"
 DEFAULT_SHARED_LIMIT = 48 << 10  # dynamic shared memory a kernel gets without opting in
-BASE_OPTIONS: tuple[str, ...] = ("--gpu-architecture=sm_90", "-std=c++17", "-default-device")
+# sm_90a: the architecture-specific features (wgmma, tb-prefill engine 1) of the one GPU this backend serves
+BASE_OPTIONS: tuple[str, ...] = ("--gpu-architecture=sm_90a", "-std=c++17", "-default-device")
 
 
 @dataclass

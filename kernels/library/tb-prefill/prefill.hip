@@ -23,9 +23,10 @@
  *   NVIDIA [K/32][Ms/16][8][TBP_REC] words (rows g, g+8 of each 16-row group together: dx, ci [, sx]),
  *   AMD    [K/32][4][Ms] words (dx, ci, sx planes).
  *   dx = amax / 127, ci = bits(1.5*2^23) - OFF * xsum, sx = dx * xsum.
- * Launch: block = (32|64) * warps_n * warps_m threads, grid = (ceil(N/BN), ceil(M/BM), SK), dynamic shared
- * memory (NVIDIA) / static LDS (AMD) sized as the manifest's [derived] smem.
- * Exported symbols: tb_prefill_n{BN}_m{BM}_wn{WN}_wm{WM}_kb{KB}_s{ST}_sk{SK}_mb{MB}, tb_prefill_prep_sk{1,2,4}.
+ * Launch: block = (32|64) * warps_n * warps_m threads, grid = (ceil(N/BN), ceil(M/BM), SK) (engine 1: x and y
+ * swapped), dynamic shared memory (NVIDIA) / static LDS (AMD) sized as the manifest's [derived] smem.
+ * Exported symbols: tb_prefill_n{BN}_m{BM}_wn{WN}_wm{WM}_kb{KB}_s{ST}_sk{SK}_mb{MB}_e{ENG}, tb_prefill_prep_sk{1,2,4}
+ * (engine 1: prelaunch grid.y = 2, fp16 activations; prefill_wgmma.h).
  */
 #include "tb_portability.h"
 #include "tb_formats.h"
@@ -297,8 +298,22 @@ __device__ TB_FORCEINLINE void tbp_prep_body(TB_PREFILL_PARAMS) {
     }
 }
 
+/* grid.y = 1 + engine (the manifest's [prelaunch] grid): 2 = the wgmma engine's fp16 activations */
+#if defined(TB_CUDA) || defined(TB_EMU_NV)
+#if defined(TB_CUDA)
+#define TBP_GRID_Y ((int)gridDim.y)
+#endif
+#define TBP_PREP_ENGINE(SK)                                                                                \
+    if (TBP_GRID_Y == 2) { /* the second row of blocks has nothing to do */                                \
+        if (TB_BID_Y == 0) tbp_prep_f16_body<SK>(TB_PREFILL_ARGS);                                        \
+        return;                                                                                            \
+    }
+#else
+#define TBP_PREP_ENGINE(SK)
+#endif
 #define TB_PREFILL_PREP(SK)                                                                                \
     extern "C" __global__ TB_LAUNCH_BOUNDS(256, 1) void tb_prefill_prep_sk##SK(TB_PREFILL_PARAMS) {        \
+        TBP_PREP_ENGINE(SK)                                                                                \
         tbp_prep_body<SK>(TB_PREFILL_ARGS);                                                              \
     }
 
@@ -376,9 +391,8 @@ struct TbpCopy {
 };
 
 /* raw scale bytes of the stage -> decoded floats [KB][BN][TBP_NSC] */
-template <int BN, int BM, int KB, int THREADS>
-TB_DEV void tbp_decode_stage(const tb_u8 *stage, float *wsc, int s, int n0, int k) {
-    using L = TbpLayout<BN, BM, KB>;
+template <class L, int BN, int KB, int THREADS>
+TB_DEV void tbp_decode_stage_l(const tb_u8 *stage, float *wsc, int s, int n0, int k) {
     using S = TbpStage<KB>;
     const int b0 = s * KB;
     const TbpRows rows = tbp_rows(k);
@@ -403,6 +417,14 @@ TB_DEV void tbp_decode_stage(const tb_u8 *stage, float *wsc, int s, int n0, int 
         if (TBP_ASYM) wsc[L::MW_OFF + kb * BN + r] = out[2];
     }
 }
+template <int BN, int BM, int KB, int THREADS>
+TB_DEV void tbp_decode_stage(const tb_u8 *stage, float *wsc, int s, int n0, int k) {
+    tbp_decode_stage_l<TbpLayout<BN, BM, KB>, BN, KB, THREADS>(stage, wsc, s, n0, k);
+}
+
+#if defined(TB_CUDA) || defined(TB_EMU_NV)
+#include "prefill_wgmma.h"
+#endif
 
 template <int BN, int BM, int WN_, int WM_, int KB, int ST, int SK>
 TB_DEV void tbp_nv_body(TB_PREFILL_PARAMS) {
@@ -666,10 +688,25 @@ TB_DEV void tbp_nv_body(TB_PREFILL_PARAMS) {
 /* MB = the second __launch_bounds__ argument (minimum resident workgroups per SM): 2 caps registers at 128
  * for 8 warps, so two workgroups (16 warps) hide latency and halve the wave-quantisation loss, at the
  * price of a few spilled registers for the bigger formats; the tuner measures both */
-#define TB_PREFILL_VARIANT(BN, BM, WN, WM, KB, ST, SK, MB)                                                 \
+/* ENG = 0: mma.sync (tbp_nv_body); 1: wgmma (prefill_wgmma.h: warps_m warpgroups, BN = 64 * WM, BT = BM) */
+template <int BN, int BM, int WN, int WM, int KB, int ST, int SK, int ENG>
+TB_DEV void tbp_nv_variant(TB_PREFILL_PARAMS) {
+#if defined(TB_CUDA) || defined(TB_EMU_NV)
+    if constexpr (ENG == 1) {
+        tbp_wg_body<BN, BM, WM, KB, ST, SK>(TB_PREFILL_ARGS);
+        return;
+    } else
+#endif
+    {
+        static_assert(ENG == 0, "the wgmma engine is CUDA-only");
+        tbp_nv_body<BN, BM, WN, WM, KB, ST, SK>(TB_PREFILL_ARGS);
+    }
+}
+#define TB_PREFILL_VARIANT(BN, BM, WN, WM, KB, ST, SK, MB, ENG)                                            \
     extern "C" __global__ TB_LAUNCH_BOUNDS(32 * WN * WM, MB) void                                          \
-        tb_prefill_n##BN##_m##BM##_wn##WN##_wm##WM##_kb##KB##_s##ST##_sk##SK##_mb##MB(TB_PREFILL_PARAMS) {   \
-        tbp_nv_body<BN, BM, WN, WM, KB, ST, SK>(TB_PREFILL_ARGS);                                          \
+        tb_prefill_n##BN##_m##BM##_wn##WN##_wm##WM##_kb##KB##_s##ST##_sk##SK##_mb##MB##_e##ENG(              \
+            TB_PREFILL_PARAMS) {                                                                           \
+        tbp_nv_variant<BN, BM, WN, WM, KB, ST, SK, ENG>(TB_PREFILL_ARGS);                                  \
     }
 
 #endif /* NVIDIA */
@@ -680,8 +717,8 @@ TB_PREFILL_PREP(1)
 TB_PREFILL_PREP(2)
 TB_PREFILL_PREP(4)
 
-/* -DTB_PREFILL_VARIANTS='TB_PREFILL_VARIANT(128,128,4,2,4,3,1,1) ...' builds a subset; default: one */
+/* -DTB_PREFILL_VARIANTS='TB_PREFILL_VARIANT(128,128,4,2,4,3,1,1,0) ...' builds a subset; default: one */
 #ifndef TB_PREFILL_VARIANTS
-#define TB_PREFILL_VARIANTS TB_PREFILL_VARIANT(128, 64, 4, 2, 4, 2, 1, 1)
+#define TB_PREFILL_VARIANTS TB_PREFILL_VARIANT(128, 64, 4, 2, 4, 2, 1, 1, 0)
 #endif
 TB_PREFILL_VARIANTS

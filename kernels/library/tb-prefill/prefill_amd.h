@@ -360,9 +360,12 @@ TB_DEV void tbp_amd_tiles(TB_PREFILL_PARAMS) {
         }
 }
 
-#define TB_PREFILL_VARIANT(BN, BM, WN, WM, KB, ST, SK, MB)                                                 \
+/* ENG: the engine axis; AMD has engine 0 only (the manifest's rules) */
+#define TB_PREFILL_VARIANT(BN, BM, WN, WM, KB, ST, SK, MB, ENG)                                            \
     extern "C" __global__ TB_LAUNCH_BOUNDS(64 * WN * WM, MB) void                                          \
-        tb_prefill_n##BN##_m##BM##_wn##WN##_wm##WM##_kb##KB##_s##ST##_sk##SK##_mb##MB(TB_PREFILL_PARAMS) {   \
+        tb_prefill_n##BN##_m##BM##_wn##WN##_wm##WM##_kb##KB##_s##ST##_sk##SK##_mb##MB##_e##ENG(              \
+            TB_PREFILL_PARAMS) {                                                                           \
+        static_assert(ENG == 0, "AMD: engine 0 (MFMA / sdot4) only");                                      \
         tbp_amd_body<BN, BM, WN, WM, KB, SK>(TB_PREFILL_ARGS);                                            \
     }
 

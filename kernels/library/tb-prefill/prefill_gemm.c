@@ -4,8 +4,8 @@
  * 32-block (tb_host.h, the rule of kernels/activations.py), weights are unpacked chunk by chunk with the
  * GPU unpack code itself (tb_formats.h compiled as C11: tb_load_meta / tb_unpack / tb_chunk_dot).
  * Compile once per format:
- *   cc -O3 -std=c11 -fPIC -shared <tb-split defines> [-DTB_PREFILL_VARIANTS='TB_PREFILL_VARIANT(64,32,1,1,4,2,1)']
- * Every TB_PREFILL_VARIANT(n_tile, m_tile, warps_n, warps_m, kb, stages, split_k, min_blocks) is one symbol
+ *   cc -O3 -std=c11 -fPIC -shared <tb-split defines> [-DTB_PREFILL_VARIANTS='TB_PREFILL_VARIANT(64,32,2,2,4,2,1,1,0)']
+ * Every TB_PREFILL_VARIANT(n_tile, m_tile, warps_n, warps_m, kb, stages, split_k, min_blocks, engine) is one symbol
  *   void tb_prefill_n<n>_m<m>_wn<wn>_wm<wm>_kb<kb>_s<st>_sk<sk>_mb<mb>(const uint8_t *qs, const uint8_t *qh,
  *        const uint8_t *sc, const float *x, float *y, int m, int n, int k)
  * n_tile x m_tile = the output tile kept in an accumulator array (each unpacked weight chunk is reused
@@ -14,7 +14,7 @@
 #include "tb_host.h"
 
 #ifndef TB_PREFILL_VARIANTS
-#define TB_PREFILL_VARIANTS TB_PREFILL_VARIANT(64, 32, 2, 2, 4, 2, 1, 1)
+#define TB_PREFILL_VARIANTS TB_PREFILL_VARIANT(64, 32, 2, 2, 4, 2, 1, 1, 0)
 #endif
 
 static void tb_prefill_host(const uint8_t *qs, const uint8_t *qh, const uint8_t *sc, const float *x, float *y,
@@ -67,8 +67,8 @@ static void tb_prefill_host(const uint8_t *qs, const uint8_t *qh, const uint8_t 
     tb_qact_free(&xa);
 }
 
-#define TB_PREFILL_VARIANT(NT, MT, WN, WM, KB, ST, SK, MB)                                                       \
-    void tb_prefill_n##NT##_m##MT##_wn##WN##_wm##WM##_kb##KB##_s##ST##_sk##SK##_mb##MB(                          \
+#define TB_PREFILL_VARIANT(NT, MT, WN, WM, KB, ST, SK, MB, ENG)                                                  \
+    void tb_prefill_n##NT##_m##MT##_wn##WN##_wm##WM##_kb##KB##_s##ST##_sk##SK##_mb##MB##_e##ENG(                 \
         const uint8_t *qs, const uint8_t *qh, const uint8_t *sc, const float *x, float *y, int m, int n, int k) { \
         float acc[(MT) * (NT)]; /* at most 64 x 128 floats = 32 KiB of stack */                                  \
         tb_prefill_host(qs, qh, sc, x, y, m, n, k, NT, MT, acc);                                                  \

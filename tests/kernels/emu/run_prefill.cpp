@@ -3,9 +3,9 @@
  * -DEMU_PREP=<prelaunch symbol>; called through ctypes with the same arguments the runner passes. */
 #include "prefill.hip"
 
-extern "C" void emu_prep(int gx, const tb_u8 *qs, const tb_u8 *qh, const tb_u8 *sc, const float *x, float *y,
-                         tb_u8 *ws, int m, int n, int k) {
-    tbemu::launch(gx, 1, 1, 256, 0, [=] { EMU_PREP(qs, qh, sc, x, y, ws, m, n, k); });
+extern "C" void emu_prep(int gx, int gy, const tb_u8 *qs, const tb_u8 *qh, const tb_u8 *sc, const float *x,
+                         float *y, tb_u8 *ws, int m, int n, int k) {
+    tbemu::launch(gx, gy, 1, 256, 0, [=] { EMU_PREP(qs, qh, sc, x, y, ws, m, n, k); });
 }
 
 extern "C" void emu_main(int gx, int gy, int gz, int threads, long shared, const tb_u8 *qs, const tb_u8 *qh,

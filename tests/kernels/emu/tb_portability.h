@@ -58,12 +58,13 @@ struct Block {
     std::vector<unsigned char> smem;
     unsigned bar_count = 0, bar_gen = 0;
     unsigned wcount[32] = {0}, wgen[32] = {0};
+    unsigned gcount[8] = {0}, ggen[8] = {0}; /* warpgroups (4 warps) */
     /* per-warp exchange scratch: lane -> up to 8 words and one pointer */
     tb_u32 xw[32][64][8];
     const unsigned char *xp[32][64];
 };
 inline Block *block = nullptr;
-inline int tid = 0, bx = 0, by = 0, bz = 0;
+inline int tid = 0, bx = 0, by = 0, bz = 0, grid_y = 1;
 inline ucontext_t sched;
 inline std::function<void()> body;
 
@@ -89,6 +90,17 @@ inline void warp_sync() {
     }
     while (b.wgen[w] == gen) yield();
 }
+inline void group_sync() { /* the 128 threads of a warpgroup (NVIDIA wgmma) */
+    Block &b = *block;
+    const int w = tid / 128;
+    const unsigned gen = b.ggen[w];
+    if (++b.gcount[w] == 128u) {
+        b.gcount[w] = 0;
+        ++b.ggen[w];
+        return;
+    }
+    while (b.ggen[w] == gen) yield();
+}
 inline void trampoline() {
     body();
     block->th[tid].done = true;
@@ -101,6 +113,7 @@ inline void launch(int gx, int gy, int gz, int threads, size_t shared_bytes, std
         abort();
     }
     body = fn;
+    grid_y = gy;
     for (int z = 0; z < gz; ++z)
         for (int yb = 0; yb < gy; ++yb)
             for (int xb = 0; xb < gx; ++xb) {
@@ -147,6 +160,7 @@ inline tb_u32 ubyte(tb_u32 w, int i) { return (w >> (8 * i)) & 0xFFu; }
 #define TB_BID_X (tbemu::bx)
 #define TB_BID_Y (tbemu::by)
 #define TBP_BID_Z (tbemu::bz)
+#define TBP_GRID_Y (tbemu::grid_y)
 
 TB_DEV void tb_sync(void) { tbemu::block_sync(); }
 TB_DEV int tb_lane(void) { return tbemu::lane(); }
@@ -200,6 +214,9 @@ struct alignas(16) int4 {
 };
 struct alignas(8) int2 {
     int x, y;
+};
+struct alignas(8) uint2 {
+    unsigned x, y;
 };
 inline float2 make_float2(float a, float b) { return {a, b}; }
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
@@ -363,4 +380,83 @@ TB_DEV void tbp_mfma16(tb_i32 *d, tb_u32 a, tb_u32 b, const tb_i32 *c) {
         d[r] = s;
     }
     warp_sync();
+}
+
+/* ---- NVIDIA sm_90a: wgmma m64nNk16 .f32.f16.f16, A from registers, B K-major in shared memory ---------
+ * (prefill_wgmma.h's engine 1.) PTX ISA "Register Fragments and Shared Memory Matrix Layouts" for wgmma:
+ * A (64 x 16 per warpgroup): warp w holds rows 16 w .. 16 w + 15, as mma.m16n8k16's A: reg 0 (row g,
+ * k 2t, 2t+1), reg 1 (row g+8, same k), reg 2 (row g, k 2t+8, 2t+9), reg 3 (row g+8, same k), lower half =
+ * lower k. B (16 x N) K-major without swizzle: 8 x 16-byte core matrices; B[k][n] at start + (n / 8) SBO
+ * + (k / 8) LBO + (n % 8) 16 + (k % 8) 2 (descriptor: start, LBO, SBO in 16-byte units at bits 0, 16, 32).
+ * D: d[4 i + e] = (row 16 w + g + 8 (e >> 1), col 8 i + 2 t + (e & 1)). fp16 helpers round to nearest even. */
+inline float tbemu_h2f(tb_u32 h) { return tb_h2f((tb_u16)(h & 0xFFFFu)); }
+inline tb_u32 tbemu_f2h(float f) {
+    tb_u32 x;
+    memcpy(&x, &f, 4);
+    const tb_u32 sign = (x >> 16) & 0x8000u;
+    const double a = std::fabs((double)f);
+    if (!(a == a)) return sign | 0x7E00u;
+    if (a >= 65520.0) return sign | 0x7C00u; /* rounds to infinity */
+    int e;
+    (void)std::frexp(a, &e);                       /* a = m 2^e, m in [0.5, 1) */
+    const int ex = e - 1 < -14 ? -14 : e - 1;        /* subnormals share 2^-14's quantum */
+    const double q = std::ldexp(1.0, ex - 10);       /* the half's quantum at this exponent */
+    const double r = std::nearbyint(a / q) * q;      /* round half to even (default rounding mode) */
+    if (r == 0.0) return sign;
+    int e2;
+    (void)std::frexp(r, &e2);
+    if (e2 - 1 < -14) return sign | (tb_u32)std::lrint(r / std::ldexp(1.0, -24));
+    const tb_u32 man = (tb_u32)std::lrint((r / std::ldexp(1.0, e2 - 1) - 1.0) * 1024.0);
+    return sign | ((tb_u32)(e2 - 1 + 15) << 10) | man;
+}
+TB_DEV tb_u32 tbp_h2_pack(float lo, float hi) { return tbemu_f2h(lo) | (tbemu_f2h(hi) << 16); }
+TB_DEV tb_u32 tbp_h2_fma(tb_u32 a, tb_u32 b, tb_u32 c) {
+    tb_u32 r = 0;
+    for (int h = 0; h < 2; ++h) {
+        const double v = (double)tbemu_h2f(a >> (16 * h)) * (double)tbemu_h2f(b >> (16 * h)) +
+                         (double)tbemu_h2f(c >> (16 * h)); /* exact for halves: one rounding below */
+        r |= tbemu_f2h((float)v) << (16 * h);
+    }
+    return r;
+}
+TB_DEV tb_u32 tbp_saddr(const void *p) {
+    return (tb_u32)((const unsigned char *)p - tbemu::block->smem.data());
+}
+TB_DEV void tbp_wg_fence(void) {}
+TB_DEV void tbp_wg_commit(void) {}
+template <int N>
+TB_DEV void tbp_wg_wait(void) {}
+TB_DEV void tbp_fence_async_smem(void) {}
+TB_DEV void tbp_keep(float &) {}
+template <int N>
+TB_DEV void tbp_wgmma(float *d, const tb_u32 *a, unsigned long long desc) {
+    using namespace tbemu;
+    const int w = wave(), l = lane(), wg = tid / 128;
+    tb_u32 *x = block->xw[w][l];
+    x[0] = a[0], x[1] = a[1], x[2] = a[2], x[3] = a[3];
+    x[4] = (tb_u32)desc, x[5] = (tb_u32)(desc >> 32);
+    group_sync();
+    const int lead = 4 * wg; /* the warpgroup's first warp: its descriptor (all lanes pass the same) */
+    const unsigned long long dsc = (unsigned long long)block->xw[lead][0][4] |
+                                   ((unsigned long long)block->xw[lead][0][5] << 32);
+    const size_t start = (size_t)(dsc & 0x3FFFu) << 4, lbo = (size_t)((dsc >> 16) & 0x3FFFu) << 4,
+                 sbo = (size_t)((dsc >> 32) & 0x3FFFu) << 4;
+    const int g = l / 4, t = l % 4;
+    for (int i = 0; i < N / 8; ++i)
+        for (int e = 0; e < 4; ++e) {
+            const int row = 16 * (w % 4) + g + 8 * (e >> 1), col = 8 * i + 2 * t + (e & 1);
+            double s = 0.0;
+            for (int kk = 0; kk < 16; ++kk) {
+                const int r16 = row % 16, aw = 4 * wg + row / 16;
+                const int al = 4 * (r16 % 8) + (kk % 8) / 2, areg = (r16 >= 8 ? 1 : 0) + (kk >= 8 ? 2 : 0);
+                const float av = tbemu_h2f(block->xw[aw][al][areg] >> (16 * (kk & 1)));
+                tb_u16 bh;
+                memcpy(&bh, block->smem.data() + start + (size_t)(col / 8) * sbo + (size_t)(kk / 8) * lbo +
+                                (size_t)(col % 8) * 16 + (size_t)(kk % 8) * 2,
+                       2);
+                s += (double)av * (double)tb_h2f(bh);
+            }
+            d[4 * i + e] += (float)s;
+        }
+    group_sync();
 }
