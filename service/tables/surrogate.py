@@ -118,8 +118,7 @@ class TimeModel:
                 geometry(v, points[i].n, points[i].k) for i, _, _, v, _ in pairs
             ]
         self.log_t = np.log([t for *_, t in pairs])
-        self.ridge = np.zeros(self.width)
-        self.ridge[: 3 * nv] = 1e-6
+        self.ridge = np.full(self.width, 1e-6)  # every column, so an all-zero one (a flat covariate) solves
         self.ridge[1 : 3 * nv : 3] = self.ridge[2 : 3 * nv : 3] = SLOPE_RIDGE
         self.ridge[3 * nv : 3 * nv + nc * nv] = CODEBOOK_RIDGE
         self._cache: dict[tuple[float, float], np.ndarray] = {}
@@ -145,8 +144,8 @@ class TimeModel:
     def _solve(self, qn: float, qk: float) -> np.ndarray:
         """The local fit at (log2 n, log2 k) = (qn, qk), inside the training range."""
         dn, dk = self.log_n - qn, self.log_k - qk
-        weight = np.exp(-(dn * dn + dk * dk) / (2 * BANDWIDTH * BANDWIDTH))
-        weight /= weight.max()
+        d2 = dn * dn + dk * dk
+        weight = np.exp(-(d2 - d2.min()) / (2 * BANDWIDTH * BANDWIDTH))  # nearest shape 1: never all zero
         keep = weight[self.point] >= MIN_WEIGHT
         a = self.design[keep].copy()
         rows = np.arange(len(a))
