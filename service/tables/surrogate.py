@@ -14,10 +14,13 @@ variant's launch-geometry covariates where the variant space has a known geometr
 times is the model's answer.
 
 Table: the model labels a grid of (M, N, K) (log2 N and log2 K every GRID_STEP octave over the
-training range) with predicted times; a regret tree
-(service.tables.tree.fit_tree on those predicted times, splits kept only when they lower the
-predicted regret by MIN_GAIN) compresses it into nested integer comparisons over M, N, K, so every
-dialect renders it as its decision tree: the lookup stays integer-exact. Pure numpy, no I/O.
+training range and beyond it) with each variant's predicted time, a mean over the cell's N; a regret
+tree (service.tables.tree.fit_tree, grown through zero-gain cuts, then pruned where a subtree does
+not lower the predicted regret by MIN_GAIN) compresses it into nested integer comparisons over M, N,
+K, so every dialect renders it as its decision tree: the lookup stays integer-exact. Pure numpy.
+
+Limit: the tree splits on M, N, K only, so it cannot follow the wave quantisation (it flips every
+few percent of N); held out on the H200 sweep the emitted tree loses about 3x the model's own regret.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ SLOPE_RIDGE = 0.01  # shrinks the per-variant slopes where few neighbours carry 
 CODEBOOK_RIDGE = 1.0  # shrinks a codebook's per-variant offset toward the pooled fit
 MIN_WEIGHT = 1e-4  # training shapes weighted below this (relative) are left out of a local fit
 GRID_STEP = 0.25  # octaves between synthetic grid values of N and K
+CELL_SAMPLES = 8  # N values a grid label averages over (one grid step wide)
 GRID_BEYOND_N = 4.0  # octaves of N above the largest measured (LM heads lie far beyond the layers)
 TREE_DEPTH = 14
 MIN_GAIN = 0.001  # a tree split must lower its node's mean predicted regret by this much
@@ -122,24 +126,48 @@ class TimeModel:
         self.ridge[1 : 3 * nv : 3] = self.ridge[2 : 3 * nv : 3] = SLOPE_RIDGE
         self.ridge[3 * nv : 3 * nv + nc * nv] = CODEBOOK_RIDGE
         self._cache: dict[tuple[float, float], np.ndarray] = {}
+        self._geo_cache: dict[tuple[int, int], np.ndarray] = {}
 
-    def predict(self, n: int, k: int) -> dict[int, dict[str, float]]:
-        """Predicted time (us) of every variant per codebook at (n, k)."""
+    def predict(self, n: int, k: int, spread: float = 0.0) -> dict[int, dict[str, float]]:
+        """Predicted time (us) of every variant per codebook at (n, k).
+
+        ``spread`` > 0 (grid labels): each variant's mean predicted time over CELL_SAMPLES values of N
+        spanning ``spread`` octaves around n. The geometry's wave quantisation flips every few percent
+        of N, far finer than any grid, so a label stands for its whole cell. (The minimax label, the
+        worst regret over the cell, did worse held out on the H200 sweep: 27% vs 10-60% at the
+        K = 16384 shapes, where the best variant's one-round grid is exactly what the cell blurs.)"""
         qn = min(max(math.log2(n), float(self.log_n.min())), float(self.log_n.max()))
         qk = min(max(math.log2(k), float(self.log_k.min())), float(self.log_k.max()))
         beta = self._cache.get((qn, qk))
         if beta is None:
             beta = self._cache[(qn, qk)] = self._solve(qn, qk)
         nv, nc = len(self.variants), len(self.codebooks)
-        base = beta[0 : 3 * nv : 3].copy()
-        if self.geometry:
-            g = np.array([self.geometry(v, n, k) for v in self.variants])
-            base += g @ beta[3 * nv + nc * nv :]
+        base = beta[0 : 3 * nv : 3]
+        if self.geometry is None:
+            samples = np.zeros((1, nv))
+        else:
+            coef = beta[3 * nv + nc * nv :]
+            ns = [n]
+            if spread > 0:
+                steps = range(CELL_SAMPLES)
+                ns = sorted(
+                    {max(1, round(n * 2 ** (spread * (j / (CELL_SAMPLES - 1) - 0.5)))) for j in steps}
+                )
+            samples = np.array([self._covariates(m, k) @ coef for m in ns])
         out: dict[int, dict[str, float]] = {}
         for c, cb in enumerate(self.codebooks):
-            log_t = base + beta[3 * nv + c * nv : 3 * nv + (c + 1) * nv]
-            out[cb] = dict(zip(self.variants, np.exp(log_t).tolist(), strict=True))
+            log_t = base + beta[3 * nv + c * nv : 3 * nv + (c + 1) * nv] + samples  # samples x variants
+            values = np.exp(log_t).mean(axis=0)
+            out[cb] = dict(zip(self.variants, values.tolist(), strict=True))
         return out
+
+    def _covariates(self, n: int, k: int) -> np.ndarray:
+        """variants x covariates at (n, k), memoised (grid cells share their N samples)."""
+        found = self._geo_cache.get((n, k))
+        if found is None:
+            assert self.geometry is not None
+            found = self._geo_cache[(n, k)] = np.array([self.geometry(v, n, k) for v in self.variants])
+        return found
 
     def _solve(self, qn: float, qk: float) -> np.ndarray:
         """The local fit at (log2 n, log2 k) = (qn, qk), inside the training range."""
@@ -219,7 +247,7 @@ def fit_surrogate_trees(
     for m, model in models.items():
         for n in ns:
             for k in ks:
-                for cb, times in model.predict(n, k).items():
+                for cb, times in model.predict(n, k, GRID_STEP).items():
                     kept = {v: times[v] for v in allowed.get(cb, ()) if v in times}
                     if kept:
                         winner = min(kept, key=lambda v: (kept[v], v))
