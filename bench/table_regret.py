@@ -6,8 +6,10 @@ GPU run; the JSON names the file, the devices and what it holds. Host (CPU) data
 
 1. Generalisation, leave one shape out: for every (N, K) shape, the fallback is fitted on all other
    shapes and answers the held-out shape's points (every codebook and M), for each policy: work-size
-   segments only, decision tree only, and the per-codebook choice the generator makes (by its own
-   inner held-out regret, so nothing is tuned on the held-out shape); a modal-winner baseline beside.
+   segments only, decision tree only, the surrogate only (per-variant time model -> synthetic grid ->
+   tree, service/tables/surrogate.py; its emitted tree answers, and beside it the model's own argmin),
+   and the per-codebook choice the generator makes (by its own inner held-out regret, so nothing is
+   tuned on the held-out shape); a modal-winner baseline beside. Per policy also per codebook.
    regret = worst-alias time(answer) / time(best achievable) - 1 from the measured medians; a variant
    not measured (or failing parity) at the held-out point costs 100%; a point the policy cannot answer
    is "uncovered" and reported both left out and charged 100%. Targets: mean <= 1%, p95 <= 3%.
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -38,6 +41,10 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+# One BLAS thread: the surrogate solves thousands of ~100x100 systems; threads only contend on them.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -56,12 +63,19 @@ from service.tables.fallback import aspect_class, pick_rule  # noqa: E402
 from service.tables.metrics import percentile  # noqa: E402
 from service.tables.model import MeasuredPoint  # noqa: E402
 from service.tables.policy import Fallback, fit_policy  # noqa: E402
+from service.tables.surrogate import (  # noqa: E402
+    Geometry,
+    complete_variants,
+    fit_models,
+    geometry_for,
+    model_answer,
+)
 from service.tables.versions import alias_points, build_table  # noqa: E402
 
 MEAN_TARGET, P95_TARGET = 0.01, 0.03
 IN_SAMPLE_MAX, IN_SAMPLE_MEAN = 0.02, 0.005
 UNMEASURED = 1.0
-Answerer = Callable[[Sequence[MeasuredPoint]], Callable[[MeasuredPoint], str | None]]
+Answerer = Callable[[Sequence[MeasuredPoint], Geometry | None], Callable[[MeasuredPoint], str | None]]
 
 
 def regret(p: MeasuredPoint, variant: str) -> float:
@@ -80,7 +94,7 @@ def fallback_answer(fit: Fallback) -> Callable[[MeasuredPoint], str | None]:
     return lambda p: fit.answer(p.codebook, p.m, p.n, p.k)
 
 
-def modal_answer(train: Sequence[MeasuredPoint]) -> Callable[[MeasuredPoint], str | None]:
+def modal_answer(train: Sequence[MeasuredPoint], _: Geometry | None) -> Callable[[MeasuredPoint], str | None]:
     """The segments fitted on regret, each re-labelled with its most frequent training winner."""
     rules = fit_policy(train, ("segments",)).rules
 
@@ -99,17 +113,22 @@ def modal_answer(train: Sequence[MeasuredPoint]) -> Callable[[MeasuredPoint], st
 
 
 POLICIES: dict[str, Answerer] = {
-    "segments": lambda train: fallback_answer(fit_policy(train, ("segments",))),
-    "tree": lambda train: fallback_answer(fit_policy(train, ("tree",))),
-    "chosen": lambda train: fallback_answer(fit_policy(train)),
+    "segments": lambda train, g: fallback_answer(fit_policy(train, ("segments",), g)),
+    "tree": lambda train, g: fallback_answer(fit_policy(train, ("tree",), g)),
+    "surrogate": lambda train, g: fallback_answer(fit_policy(train, ("surrogate",), g)),
+    "surrogate_model_argmin_not_emitted": lambda train, g: model_answer(
+        fit_models(train, g), complete_variants(train)
+    ),
+    "chosen": lambda train, g: fallback_answer(fit_policy(train, geometry=g)),
     "modal_winner_baseline": modal_answer,
 }
 
 
-def loso(points: Sequence[MeasuredPoint]) -> dict[str, Any]:
+def loso(points: Sequence[MeasuredPoint], geometry: Geometry | None = None) -> dict[str, Any]:
     shapes = sorted({(p.n, p.k) for p in points}, key=lambda s: (s[0] * s[1], s))
     answered: dict[str, list[float]] = defaultdict(list)
     charged: dict[str, list[float]] = defaultdict(list)
+    per_codebook: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     uncovered: Counter[str] = Counter()
     worst: dict[str, tuple[float, str]] = {}
     started = time.monotonic()
@@ -117,16 +136,18 @@ def loso(points: Sequence[MeasuredPoint]) -> dict[str, Any]:
         train = [p for p in points if (p.n, p.k) != (n, k)]
         held = [p for p in points if (p.n, p.k) == (n, k)]
         for name, fit in POLICIES.items():
-            answer = fit(train)
+            answer = fit(train, geometry)
             for p in held:
                 variant = answer(p)
                 if variant is None:
                     uncovered[name] += 1
                     charged[name].append(UNMEASURED)
+                    per_codebook[name][p.codebook].append(UNMEASURED)
                     continue
                 r = regret(p, variant)
                 answered[name].append(r)
                 charged[name].append(r)
+                per_codebook[name][p.codebook].append(r)
                 if r > worst.get(name, (-1.0, ""))[0]:
                     worst[name] = (r, f"CB={p.codebook} M={p.m} {n}x{k} ({p.shape}): {variant}")
     out: dict[str, Any] = {
@@ -140,6 +161,9 @@ def loso(points: Sequence[MeasuredPoint]) -> dict[str, Any]:
             "answered": summary(answered[name]),
             "uncovered_points": uncovered[name],
             "all_points_uncovered_charged_100pct": summary(charged[name]),
+            "by_codebook_uncovered_charged": {
+                str(cb): {"points": len(v), **summary(v)} for cb, v in sorted(per_codebook[name].items())
+            },
             "worst_point": worst.get(name, (None, ""))[1],
         }
     chosen = out["policies"]["chosen"]["all_points_uncovered_charged_100pct"]
@@ -260,11 +284,14 @@ def run(data: Path, allow_host: bool, trainer: bool) -> dict[str, Any]:
                 ]  # fmt: skip
                 final = in_sample(session, arch, phase, dialect_for(group, phase))
             entry: dict[str, Any] = {
+                "data_kind": "host CPU data (labelled)" if arch in hosts else "measured GPU data",
                 "source": f"measured on {arch} ({get_arch(arch).label})"
                 + (" - HOST CPU, not a GPU" if arch in hosts else ""),
                 "recorded_points": len(group),
                 "codebook_keys": len(measured),
-                "leave_one_shape_out": loso(measured),
+                "leave_one_shape_out": loso(
+                    measured, geometry_for(sorted({v for p in measured for v in p.times_us or {}}), arch)
+                ),
                 "final_table_in_sample": final,
             }
             if trainer and phase == "decode" and final["dialect"].startswith("llaminar"):

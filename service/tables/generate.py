@@ -29,6 +29,7 @@ from service.tables.model import (
 )
 from service.tables.overlays import entries_of, fallback_regret, select_overlays
 from service.tables.policy import POLICIES, Fallback, fit_policy
+from service.tables.surrogate import geometry_for
 from service.tables.validate import (
     ExpectedAnswer,
     TableExpectations,
@@ -145,7 +146,7 @@ def generate_table(
     points = measured_points(choices, point_times, known_codebooks, table_dialect)
     by_point = {p.point: p for p in points}
 
-    fit = fit_policy(points, policies)
+    fit = fit_policy(points, policies, geometry_for(sorted({c.variant for c in choices}), arch))
     ordered = sorted(choices, key=lambda c: c.point)
     overlays = select_overlays(ordered, by_point, fit, overlay_threshold)
     lookup = TableLookup(entries_of(overlays), fit.rules, table_dialect.codec.m_key, fit.trees)

@@ -1,13 +1,19 @@
-"""Which generalising policy each codebook's fallback takes: work-size segments or a decision tree.
+"""Which generalising policy each codebook's fallback takes: work-size segments, a decision tree, or
+the surrogate (a tree learnt from a per-variant time model's labels on a synthetic grid,
+service.tables.surrogate).
 
-Both are fitted on every measured variant time (service.tables.fallback, service.tables.tree). For
+All are fitted on every measured variant time (service.tables.fallback, service.tables.tree). For
 each codebook the choice is made on held-out regret, never on fit: the codebook's shapes are held
 out fold by fold (leave-one-shape-out up to LOSO_MAX_SHAPES shapes, else CV_FOLDS folds), each
 policy is fitted on the rest (its own hyperparameters chosen by an inner grouped CV, so nothing is
 tuned on the held-out shape), and answers the held-out points. A held-out point a policy cannot
 answer (segments: no training shape in its aspect class) is charged UNMEASURED_PENALTY, like a
-variant that was never measured there. The lower mean wins; a tie keeps the segments (the Llaminar
-dialects' native shape). The generated header records each codebook's choice and both figures.
+variant that was never measured there. The surrogate's model is pooled over codebooks: its fold
+model is fitted on every codebook's points outside the fold's shapes, and it is scored by the
+model's own argmin at the held-out points (fitting its grid tree per fold would cost seconds each;
+the tree only compresses that argmin, and bench/table_regret.py measures the emitted tree's
+held-out regret beside it). The lowest mean wins; a tie keeps the segments (the Llaminar dialects'
+native shape), then the tree. The generated header records each codebook's choice and the figures.
 """
 
 from __future__ import annotations
@@ -26,9 +32,16 @@ from service.tables.fallback import (
     shape_folds,
 )
 from service.tables.model import FallbackRule, MeasuredPoint
+from service.tables.surrogate import (
+    Geometry,
+    complete_variants,
+    fit_models,
+    fit_surrogate_trees,
+    model_answer,
+)
 from service.tables.tree import DEPTHS, MIN_LEAF, FallbackTree, fit_tree, truncate
 
-POLICIES: tuple[str, ...] = ("segments", "tree")
+POLICIES: tuple[str, ...] = ("segments", "tree", "surrogate")
 Answer = Callable[[MeasuredPoint], str | None]
 
 
@@ -37,11 +50,18 @@ class PolicyChoice:
     """One codebook's fallback policy and the held-out mean regret of both candidates."""
 
     codebook: int
-    policy: str  # segments | tree
+    policy: str  # segments | tree | surrogate
     segments_cv: float | None
     tree_cv: float | None
     folds: int
     shapes: int
+    surrogate_cv: float | None = None
+
+    @property
+    def chosen_cv(self) -> float | None:
+        return {"segments": self.segments_cv, "tree": self.tree_cv, "surrogate": self.surrogate_cv}[
+            self.policy
+        ]
 
     def describe(self) -> str:
         def pct(v: float | None) -> str:
@@ -49,9 +69,10 @@ class PolicyChoice:
 
         if self.folds < 2:
             return f"{self.policy} (one shape: nothing to hold out)"
+        surrogate = "" if self.surrogate_cv is None else f", surrogate {pct(self.surrogate_cv)}"
         return (
             f"{self.policy} (held-out mean regret over {self.shapes} shapes, {self.folds} folds: "
-            f"tree {pct(self.tree_cv)}, segments {pct(self.segments_cv)})"
+            f"tree {pct(self.tree_cv)}, segments {pct(self.segments_cv)}{surrogate})"
         )
 
 
@@ -67,11 +88,7 @@ class Fallback:
     @property
     def mean_cv_regret(self) -> float | None:
         """Mean held-out regret of the chosen policies, weighted by their shapes (header figure)."""
-        known = [
-            (c.tree_cv if c.policy == "tree" else c.segments_cv, c.shapes)
-            for c in self.choices.values()
-            if (c.tree_cv if c.policy == "tree" else c.segments_cv) is not None
-        ]
+        known = [(c.chosen_cv, c.shapes) for c in self.choices.values() if c.chosen_cv is not None]
         if not known:
             return None
         return sum(v * n for v, n in known if v is not None) / sum(n for _, n in known)
@@ -163,37 +180,74 @@ def by_codebook(points: Iterable[MeasuredPoint]) -> dict[int, list[MeasuredPoint
     return {cb: sorted(g, key=lambda p: p.point) for cb, g in sorted(groups.items())}
 
 
-def fit_policy(points: Sequence[MeasuredPoint], policies: Sequence[str] = POLICIES) -> Fallback:
-    """Fit the fallback; each codebook takes the policy (of ``policies``) with the lower held-out regret."""
+def surrogate_held_out(
+    points: Sequence[MeasuredPoint], group: Sequence[MeasuredPoint], geometry: Geometry | None
+) -> list[float] | None:
+    """Per point of one codebook's ``group``, the surrogate model's regret fitted without the point's
+    shape fold (the model sees every codebook's points outside the fold's shapes; None: < 2 folds)."""
+    folds = shape_folds(group)
+    if len(folds) < 2:
+        return None
+    regrets = [0.0] * len(group)
+    for fold in folds:
+        shapes = {(group[i].n, group[i].k) for i in fold}
+        train = [p for p in points if (p.n, p.k) not in shapes and p.times_us]
+        if not train:
+            return None
+        answer = model_answer(fit_models(train, geometry), complete_variants(train))
+        for i in fold:
+            variant = answer(group[i])
+            regrets[i] = UNMEASURED_PENALTY if variant is None else _held_out_regret(group[i], variant)
+    return regrets
+
+
+def fit_policy(
+    points: Sequence[MeasuredPoint], policies: Sequence[str] = POLICIES, geometry: Geometry | None = None
+) -> Fallback:
+    """Fit the fallback; each codebook takes the policy (of ``policies``) with the lowest held-out regret.
+
+    ``geometry``: launch-geometry covariates for the surrogate's time model (None: times alone). The
+    surrogate needs per-variant times at every point; without them it is not a candidate."""
     unknown = set(policies) - set(POLICIES)
     if unknown or not policies:
         raise ValueError(f"policies must be a non-empty subset of {POLICIES}, got {list(policies)}")
+    timed = all(p.times_us for p in points)
+    if "surrogate" in policies and not timed:
+        policies = tuple(p for p in policies if p != "surrogate") or ("segments",)
     segments = fit_fallback_cv(points)
+    surrogate_trees: dict[int, FallbackTree] | None = None
     rules: RuleMap = {}
     trees: dict[int, FallbackTree] = {}
     choices: dict[int, PolicyChoice] = {}
     for cb, group in by_codebook(points).items():
-        scores: dict[str, float | None] = {}
-        for policy in POLICIES:
-            if policy in policies and len(policies) > 1:
-                held = held_out_regrets(group, policy)
+        scores: dict[str, float | None] = dict.fromkeys(POLICIES)
+        if len(policies) > 1:
+            for policy in policies:
+                held = (
+                    surrogate_held_out(points, group, geometry)
+                    if policy == "surrogate"
+                    else held_out_regrets(group, policy)
+                )
                 scores[policy] = None if held is None else sum(held) / len(held)
-            else:
-                scores[policy] = None
         chosen = policies[0]
         if len(policies) > 1:
-            tree_cv, seg_cv = scores["tree"], scores["segments"]
-            chosen = (
-                "tree"
-                if tree_cv is not None and seg_cv is not None and tree_cv < seg_cv - 1e-12
-                else "segments"
-            )
+            known = [(v, POLICIES.index(p), p) for p, v in scores.items() if p in policies and v is not None]
+            chosen = min(known)[2] if known else ("segments" if "segments" in policies else policies[0])
+            if "segments" in policies and scores["segments"] is not None and known:
+                best = min(known)[0]
+                if scores["segments"] <= best + 1e-12:
+                    chosen = "segments"
         folds = len(shape_folds(group))
         choices[cb] = PolicyChoice(
-            cb, chosen, scores["segments"], scores["tree"], folds, len({(p.n, p.k) for p in group})
-        )
+            cb, chosen, scores["segments"], scores["tree"], folds, len({(p.n, p.k) for p in group}),
+            scores["surrogate"],
+        )  # fmt: skip
         if chosen == "tree":
             trees[cb] = fit_tree_cv(group)
+        elif chosen == "surrogate":
+            if surrogate_trees is None:
+                surrogate_trees = fit_surrogate_trees(points, geometry)
+            trees[cb] = surrogate_trees[cb]
         else:
             rules.update({key: r for key, r in segments.rules.items() if key[0] == cb})
     return Fallback(rules, trees, choices, segments.cv_regret)

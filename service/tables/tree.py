@@ -114,9 +114,20 @@ def _leaf(cost: np.ndarray, variants: Sequence[str], wins: dict[str, int]) -> in
 
 
 def fit_tree(
-    points: Sequence[MeasuredPoint], max_depth: int, min_leaf: int, variants: Sequence[str] | None = None
+    points: Sequence[MeasuredPoint],
+    max_depth: int,
+    min_leaf: int,
+    variants: Sequence[str] | None = None,
+    min_gain: float = 0.0,
+    grow_through: bool = False,
 ) -> TreeNode:
-    """Greedy top-down tree minimising total fitting regret."""
+    """Greedy top-down tree minimising total fitting regret; a split must lower its node's mean regret
+    by more than ``min_gain`` (0: any decrease).
+
+    ``grow_through``: a split is made even when it alone lowers nothing (a pocket inside both ranges
+    needs two cuts before either pays; near-ties then cut at the middle row), and a subtree that in
+    the end does not lower its node's regret by ``min_gain`` is pruned back to a leaf. For dense
+    synthetic grids (service.tables.surrogate), where greedy one-cut gains miss such pockets."""
     if not points:
         raise ValueError("a tree needs at least one point")
     names = sorted(
@@ -146,18 +157,31 @@ def fit_tree(
             if not allowed.any():
                 continue
             i = int(np.flatnonzero(allowed)[np.argmin(costs[allowed])])
+            if grow_through:  # among near-equal cuts, the one nearest the middle
+                near = np.flatnonzero(allowed & (costs <= costs[i] + 1e-9))
+                i = int(near[np.argmin(np.abs(near - (len(order) - 1) / 2))])
             if best is None or float(costs[i]) < best[0] - 1e-12:
                 best = (float(costs[i]), f, split_threshold(int(values[i]), int(values[i + 1])))
-        if best is None or best[0] >= leaf_cost - 1e-9:
+        if best is None or (not grow_through and best[0] >= leaf_cost - 1e-9 - min_gain * len(rows)):
             return node
         _, f, threshold = best
         go_left = features[rows, f] <= threshold
         left, right = grow(rows[go_left], depth + 1), grow(rows[~go_left], depth + 1)
         if left.variant is not None and left.variant == right.variant:
             return node  # both halves want the same variant: the split decides nothing
+        if grow_through and _cost(left) + _cost(right) >= leaf_cost - 1e-9 - min_gain * len(rows):
+            return node  # the grown subtree does not pay for itself
         return TreeNode(None, FEATURES[f], threshold, left, right, len(rows), node.regret, node.best)
 
     return grow(np.arange(len(points)), 0)
+
+
+def _cost(node: TreeNode) -> float:
+    """Total fitting regret of a subtree's leaves."""
+    if node.variant is not None:
+        return (node.regret or 0.0) * node.points
+    assert node.left is not None and node.right is not None
+    return _cost(node.left) + _cost(node.right)
 
 
 def truncate(node: TreeNode, depth: int) -> TreeNode:

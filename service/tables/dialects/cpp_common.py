@@ -66,7 +66,8 @@ def header_comment(info: HeaderInfo, by_cb: dict[int, list[TableChoice]]) -> lis
         + fmt_metric(m.segments_cv_regret, "no fallback group has 2 shapes to hold one out"),
         f"exact entries: {m.entries} (overlays where fallback regret > {threshold})",
         f"fallback rules: {m.fallback_rules} (segments, plus tree leaves)",
-        "fallback policy per codebook (chosen by held-out regret; tree = decision tree over log2 M, N, K):",
+        "fallback policy per codebook (chosen by held-out regret; tree = decision tree over log2 M, N, K; "
+        "surrogate = such a tree learnt from a per-variant time model over a synthetic log-spaced grid):",
         *(f"  {line}" for line in info.fallback_policies),
     ]
     for cb in sorted(by_cb):
