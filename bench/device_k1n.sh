@@ -31,6 +31,7 @@ json="$OUT/decode-roofline-h200-$tag.json"
 if [[ $what == *roofline* ]]; then
   blog="$OUT/decode-roofline-h200-$tag.log"
   cmd=(python3 bench/decode_roofline.py --m 1,2,3,4 --dispatches 5 --out "$json")
+  [ -n "${FORMATS:-}" ] && cmd+=(--formats "$FORMATS")  # split across GPUs; merge with --merge
   stamp "${cmd[*]}" > "$blog"
   run timeout ${ROOFLINE_TIMEOUT:-300} "${cmd[@]}" >> "$blog" 2>&1
   echo "# rc=$? seconds=$(( $(date +%s) - t0 ))" >> "$blog"; tail -50 "$blog"

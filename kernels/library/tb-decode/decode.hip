@@ -103,7 +103,15 @@
  * above it for IQ4_XS / Q5_0 / Q4_K / Q6_K); a variant that does not fit keeps its estimate and simply
  * loses to one that does. PG = 2 keeps the estimate (the variants measured on 2026-11-30; Q6_K at MX2
  * would spill). AMD keeps the LDS / VGPR estimate: a 40 KiB-LDS variant cannot be resident PG times. */
-#define TB_FITS(RW, U, MX, P) (TB_EST_REGS(RW, U, MX) <= 65536 / (TB_THREADS * (P)) + 10)
+/* slack over the cap: +10 where the estimate is calibrated (one meta word: Q4_0, Q4_1, Q8_0, IQ4_NL); none
+ * for the formats with two or more meta words, where it under-counts by ~10 (IQ4_XS at MX1/RW1/U8: estimate
+ * 91, ptxas 105) and the H200's NVRTC spilled 24 bytes in an IQ4_XS variant squeezed to 80 (2026-12-01) */
+#if TB_META_REGS >= 2
+#define TB_FIT_SLACK 0
+#else
+#define TB_FIT_SLACK 10
+#endif
+#define TB_FITS(RW, U, MX, P) (TB_EST_REGS(RW, U, MX) <= 65536 / (TB_THREADS * (P)) + TB_FIT_SLACK)
 #if defined(TB_AMD)
 #define TB_MINB(RW, U, KB, MX, PG) TB_OCC(RW, U, KB, MX)
 #else
