@@ -22,7 +22,11 @@ from workers.isa.disasm import disassemble
 from workers.isa.metadata import read_metadata
 
 PACKAGE = builtin_packages()["tb-prefill"]
-VARIANTS = ("N64/M32/W2x2/K4/S2/SK1/MB1/E0", "N128/M64/W4x2/K4/S2/SK2/MB1/E0", "N64/M64/W2x2/K8/S2/SK1/MB1/E0")
+VARIANTS = (
+    "N64/M32/W2x2/K4/S2/SK1/MB1/E0",
+    "N128/M64/W4x2/K4/S2/SK2/MB1/E0",
+    "N64/M64/W2x2/K8/S2/SK1/MB1/E0",
+)
 MATRIX_OP = {
     "gfx906": "v_dot4_i32_i8",
     "gfx90a": "v_mfma_i32_16x16x16i8",
