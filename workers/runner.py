@@ -30,7 +30,7 @@ from kernels.formats.registry import get_format
 from kernels.packages.expressions import ExpressionError, parse
 from kernels.packages.layouts import layout_for, needs_packing
 from kernels.packages.manifest import ArgSpec
-from kernels.packages.package import DeviceFacts, Geometry, KernelPackage
+from kernels.packages.package import NOT_APPLICABLE_PREFIX, DeviceFacts, Geometry, KernelPackage
 from kernels.reference import Problem, Tolerance, build_problem, sample_rows
 from workers.backends.base import (
     ArtifactInfo,
@@ -289,7 +289,7 @@ def run_task(
             values = package.bindings(variant, spec.n, spec.k, spec.m, fmt, device.facts)
             broken = package.point_problems(values)
             if broken:
-                result.error = "restriction fails at this point: " + "; ".join(broken)
+                result.error = NOT_APPLICABLE_PREFIX + "; ".join(broken)
                 continue
             pre: Prelaunch | None = None
             if has_pre:

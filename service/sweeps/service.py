@@ -7,11 +7,11 @@ import json
 from collections import Counter
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from kernels.packages.package import KernelPackage
+from kernels.packages.package import NOT_APPLICABLE_PREFIX, KernelPackage
 from service.db.models import Measurement, Sweep, Task, utcnow
 from service.kernel_store import PackageNotFound, resolve
 from service.observed import OfferedPoint, mark_offered, offered_points
@@ -211,11 +211,20 @@ def sweep_status_body(session: Session, sweep: Sweep, presence: Presence | None 
 
 
 def parity_failures(session: Session, sweep_id: int) -> int:
-    """Measurements of this sweep whose variant failed parity (or errored): CI fails the build on these."""
+    """Measurements of this sweep whose variant failed parity (or errored): CI fails the build on these.
+
+    A variant its own restrictions exclude at the point (stored with NOT_APPLICABLE_PREFIX) is not counted."""
     count = session.scalar(
         select(func.count())
         .select_from(Measurement)
-        .where(Measurement.sweep_id == sweep_id, Measurement.parity_pass.is_(False))
+        .where(
+            Measurement.sweep_id == sweep_id,
+            Measurement.parity_pass.is_(False),
+            or_(
+                Measurement.error.is_(None),
+                ~Measurement.error.startswith(NOT_APPLICABLE_PREFIX, autoescape=True),
+            ),
+        )
     )
     return int(count or 0)
 

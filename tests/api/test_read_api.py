@@ -8,6 +8,7 @@ import io
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import select, update
 
+from kernels.packages.package import NOT_APPLICABLE_PREFIX
 from service.db.models import Measurement
 from service.db.session import session_scope
 from tests.api.conftest import Populated
@@ -104,15 +105,28 @@ def test_sweep_status_counts_parity_failures(populated: Populated) -> None:
         victim = session.scalars(
             select(Measurement.id).where(Measurement.sweep_id == populated.sweep_id)
         ).first()
+        excluded = session.scalars(
+            select(Measurement.id).where(Measurement.sweep_id == populated.sweep_id, Measurement.id != victim)
+        ).first()
         session.execute(update(Measurement).where(Measurement.id == victim).values(parity_pass=False))
+        # a variant its restrictions exclude at this point (the runner's wording): not a parity failure
+        session.execute(
+            update(Measurement)
+            .where(Measurement.id == excluded)
+            .values(parity_pass=False, error=NOT_APPLICABLE_PREFIX + "m <= mx")
+        )
     try:
         status = client.get(f"/v1/sweeps/{populated.sweep_id}").json()
         assert status["parity_failures"] == 1 and status["status"] == "done"
         failing = client.get("/v1/results", params={"parity": "false"}).json()
-        assert [i["id"] for i in failing["items"]] == [victim]
+        assert victim in [i["id"] for i in failing["items"]]
     finally:
         with session_scope(url) as session:
-            session.execute(update(Measurement).where(Measurement.id == victim).values(parity_pass=True))
+            session.execute(
+                update(Measurement)
+                .where(Measurement.id.in_([victim, excluded]))
+                .values(parity_pass=True, error=None)
+            )
 
 
 def test_metrics_prometheus_text(populated: Populated) -> None:
