@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import httpx
@@ -119,8 +120,13 @@ def test_import_generate_and_diff(live_server: LiveServer, tmp_path: Path) -> No
         f"{live_server.url}/v1/tables/{second['id']}/diff", params={"base": first}, headers=headers
     ).json()
     assert diff["base"] == first and diff["changed"] and not diff["added"] and not diff["removed"]
+    # only Q8_0 (codebook 19) was re-measured; another codebook may move only where its fallback is the
+    # surrogate, whose time model is pooled over codebooks (service/tables/surrogate.py) — nowhere else
+    inc = httpx.get(f"{live_server.url}/v1/tables/{second['id']}/inc", headers=headers).text
+    pooled = {int(c) for c in re.findall(r"codebook (\d+): surrogate", inc)}
+    assert 19 in {e["codebook"] for e in diff["changed"]}
     for e in diff["changed"]:
-        assert e["codebook"] == 19  # only Q8_0 was re-measured
+        assert e["codebook"] == 19 or e["codebook"] in pooled, (e, pooled)
         assert (
             e["before"]["variant"] != e["after"]["variant"] or e["before"]["source"] != e["after"]["source"]
         )
