@@ -7,7 +7,7 @@ import json
 from collections import Counter
 from typing import Any
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import ColumnElement, and_, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -210,21 +210,23 @@ def sweep_status_body(session: Session, sweep: Sweep, presence: Presence | None 
     return body
 
 
-def parity_failures(session: Session, sweep_id: int) -> int:
-    """Measurements of this sweep whose variant failed parity (or errored): CI fails the build on these.
+def parity_failed() -> ColumnElement[bool]:
+    """A measurement whose variant failed parity (or errored); a variant its own restrictions exclude at
+    the point (stored with NOT_APPLICABLE_PREFIX) did not fail. One condition for
+    the sweep status and /metrics."""
+    return and_(
+        Measurement.parity_pass.is_(False),
+        or_(
+            Measurement.error.is_(None),
+            ~Measurement.error.startswith(NOT_APPLICABLE_PREFIX, autoescape=True),
+        ),
+    )
 
-    A variant its own restrictions exclude at the point (stored with NOT_APPLICABLE_PREFIX) is not counted."""
+
+def parity_failures(session: Session, sweep_id: int) -> int:
+    """Measurements of this sweep that failed parity: CI fails the build on these."""
     count = session.scalar(
-        select(func.count())
-        .select_from(Measurement)
-        .where(
-            Measurement.sweep_id == sweep_id,
-            Measurement.parity_pass.is_(False),
-            or_(
-                Measurement.error.is_(None),
-                ~Measurement.error.startswith(NOT_APPLICABLE_PREFIX, autoescape=True),
-            ),
-        )
+        select(func.count()).select_from(Measurement).where(Measurement.sweep_id == sweep_id, parity_failed())
     )
     return int(count or 0)
 

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.db.models import Measurement, ObservedShape, Sweep, Task
-from service.sweeps.service import TASK_STATES
+from service.sweeps.service import TASK_STATES, parity_failed
 
 router = APIRouter(tags=["health"])
 
@@ -38,7 +38,7 @@ class DatabaseCollector(Collector):
             dispatches = session.scalar(select(func.coalesce(func.sum(Measurement.n_dispatches), 0)))
             measurements = session.scalar(select(func.count()).select_from(Measurement))
             failed_parity = session.scalar(
-                select(func.count()).select_from(Measurement).where(Measurement.parity_pass.is_(False))
+                select(func.count()).select_from(Measurement).where(parity_failed())
             )
             observed = session.scalar(select(func.count()).select_from(ObservedShape))
         by_status = GaugeMetricFamily("tunebase_sweeps", "sweeps by status", labels=["status"])
