@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -38,6 +39,17 @@ class Settings(BaseSettings):
     max_attempts: int = Field(3, ge=1, description="claims of one task before it fails with the reason")
     task_timeout_seconds: float = Field(
         1800, ge=0, description="watchdog: a longer backend call is killed, its task fails; 0 = off"
+    )
+    task_isolation: Literal["resident", "per-call"] = Field(
+        "resident",
+        description="watchdog child: one resident child per worker process reused across tasks "
+        "(device context and loaded kernels kept), or a fresh child per call",
+    )
+    task_isolation_recycle_calls: int = Field(
+        200, ge=0, description="resident watchdog child: replace it after this many calls; 0 = never"
+    )
+    task_isolation_max_rss_mb: int = Field(
+        8192, ge=0, description="resident watchdog child: replace it when its RSS passes this (MiB); 0 = off"
     )
     reconcile_seconds: float = Field(30, gt=0, description="beat interval of the reconciler")
     requeue_lost_after_seconds: float = Field(

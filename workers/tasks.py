@@ -86,11 +86,18 @@ _context_lock = threading.Lock()
 
 
 def build_backend(settings: Settings, arch: str) -> Backend:
-    """The arch's backend; behind the watchdog (a child process per call) unless the timeout is 0."""
+    """The arch's backend; behind the watchdog (a resident child, or one per call: task_isolation)
+    unless the timeout is 0."""
     artifacts = str(settings.resolved_artifact_dir)
     ref = BackendRef(backend_name_for_arch(arch), artifacts, settings.backend_factory)
     if settings.task_timeout_seconds > 0:
-        return IsolatedBackend(ref, settings.task_timeout_seconds)
+        return IsolatedBackend(
+            ref,
+            settings.task_timeout_seconds,
+            mode=settings.task_isolation,
+            recycle_calls=settings.task_isolation_recycle_calls,
+            max_rss_mb=settings.task_isolation_max_rss_mb,
+        )
     return load_backend(ref.name, settings.resolved_artifact_dir, ref.factory)
 
 
@@ -131,8 +138,15 @@ def worker_context() -> WorkerContext:
 
 @worker_process_shutdown.connect
 def _stop_heartbeat(**_: Any) -> None:
+    """Stop renewing leases, and stop the resident watchdog child (it would also go at EOF)."""
     if _context is not None:
         _context.heartbeat.stop.set()
+        close = getattr(_context.backend, "close", None)
+        if callable(close):
+            try:
+                close()
+            except Exception as error:  # shutting down anyway
+                log.warning("closing backend %s failed: %s", _context.backend.name, error)
 
 
 @app.task(name=RUN_TASK, bind=True, max_retries=MESSAGE_RETRIES)

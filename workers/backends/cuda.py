@@ -10,7 +10,7 @@ optional imports: without them ``detect()`` returns None and nothing else runs.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -32,6 +32,9 @@ from workers.profilers.cuda_events import EventTimer
 from workers.runner import ArgValue, CompiledVariants, Prelaunch, parse_variants, run_task
 
 ARCH = "sm_90"
+# loaded cubins kept between tasks of one (resident) process; past this, all are unloaded before the next
+# task, so module memory on the GPU stays bounded however many packages and formats a worker serves
+MAX_LOADED_MODULES = 256
 DEFAULT_SHARED_LIMIT = 48 << 10  # dynamic shared memory a kernel gets without opting in
 # sm_90a: the architecture-specific features (wgmma, tb-prefill engine 1) of the one GPU this backend serves
 BASE_OPTIONS: tuple[str, ...] = ("--gpu-architecture=sm_90a", "-std=c++17", "-default-device")
@@ -121,10 +124,12 @@ class CudaDevice:
     @contextmanager
     def timing(self) -> Iterator[None]:
         self._timer = EventTimer()
-        trace = cupti_profiler.KernelTrace() if cupti_profiler.available() else None
-        if trace is not None:
-            trace.start()
-        try:
+        trace: cupti_profiler.KernelTrace | None = None
+        try:  # the events are destroyed even when CUPTI fails to start (a resident process lives on)
+            if cupti_profiler.available():
+                started = cupti_profiler.KernelTrace()
+                started.start()
+                trace = started
             yield
         finally:
             self._records = trace.stop() if trace is not None else []
@@ -181,12 +186,20 @@ class CudaDevice:
         return out
 
     def free_all(self) -> None:
-        for ptr in self._owned:
-            cd.mem_free(ptr)
-        self._owned.clear()
+        """Free every buffer, even past one that fails (a resident process must not keep the rest);
+        the first failure is raised after."""
+        owned, self._owned = self._owned, []
         self._launch_log.clear()
         self._event_ns.clear()
         self._kernels_per_dispatch.clear()
+        failure: cd.CudaError | None = None
+        for ptr in owned:
+            try:
+                cd.mem_free(ptr)
+            except cd.CudaError as error:
+                failure = failure or error
+        if failure is not None:
+            raise failure
 
 
 @dataclass
@@ -349,12 +362,33 @@ class CudaBackend:
             raise RuntimeError(cd.IMPORT_ERROR or "no sm_90 GPU detected")
         package = package_for(spec.phase, spec.kernel_root, spec.kernel)
         ctx = self._context()
+        if len(self._modules) > MAX_LOADED_MODULES:  # between tasks: no function of them is in use
+            self._unload_modules()
         variants, _rejected = parse_variants(package, spec, "cuda")  # the runner reports the rejected
         compiled = self.build(package, spec.format, variants)
         return run_task(package, spec, CudaDevice(ctx, self._census), device, compiled, progress)
 
+    def reusable(self) -> bool:
+        """False once the context holds a sticky error (illegal address, trap, launch failure): every
+        later call in this process would fail, so the resident watchdog child is replaced."""
+        if self._ctx is None:
+            return True
+        try:
+            self._ctx.make_current()
+            cd.synchronize()
+        except cd.CudaError:
+            return False
+        return True
+
     def close(self) -> None:
-        self._modules.clear()
+        self._unload_modules()
+
+    def _unload_modules(self) -> None:
+        modules, self._modules = self._modules, {}
+        self._census.clear()
+        for mod in modules.values():
+            with suppress(cd.CudaError):
+                cd.check(cd.driver.cuModuleUnload(mod.module), "cuModuleUnload")
 
 
 def allow_shared(function: Any, shared_bytes: int) -> None:
