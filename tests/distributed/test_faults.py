@@ -148,14 +148,23 @@ def test_a_hanging_harness_is_ended_by_the_watchdog(cluster: Cluster) -> None:
         {"name": "Ok_After", "n": 128, "k": 768},
     ]
     sweep_id = cluster.submit(smoke_spec(shapes=shapes))
-    counts = cluster.wait(sweep_id, 120)
+    hung_children: set[int] = set()
+
+    def watch() -> None:  # the watchdog children alive while the hanging task runs
+        if any(t.shape == "Hang_Forever" for t in cluster.running_tasks(sweep_id)):
+            hung_children.update(p for p in descendants(worker.pid) if _is_isolation_child(p))
+
+    counts = cluster.wait(sweep_id, 120, every=watch)
     assert counts["done"] == 2 and counts["failed"] == 1, counts
     with cluster.factory() as session:
         hung = session.scalar(select(Task).where(Task.sweep_id == sweep_id, Task.shape == "Hang_Forever"))
         assert hung is not None and hung.state == "failed" and hung.error is not None
         assert "watchdog" in hung.error and "killed" in hung.error
     assert worker.poll() is None  # the worker lives on
-    assert not [p for p in descendants(worker.pid) if _is_isolation_child(p)]  # the hung child is gone
+    assert hung_children, "the hanging task was never seen running; nothing was tested"
+    survivors = [p for p in descendants(worker.pid) if _is_isolation_child(p)]
+    assert not hung_children & set(survivors)  # the hung child is gone ...
+    assert len(survivors) <= 1  # ... and at most the fresh resident child that ran Ok_After remains
     cluster.assert_no_duplicates(sweep_id)
 
 
