@@ -13,7 +13,8 @@ Two modes (setting `task_isolation`):
   fd 1 and 2 go to a log file, so whatever a backend or compiler prints cannot corrupt a reply. A
   timeout or a crash ends that child; the next call starts a fresh one. The child is also replaced
   after `recycle_calls` calls, above `max_rss_mb`, or when its backend says it is not reusable
-  (e.g. a CUDA context with a sticky error).
+  (e.g. a CUDA context with a sticky error). It exits at EOF on its request pipe, and on Linux is
+  SIGKILLed when the worker process dies, even mid-call (PR_SET_PDEATHSIG).
 - "per-call": a fresh child per call (the first design; every call pays start-up and device init).
 """
 
@@ -216,9 +217,10 @@ class IsolatedBackend:
         fd, path = tempfile.mkstemp(prefix="tunebase-isolation-", suffix=".log")
         os.unlink(path)  # nothing to clean up however the parent ends
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
+        serve_args = [str(request_read), str(reply_write), str(os.getpid())]
         try:
             process = subprocess.Popen(
-                [sys.executable, "-m", "workers.isolation", "--serve", str(request_read), str(reply_write)],
+                [sys.executable, "-m", "workers.isolation", "--serve", *serve_args],
                 stdin=subprocess.DEVNULL,
                 stdout=fd,
                 stderr=fd,
@@ -427,6 +429,20 @@ def _reusable(backend: Backend | None) -> bool:
         return False
 
 
+def _exit_with_parent(parent_pid: int) -> None:
+    """Linux: SIGKILL this child when its parent dies even mid-call (a hung kernel would otherwise keep
+    the GPU from the worker that replaces it); elsewhere EOF after the call has to do."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent_pid:  # it died before the request above took effect
+        os._exit(1)
+
+
 def _serve(request_fd: int, reply_fd: int) -> None:
     """Resident mode: answer requests until EOF (the parent closed the pipe, or died), then close."""
     os.set_inheritable(request_fd, False)  # what this child starts must not hold the protocol's pipes
@@ -468,7 +484,8 @@ def _serve(request_fd: int, reply_fd: int) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "--serve":
+    if len(sys.argv) == 5 and sys.argv[1] == "--serve":
+        _exit_with_parent(int(sys.argv[4]))
         _serve(int(sys.argv[2]), int(sys.argv[3]))
     else:
         _child()

@@ -4,6 +4,7 @@ fork, parent death) and the per-call child, over the real host backend
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import shutil
@@ -184,6 +185,42 @@ def test_the_child_exits_when_its_parent_dies(artifact_dir: Path) -> None:
     )
     orphan = int(done.stdout.strip())
     assert wait_gone(orphan, 20)  # EOF on its request pipe
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_the_child_dies_with_its_parent_even_mid_call(artifact_dir: Path, tmp_path: Path) -> None:
+    pidfile = tmp_path / "grandchild.pid"
+    script = (
+        "import os, sys\n"
+        "from tests.workers.test_isolation import spec\n"
+        "from workers.isolation import BackendRef, IsolatedBackend\n"
+        f"b = IsolatedBackend(BackendRef('host', {str(artifact_dir)!r}, {FACTORY!r}), 600)\n"
+        "b.detect()\n"
+        "print(b.child_pid, flush=True)\n"
+        "b.run_task(spec('Hang_Forever'))\n"
+    )
+    env = {**os.environ, "TB_TEST_GRANDCHILD_PIDFILE": str(pidfile)}
+    parent = subprocess.Popen(
+        [sys.executable, "-c", script], cwd=REPO, env=env, stdout=subprocess.PIPE, text=True
+    )
+    orphan = 0
+    try:
+        assert parent.stdout is not None
+        orphan = int(parent.stdout.readline())
+        deadline = time.monotonic() + 60
+        while not pidfile.exists():  # the child is inside the hanging call
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        parent.kill()
+        parent.wait(timeout=30)
+        assert wait_gone(orphan, 20)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait(timeout=30)
+        if orphan:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(orphan, signal.SIGKILL)  # its grandchild (the sleep) is left to us
 
 
 def test_the_per_call_mode_still_works(
