@@ -245,3 +245,15 @@ def test_the_per_call_mode_still_works(
 def test_an_unknown_mode_is_refused(artifact_dir: Path) -> None:
     with pytest.raises(ValueError, match="task_isolation 'forked' is not one of resident, per-call"):
         IsolatedBackend(BackendRef("host", str(artifact_dir)), 60, mode="forked")  # type: ignore[arg-type]
+
+
+def test_settings_choose_the_mode_and_recycling(artifact_dir: Path) -> None:
+    from service.config import Settings
+    from workers.tasks import build_backend
+
+    settings = Settings(artifact_dir=artifact_dir, task_isolation="per-call", task_isolation_recycle_calls=5)
+    backend = build_backend(settings, "host")
+    assert isinstance(backend, IsolatedBackend)
+    assert (backend.mode, backend.recycle_calls, backend.max_rss_mb) == ("per-call", 5, 8192)
+    default = build_backend(Settings(artifact_dir=artifact_dir), "host")
+    assert isinstance(default, IsolatedBackend) and default.mode == "resident"
