@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,rocm]'
+	$(PY) -m pip install -q -e '.[dev,rocm,nvrtc]'
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 

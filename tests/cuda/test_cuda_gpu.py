@@ -115,7 +115,7 @@ def test_every_prefill_variant_passes_parity_and_is_timed(backend: CudaBackend, 
             PREFILL.bindings(PREFILL.parse(name, "cuda"), 1000, 1024, m, FORMATS[fmt], h200)
         )
     )
-    assert len(kept) >= len(PREFILL_VARIANTS) - 1 and any(v.endswith("/E1") for v in kept)
+    assert len(kept) >= len(PREFILL_VARIANTS) - 3 and any(v.endswith("/E1") for v in kept)
     result = backend.run_task(spec(fmt, 1000, 1024, m, phase="prefill", variants=kept))
     _all_pass(result, kept)
     for r in result.results:  # the prelaunch kernel (activation quantisation) ran, and its resources are kept

@@ -213,9 +213,10 @@ class CudaBackend:
 
     name: str = "cuda"
 
-    def __init__(self, artifact_dir: Path, ordinal: int = 0) -> None:
+    def __init__(self, artifact_dir: Path, ordinal: int = 0, options: tuple[str, ...] = BASE_OPTIONS) -> None:
         self.artifact_dir = Path(artifact_dir)
         self.ordinal = ordinal
+        self.options = options  # NVRTC options before the unit's defines (a census adds ptxas -v)
         self._ctx: cd.Context | None = None
         self._modules: dict[str, _Module] = {}
         self._census: dict[str, dict[str, dict[str, int]]] = {}
@@ -281,7 +282,7 @@ class CudaBackend:
                 unit.source,
                 self.artifact_dir,
                 f"{package.name}_{format_name.lower()}_{index}",
-                [*BASE_OPTIONS, *defines],
+                [*self.options, *defines],
                 sorted(names),
             )
             out.append((unit, result))
@@ -290,7 +291,7 @@ class CudaBackend:
     def build(self, package: KernelPackage, format_name: str, variants: list[Variant]) -> CompiledVariants:
         """NVRTC (through the cache) every unit; load each variant's function; failures per variant."""
         units = self.compile(package, format_name, variants)
-        artifact = ArtifactInfo("", "", package.version, "", BASE_OPTIONS, False)
+        artifact = ArtifactInfo("", "", package.version, "", self.options, False)
         compiled = CompiledVariants(artifact)
         keys, logs = [], []
         prepare = package.manifest.prepare

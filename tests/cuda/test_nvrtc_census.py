@@ -1,0 +1,102 @@
+"""The device's own compiler (NVRTC 13.0.88, `make venv` installs it; no GPU needed) judges the CUDA variants:
+registers and local memory as ptxas reports them through NVRTC, not as a local nvcc would (the two disagreed
+on the H200 twice). The variants the GPU tests and the benches launch must not spill; the whole spaces are
+checked by `make test-full` (slow: ~25 NVRTC minutes on 2 cores)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+
+from kernels.formats.registry import FORMATS
+from kernels.packages.loader import builtin_packages
+from kernels.packages.package import DeviceFacts, KernelPackage
+from workers.harness import cuda_driver as cd
+from workers.harness.nvrtc_census import census, parse_ptxas_report
+
+pytestmark = pytest.mark.skipif(cd.nvrtc is None, reason=f"NVRTC is not installed: {cd.IMPORT_ERROR}")
+
+REPO = Path(__file__).resolve().parents[2]
+DECODE = builtin_packages()["tb-decode"]
+PREFILL = builtin_packages()["tb-prefill"]
+
+
+def _gpu_test_variants() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    sys.path.insert(0, str(REPO / "bench"))
+    import prefill_roofline  # bench/: the candidates a device run times
+
+    from tests.cuda.test_cuda_gpu import PREFILL_VARIANTS, VARIANTS
+
+    return VARIANTS, tuple(dict.fromkeys((*PREFILL_VARIANTS, *prefill_roofline.CANDIDATES)))
+
+
+H200 = DeviceFacts("cuda", "sm_90", 132, 32)
+
+
+def _kept(package: KernelPackage, fmt: str, names: Iterable[str]) -> list[str]:
+    """The names the format's point rules keep at a qwen36 shape (the no-spill rules name formats)."""
+    m = 128 if package.manifest.phase == "prefill" else 1
+    space = {v.name: v for v in package.space("cuda")}  # parse() per name costs a space walk each
+    return [
+        name
+        for name in names
+        if name in space
+        and not package.point_problems(package.bindings(space[name], 17408, 5120, m, FORMATS[fmt], H200))
+    ]
+
+
+def test_the_report_parser_reads_a_real_spilling_and_a_clean_kernel(tmp_path: Path) -> None:
+    from workers.harness.cuda_compile import compile_cubin
+    from workers.harness.nvrtc_census import PTXAS_VERBOSE
+
+    source = tmp_path / "k.cu"
+    source.write_text(
+        'extern "C" __global__ void clean(float *y) { y[threadIdx.x] *= 2.0f; }\n'
+        'extern "C" __global__ void __launch_bounds__(1024, 2) indexed(float *y, int i) {\n'
+        "  float a[64];\n"
+        "  for (int j = 0; j < 64; ++j) a[j] = y[j * 97 + threadIdx.x];\n"
+        "  for (int j = 0; j < 64; ++j) a[(j * i) & 63] += a[j];\n"  # indexed stores: a lives in memory
+        "  y[threadIdx.x] = a[i & 63];\n"
+        "}\n"
+    )
+    result = compile_cubin(
+        source, tmp_path / "art", "k", ["--gpu-architecture=sm_90a", PTXAS_VERBOSE], ["clean", "indexed"]
+    )
+    assert result.ok, result.log
+    report = parse_ptxas_report(result.log)
+    assert set(report) == {"clean", "indexed"}
+    assert not report["clean"].spills and report["clean"].registers > 0
+    assert (
+        report["indexed"].spills and report["indexed"].stack_frame >= 256
+    )  # the indexed array lives in local memory
+
+
+@pytest.mark.parametrize("fmt", DECODE.manifest.formats)
+def test_decode_space_does_not_spill(fmt: str, tmp_path: Path) -> None:
+    names = _kept(DECODE, fmt, (v.name for v in DECODE.space("cuda")))
+    table = census(DECODE, fmt, names, tmp_path)
+    assert set(table) == set(names)
+    spilling = {name: row for name, row in table.items() if row["spills"]}
+    assert not spilling, spilling
+
+
+@pytest.mark.parametrize("fmt", PREFILL.manifest.formats)
+def test_prefill_variants_the_device_runs_do_not_spill(fmt: str, tmp_path: Path) -> None:
+    _, prefill = _gpu_test_variants()
+    names = _kept(PREFILL, fmt, prefill)
+    assert any(n.endswith("/E1") for n in names) and any(n.endswith("/E0") for n in names)
+    table = census(PREFILL, fmt, names, tmp_path)
+    spilling = {name: row for name, row in table.items() if row["spills"]}
+    assert not spilling, spilling
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", PREFILL.manifest.formats)
+def test_whole_prefill_space_does_not_spill(fmt: str, tmp_path: Path) -> None:
+    names = _kept(PREFILL, fmt, (v.name for v in PREFILL.space("cuda")))
+    table = census(PREFILL, fmt, names, tmp_path)
+    spilling = {name: row for name, row in table.items() if row["spills"]}
+    assert not spilling, spilling
