@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dispatches", type=int, default=5)
     parser.add_argument("--out", type=Path)
     parser.add_argument(
-        "--variants", default="", help="names, 'ring' (PP >= 2), 'registers' (PP 0/1); comma-separated; default: all"
+        "--variants", default="", help="names, 'ring' (PP >= 2), 'registers' (PP 0/1); empty: all"
     )
     args = parser.parse_args(argv)
     try:
