@@ -88,7 +88,10 @@ def _check(problem: Problem, results: dict[str, np.ndarray]) -> None:
 # the new axes (pg 3/4, mx 2) beside the measured ones: one-shot, half-wave rows, split-K, both pipelines
 # the cp.async ring (PP 2, 3): one-shot and persistent grids, both ring depths, every MX
 RING_M1 = ["MX1/KB1/RW1/U4/RG1/PG4/PP3", "MX1/KB1/RW2/U4/RG1/PG0/PP2", "MX1/KB1/RW2/U2/RG1/PG3/PP2"]
-RING_M3 = ["MX4/KB1/RW2/U2/RG1/PG3/PP3", "MX4/KB1/RW1/U4/RG1/PG0/PP2", "MX4/KB1/RW2/U4/RG1/PG2/PP2"]
+RING_M3 = [
+    "MX4/KB1/RW2/U2/RG1/PG3/PP3", "MX4/KB1/RW1/U4/RG1/PG0/PP2", "MX4/KB1/RW2/U4/RG1/PG2/PP2",
+    "MX4/KB1/RW2/U2/RG8/PG3/PP3", "MX4/KB1/RW1/U4/RG8/PG0/PP2",  # quarter-warp rows: V = 8 sums > G = 4 lanes
+]  # fmt: skip
 Q4_0_M1 = [
     "MX1/KB1/RW1/U8/RG1/PG0/PP0", "MX1/KB1/RW1/U4/RG2/PG0/PP1", "MX1/KB1/RW2/U4/RG1/PG2/PP0",
     "MX1/KB1/RW1/U4/RG1/PG3/PP1", "MX1/KB1/RW2/U4/RG1/PG3/PP0", "MX1/KB1/RW1/U8/RG1/PG4/PP0",
@@ -137,10 +140,10 @@ def test_ring_long_k_at_m1(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("fmt", ["Q8_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q4_K", "Q6_K", "IQ4_XS"])
 def test_every_format_on_the_emulator(tmp_path: Path, fmt: str) -> None:
-    """Each format's unpack through the persistent MX2 kernel, a split-K MX4 one and the MX2 / MX4 cp.async
-    rings (copies landing late), at M = 2."""
+    """Each format's unpack through the persistent MX2 kernel, a split-K MX4 one and the MX2 / MX4
+    (quarter-warp rows) cp.async rings (copies landing late), at M = 2."""
     names = ["MX2/KB1/RW1/U4/RG1/PG3/PP1", "MX4/KB4/RW2/U2/RG1/PG0/PP1"]
-    ring = ["MX2/KB1/RW2/U2/RG1/PG3/PP3", "MX4/KB1/RW2/U2/RG1/PG2/PP2"]
+    ring = ["MX2/KB1/RW2/U2/RG1/PG3/PP3", "MX4/KB1/RW2/U2/RG8/PG3/PP2"]
     binary = _emulator(tmp_path, fmt, names + ring)
     problem, folder = _data(tmp_path, fmt, 2)
     results = {name: _run(binary, fmt, name, problem, folder) for name in names}

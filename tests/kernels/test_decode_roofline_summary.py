@@ -51,7 +51,7 @@ def test_variant_selection() -> None:
     """--variants: names and the keywords 'ring' / 'registers' pick from the CUDA space in space order."""
     every = bench.select_variants("")
     ring = bench.select_variants("ring")
-    assert len(every) == 98 and len(ring) == 30 and all(name.endswith(("/PP2", "/PP3")) for name in ring)
+    assert len(every) == 104 and len(ring) == 36 and all(name.endswith(("/PP2", "/PP3")) for name in ring)
     assert len(bench.select_variants("registers")) == 68
     picked = bench.select_variants("MX4/KB1/RW2/U2/RG1/PG3/PP2,MX1/KB1/RW1/U8/RG1/PG3/PP0")
     assert picked == ("MX1/KB1/RW1/U8/RG1/PG3/PP0", "MX4/KB1/RW2/U2/RG1/PG3/PP2")

@@ -25,9 +25,10 @@ def test_decode_spaces() -> None:
     # CUDA adds the cp.async ring (pp 2, 3) to the register kernels both backends share
     assert len(gpu) == 68 and [v.name for v in cuda if v.params["pp"] < 2] == [v.name for v in gpu]
     ring = [v.params for v in cuda if v.params["pp"] >= 2]
-    assert len(ring) == 30 and len(cuda) == 98
-    assert all(p["kb"] == 1 and p["rg"] == 1 and p["rw"] * p["u"] * p["pp"] in (8, 12, 16) for p in ring)
-    assert sum(p["mx"] == 1 for p in ring) == 12 and sum(p["mx"] == 4 for p in ring) == 12
+    assert len(ring) == 36 and len(cuda) == 104
+    assert all(p["kb"] == 1 and p["rg"] in (1, 8) and p["rw"] * p["u"] * p["pp"] in (8, 12, 16) for p in ring)
+    assert sum(p["mx"] == 1 for p in ring) == 12 and sum(p["mx"] == 4 for p in ring) == 17
+    assert sum(p["rg"] == 8 for p in ring) == 6 and all(p["mx"] > 1 for p in ring if p["rg"] == 8)
     assert gpu[0].name == "MX1/KB1/RW1/U2/RG1/PG0/PP1" and gpu[-1].name == "MX4/KB4/RW2/U2/RG1/PG0/PP1"
     assert sum(v.params["pp"] for v in gpu) == 38  # the pipelined kernel, beside 30 single-buffered points
     assert sum(v.params["mx"] == 2 for v in gpu) == 10 and {v.params["pg"] for v in gpu} == {0, 2, 3, 4}
@@ -42,7 +43,7 @@ def test_decode_spaces() -> None:
     assert host[4].family == "tb-decode"
     # every invalid GPU point names the rule that removes it
     invalid = DECODE.invalid_points("cuda")
-    assert len(invalid) == 3 * 4 * 2 * 3 * 2 * 4 * 4 - 98 and all(p["rule"] for p in invalid)
+    assert len(invalid) == 3 * 4 * 2 * 3 * 3 * 4 * 4 - 104 and all(p["rule"] for p in invalid)
     assert any(p["point"] == "MX4/KB1/RW2/U2/RG1/PG0/PP2" for p in DECODE.invalid_points("rocm"))
     assert any(p["point"] == "MX4/KB1/RW1/U8/RG1/PG0/PP0" and "mx == 1 or" in p["rule"] for p in invalid)
 

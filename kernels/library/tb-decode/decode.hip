@@ -232,7 +232,7 @@ TB_DEV void tb_stage_x(const float *__restrict__ x, int m, int k, int b0, int nb
 }
 
 /* Transposing butterfly over a lane group of G lanes: V values per lane in, after it v[0] holds the
- * group sum of value tb_owned<V, G>(lane) (V and G powers of two, V <= G). */
+ * group sum of value owned(lane) (V and G powers of two); V > G: v[0 .. V/G) hold values owned(lane) + j. */
 template <int V, int G>
 struct tb_reduce {
     static __device__ TB_FORCEINLINE void run(float *v, int lane) {
@@ -402,14 +402,21 @@ struct tb_work {
      * last slice of the tile to arrive adds the partials in slice order. Zeroes acc. */
     __device__ TB_FORCEINLINE void finish(int tile, float *acc) const {
         tb_reduce<V, G>::run(acc, lg);
-        const int j = tb_reduce<V, G>::owned(lg);
-        const int r = j / MX, i = j % MX;
-        const int row = tile * ROWS_WG + rowoff + r;
-        if ((lg & (G / V - 1)) == 0 && i < m && row < n) {
-            if (KB == 1)
-                y[(tb_size)i * (tb_size)n + (tb_size)row] = acc[0];
-            else
-                workspace[((tb_size)slice * (tb_size)m + (tb_size)i) * (tb_size)n + (tb_size)row] = acc[0];
+        /* V <= G: one lane in G / V holds one sum; V > G (RG = 8 at MX >= 2): every lane holds V / G */
+        constexpr int VL = V > G ? V / G : 1;
+        constexpr int WMASK = V >= G ? 0 : G / V - 1;
+        const int j0 = tb_reduce<V, G>::owned(lg);
+#pragma unroll
+        for (int jj = 0; jj < VL; ++jj) {
+            const int j = j0 + jj;
+            const int r = j / MX, i = j % MX;
+            const int row = tile * ROWS_WG + rowoff + r;
+            if ((lg & WMASK) == 0 && i < m && row < n) {
+                if (KB == 1)
+                    y[(tb_size)i * (tb_size)n + (tb_size)row] = acc[jj];
+                else
+                    workspace[((tb_size)slice * (tb_size)m + (tb_size)i) * (tb_size)n + (tb_size)row] = acc[jj];
+            }
         }
 #pragma unroll
         for (int v = 0; v < V; ++v) acc[v] = 0.0f;
@@ -548,7 +555,6 @@ __device__ TB_FORCEINLINE void tb_decode_body(TB_DECODE_PARAMS) {
 template <int RG, int RW, int U, int KB, int PG, int MX, int S>
 __device__ TB_FORCEINLINE void tb_decode_ring(TB_DECODE_PARAMS) {
     typedef tb_work<RG, RW, U, KB, MX> W;
-    static_assert(W::V <= W::G, "the butterfly needs RW * MX <= lanes per row");
     static_assert(S == 2 || S == 3, "a ring of two or three stages");
     (void)PG;
 
@@ -667,10 +673,12 @@ __device__ TB_FORCEINLINE void tb_decode_pick(TB_DECODE_PARAMS) {
     TB_DECODE_VARIANT(1, 1, 2, 2, 1, 0, 2) TB_DECODE_VARIANT(1, 1, 2, 2, 1, 0, 3) TB_DECODE_VARIANT(1, 1, 2, 2, 1, 3, 2) \
     TB_DECODE_VARIANT(1, 1, 2, 2, 1, 3, 3) TB_DECODE_VARIANT(1, 1, 2, 4, 1, 0, 2) TB_DECODE_VARIANT(1, 1, 2, 4, 1, 3, 2) \
     TB_DECODE_VARIANT(2, 1, 2, 2, 1, 2, 2) TB_DECODE_VARIANT(2, 1, 2, 2, 1, 2, 3) TB_DECODE_VARIANT(2, 1, 2, 2, 1, 3, 2) \
-    TB_DECODE_VARIANT(2, 1, 2, 2, 1, 3, 3) TB_DECODE_VARIANT(2, 1, 2, 4, 1, 2, 2) TB_DECODE_VARIANT(2, 1, 2, 4, 1, 3, 2) \
-    TB_DECODE_VARIANT(4, 1, 1, 4, 1, 0, 2) TB_DECODE_VARIANT(4, 1, 1, 4, 1, 2, 2) TB_DECODE_VARIANT(4, 1, 1, 4, 1, 3, 2) \
+    TB_DECODE_VARIANT(2, 1, 2, 2, 1, 3, 3) TB_DECODE_VARIANT(2, 1, 2, 2, 8, 3, 2) TB_DECODE_VARIANT(2, 1, 2, 4, 1, 2, 2) \
+    TB_DECODE_VARIANT(2, 1, 2, 4, 1, 3, 2) TB_DECODE_VARIANT(4, 1, 1, 4, 1, 0, 2) TB_DECODE_VARIANT(4, 1, 1, 4, 1, 2, 2) \
+    TB_DECODE_VARIANT(4, 1, 1, 4, 1, 3, 2) TB_DECODE_VARIANT(4, 1, 1, 4, 8, 0, 2) TB_DECODE_VARIANT(4, 1, 1, 4, 8, 3, 2) \
     TB_DECODE_VARIANT(4, 1, 2, 2, 1, 0, 2) TB_DECODE_VARIANT(4, 1, 2, 2, 1, 0, 3) TB_DECODE_VARIANT(4, 1, 2, 2, 1, 2, 2) \
     TB_DECODE_VARIANT(4, 1, 2, 2, 1, 2, 3) TB_DECODE_VARIANT(4, 1, 2, 2, 1, 3, 2) TB_DECODE_VARIANT(4, 1, 2, 2, 1, 3, 3) \
+    TB_DECODE_VARIANT(4, 1, 2, 2, 8, 0, 2) TB_DECODE_VARIANT(4, 1, 2, 2, 8, 3, 2) TB_DECODE_VARIANT(4, 1, 2, 2, 8, 3, 3) \
     TB_DECODE_VARIANT(4, 1, 2, 4, 1, 0, 2) TB_DECODE_VARIANT(4, 1, 2, 4, 1, 2, 2) TB_DECODE_VARIANT(4, 1, 2, 4, 1, 3, 2)
 #else
 #define TB_DECODE_RING_VARIANTS
