@@ -1,7 +1,7 @@
 """Decode GEMV roofline on the H200 at the format's TRUE bytes, against llama.cpp's MMVQ (issue 13).
 
-For every point it runs the built-in tb-decode package's whole valid variant space through the one runner
-(workers/runner.py: parity against the gguf FP32 reference, weights rotated beyond twice the L2,
+For every point it runs the built-in tb-decode package's whole valid variant space (or --variants) through the
+one runner (workers/runner.py: parity against the gguf FP32 reference, weights rotated beyond twice the L2,
 interleaved CUPTI-timed dispatches) and keeps the fastest variant that passes parity. It reports
 
     time                 median device time of that variant (CUPTI)
@@ -14,6 +14,7 @@ Points: the 31 points of the issue (LM head 248320x5120 and FFN_GateUp 17408x512
 IQ4_XS at the requested M) and the 12 qwen36 shapes at M = 1 in Q4_0 (the median-of-copy-bandwidth target).
 
     python bench/decode_roofline.py [--m 1,2,3,4] [--dispatches 5] [--formats Q4_0,...] [--out FILE]
+                                    [--variants ring,MX4/KB1/RW2/U4/RG1/PG2/PP0,...]
 
 Large weights: the first 32768 rows are quantized (by gguf where it can, else random valid blocks) and
 tiled to N rows. A GEMV's time does not depend on the values, and the reference is computed from exactly
@@ -137,12 +138,37 @@ def points(formats: list[str], ms: list[int]) -> list[tuple[str, str, int, int, 
     return out
 
 
-def run_point(backend: Any, fmt: str, shape: str, n: int, k: int, m: int, dispatches: int) -> dict[str, Any]:
+def select_variants(spec: str) -> tuple[str, ...]:
+    """The CUDA variants to time ('' = the whole space; a subset saves device time): comma-separated names
+    and the keywords 'ring' (every cp.async ring variant, PP >= 2) and 'registers' (PP 0 / 1).
+    Unknown names raise ValueError."""
+    from kernels.packages.loader import builtin_packages
+
+    space = builtin_packages()["tb-decode"].space("cuda")
+    if not spec:
+        return tuple(v.name for v in space)
+    wanted: set[str] = set()
+    names = {v.name for v in space}
+    for item in (s.strip() for s in spec.split(",")):
+        if item == "ring":
+            wanted |= {v.name for v in space if v.params["pp"] >= 2}
+        elif item == "registers":
+            wanted |= {v.name for v in space if v.params["pp"] < 2}
+        elif item in names:
+            wanted.add(item)
+        elif item:
+            raise ValueError(f"--variants: {item!r} is not a CUDA tb-decode variant, 'ring' or 'registers'")
+    return tuple(v.name for v in space if v.name in wanted)
+
+
+def run_point(
+    backend: Any, fmt: str, shape: str, n: int, k: int, m: int, dispatches: int, chosen: tuple[str, ...]
+) -> dict[str, Any]:
     from kernels.packages.loader import builtin_packages
     from workers.backends.base import TaskSpec
 
     package = builtin_packages()["tb-decode"]
-    variants = tuple(v.name for v in package.space("cuda") if m <= v.params["mx"])
+    variants = tuple(v.name for v in package.space("cuda") if m <= v.params["mx"] and v.name in chosen)
     spec = TaskSpec(
         arch="sm_90", phase="decode", format=fmt, shape=shape, n=n, k=k, m=m, variants=variants,
         min_dispatches=dispatches, max_dispatches=dispatches, warmup=2,
@@ -245,7 +271,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--m", default="1,2,3,4")
     parser.add_argument("--dispatches", type=int, default=5)
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--variants", default="", help="names, 'ring' (PP >= 2), 'registers' (PP 0/1); empty: all"
+    )
     args = parser.parse_args(argv)
+    try:
+        chosen = select_variants(args.variants)
+    except ValueError as exc:
+        parser.error(str(exc))
     formats = [f for f in args.formats.split(",") if f]
     ms = [int(v) for v in args.m.split(",") if v]
 
@@ -264,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         partial = {**copy_before, "note": "partial run: the copy before the points only"}
         rows: list[dict[str, Any]] = []
         for fmt, shape, n, k, m in points(formats, ms):
-            rows.append(run_point(backend, fmt, shape, n, k, m, args.dispatches))
+            rows.append(run_point(backend, fmt, shape, n, k, m, args.dispatches, chosen))
             r = rows[-1]
             took = f"{r.get('median_us', float('nan')):9.2f} us ({r['seconds']} s)"
             print(f"{fmt:7} {shape:30} M{m} {r.get('variant', '-'):24} {took}", flush=True)

@@ -59,7 +59,8 @@ def _data(tmp: Path, fmt: str, m: int) -> tuple[Problem, Path]:
     return problem, folder
 
 
-def _run(binary: Path, fmt: str, name: str, problem: Problem, folder: Path) -> np.ndarray:
+def _run(binary: Path, fmt: str, name: str, problem: Problem, folder: Path, late: bool = False) -> np.ndarray:
+    """One launch; ``late``: cp.async copies land at the wait that retires them (ring kernels, PP >= 2)."""
     variant = DECODE.parse(name, "cuda")
     values = DECODE.bindings(variant, problem.n, problem.k, problem.m, get_format(fmt), FACTS)
     assert DECODE.point_problems(values) == []
@@ -68,7 +69,7 @@ def _run(binary: Path, fmt: str, name: str, problem: Problem, folder: Path) -> n
     argv = [
         str(binary), DECODE.symbol(variant), str(problem.m), str(problem.n), str(problem.k), str(g.grid[0]),
         str(g.grid[1]), str(values["tiles"]), *(str(folder / f"{p}.bin") for p in ("qs", "qh", "sc", "x")),
-        str(out),
+        str(out), str(g.shared_bytes), *(["late"] if late else []),
     ]  # fmt: skip
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, (name, proc.stderr[-2000:])
@@ -85,15 +86,21 @@ def _check(problem: Problem, results: dict[str, np.ndarray]) -> None:
 
 
 # the new axes (pg 3/4, mx 2) beside the measured ones: one-shot, half-wave rows, split-K, both pipelines
+# the cp.async ring (PP 2, 3): one-shot and persistent grids, both ring depths, every MX
+RING_M1 = ["MX1/KB1/RW1/U4/RG1/PG4/PP3", "MX1/KB1/RW2/U4/RG1/PG0/PP2", "MX1/KB1/RW2/U2/RG1/PG3/PP2"]
+RING_M3 = [
+    "MX4/KB1/RW2/U2/RG1/PG3/PP3", "MX4/KB1/RW1/U4/RG1/PG0/PP2", "MX4/KB1/RW2/U4/RG1/PG2/PP2",
+    "MX4/KB1/RW2/U2/RG8/PG3/PP3", "MX4/KB1/RW1/U4/RG8/PG0/PP2",  # quarter-warp rows: V = 8 sums > G = 4 lanes
+]  # fmt: skip
 Q4_0_M1 = [
     "MX1/KB1/RW1/U8/RG1/PG0/PP0", "MX1/KB1/RW1/U4/RG2/PG0/PP1", "MX1/KB1/RW2/U4/RG1/PG2/PP0",
     "MX1/KB1/RW1/U4/RG1/PG3/PP1", "MX1/KB1/RW2/U4/RG1/PG3/PP0", "MX1/KB1/RW1/U8/RG1/PG4/PP0",
     "MX1/KB1/RW1/U2/RG1/PG4/PP1", "MX1/KB4/RW2/U2/RG1/PG0/PP1", "MX2/KB1/RW2/U2/RG1/PG3/PP1",
-    "MX4/KB1/RW2/U4/RG1/PG2/PP0",
+    "MX4/KB1/RW2/U4/RG1/PG2/PP0", *RING_M1,
 ]  # fmt: skip
 Q4_0_M3 = [
     "MX4/KB1/RW1/U4/RG1/PG0/PP0", "MX4/KB1/RW2/U2/RG2/PG0/PP1", "MX4/KB1/RW2/U2/RG1/PG3/PP0",
-    "MX4/KB1/RW1/U4/RG1/PG3/PP1", "MX4/KB4/RW1/U4/RG1/PG0/PP1",
+    "MX4/KB1/RW1/U4/RG1/PG3/PP1", "MX4/KB4/RW1/U4/RG1/PG0/PP1", *RING_M3,
 ]  # fmt: skip
 
 
@@ -104,10 +111,41 @@ def test_q4_0_variants_on_the_emulator(tmp_path: Path) -> None:
         _check(problem, {name: _run(binary, "Q4_0", name, problem, folder) for name in names})
 
 
+def test_ring_copies_landing_late(tmp_path: Path) -> None:
+    """The ring kernels with every cp.async landing only at the wait that retires it: a slot refilled
+    before its last read, or a batch computed before its group's wait, would change the numbers."""
+    binary = _emulator(tmp_path, "Q4_0", sorted(set(RING_M1 + RING_M3)))
+    for m, names in ((1, RING_M1), (3, RING_M3)):
+        problem, folder = _data(tmp_path, "Q4_0", m)
+        results = {name: _run(binary, "Q4_0", name, problem, folder, late=True) for name in names}
+        results["early"] = _run(binary, "Q4_0", names[0], problem, folder)
+        _check(problem, results)
+
+
+def test_ring_long_k_at_m1(tmp_path: Path) -> None:
+    """K = 17408 (the FFN down projection) at M = 1 through the MX1 ring: x of the whole row (21.8 KB) in
+    dynamic shared memory, where the static-LDS MX1 kernels need split-K."""
+    names = ["MX1/KB1/RW1/U4/RG1/PG3/PP2", "MX1/KB1/RW2/U2/RG1/PG0/PP3", "MX1/KB4/RW2/U2/RG1/PG0/PP1"]
+    binary = _emulator(tmp_path, "Q4_0", names)
+    problem = build_problem("Q4_0", 24, 17408, 1, seed=11, packed=False)
+    folder = tmp_path / "long-k"
+    folder.mkdir()
+    parts = split_blocks(get_format("Q4_0"), problem.weights)
+    for part in ("qs", "qh", "sc"):
+        array = parts[part]
+        (folder / f"{part}.bin").write_bytes(b"" if array is None else np.ascontiguousarray(array).tobytes())
+    (folder / "x.bin").write_bytes(np.ascontiguousarray(problem.x, dtype=np.float32).tobytes())
+    _check(problem, {name: _run(binary, "Q4_0", name, problem, folder, late=True) for name in names})
+
+
 @pytest.mark.parametrize("fmt", ["Q8_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q4_K", "Q6_K", "IQ4_XS"])
 def test_every_format_on_the_emulator(tmp_path: Path, fmt: str) -> None:
-    """Each format's unpack through the persistent MX2 kernel and a split-K MX4 one, at M = 2."""
+    """Each format's unpack through the persistent MX2 kernel, a split-K MX4 one and the MX2 / MX4
+    (quarter-warp rows) cp.async rings (copies landing late), at M = 2."""
     names = ["MX2/KB1/RW1/U4/RG1/PG3/PP1", "MX4/KB4/RW2/U2/RG1/PG0/PP1"]
-    binary = _emulator(tmp_path, fmt, names)
+    ring = ["MX2/KB1/RW2/U2/RG1/PG3/PP3", "MX4/KB1/RW2/U2/RG8/PG3/PP2"]
+    binary = _emulator(tmp_path, fmt, names + ring)
     problem, folder = _data(tmp_path, fmt, 2)
-    _check(problem, {name: _run(binary, fmt, name, problem, folder) for name in names})
+    results = {name: _run(binary, fmt, name, problem, folder) for name in names}
+    results.update({name: _run(binary, fmt, name, problem, folder, late=True) for name in ring})
+    _check(problem, results)

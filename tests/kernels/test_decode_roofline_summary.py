@@ -45,3 +45,19 @@ def test_summary_counts_ratios_and_bandwidth() -> None:
     assert rows[0]["llama_us"] == 319.4 and "fraction_of_copy" not in rows[3]
     fractions = sorted(r["fraction_of_copy"] for r in rows if r["m"] == 1 and "fraction_of_copy" in r)
     assert s["shapes_in_median"] == 3 and s["median_fraction_m1_q4_0"] == fractions[1]
+
+
+def test_variant_selection() -> None:
+    """--variants: names and the keywords 'ring' / 'registers' pick from the CUDA space in space order."""
+    every = bench.select_variants("")
+    ring = bench.select_variants("ring")
+    assert len(every) == 104 and len(ring) == 36 and all(name.endswith(("/PP2", "/PP3")) for name in ring)
+    assert len(bench.select_variants("registers")) == 68
+    picked = bench.select_variants("MX4/KB1/RW2/U2/RG1/PG3/PP2,MX1/KB1/RW1/U8/RG1/PG3/PP0")
+    assert picked == ("MX1/KB1/RW1/U8/RG1/PG3/PP0", "MX4/KB1/RW2/U2/RG1/PG3/PP2")
+    try:
+        bench.select_variants("MX9/KB1")
+    except ValueError as exc:
+        assert "MX9/KB1" in str(exc)
+    else:
+        raise AssertionError("an unknown name must be refused")

@@ -21,7 +21,14 @@ PREFILL = builtin_packages()["tb-prefill"]
 
 def test_decode_spaces() -> None:
     gpu = DECODE.space("rocm")
-    assert len(gpu) == 68 and [v.name for v in DECODE.space("cuda")] == [v.name for v in gpu]
+    cuda = DECODE.space("cuda")
+    # CUDA adds the cp.async ring (pp 2, 3) to the register kernels both backends share
+    assert len(gpu) == 68 and [v.name for v in cuda if v.params["pp"] < 2] == [v.name for v in gpu]
+    ring = [v.params for v in cuda if v.params["pp"] >= 2]
+    assert len(ring) == 36 and len(cuda) == 104
+    assert all(p["kb"] == 1 and p["rg"] in (1, 8) and p["rw"] * p["u"] * p["pp"] in (8, 12, 16) for p in ring)
+    assert sum(p["mx"] == 1 for p in ring) == 12 and sum(p["mx"] == 4 for p in ring) == 17
+    assert sum(p["rg"] == 8 for p in ring) == 6 and all(p["mx"] > 1 for p in ring if p["rg"] == 8)
     assert gpu[0].name == "MX1/KB1/RW1/U2/RG1/PG0/PP1" and gpu[-1].name == "MX4/KB4/RW2/U2/RG1/PG0/PP1"
     assert sum(v.params["pp"] for v in gpu) == 38  # the pipelined kernel, beside 30 single-buffered points
     assert sum(v.params["mx"] == 2 for v in gpu) == 10 and {v.params["pg"] for v in gpu} == {0, 2, 3, 4}
@@ -36,7 +43,8 @@ def test_decode_spaces() -> None:
     assert host[4].family == "tb-decode"
     # every invalid GPU point names the rule that removes it
     invalid = DECODE.invalid_points("cuda")
-    assert len(invalid) == 3 * 4 * 2 * 3 * 2 * 4 * 2 - 68 and all(p["rule"] for p in invalid)
+    assert len(invalid) == 3 * 4 * 2 * 3 * 3 * 4 * 4 - 104 and all(p["rule"] for p in invalid)
+    assert any(p["point"] == "MX4/KB1/RW2/U2/RG1/PG0/PP2" for p in DECODE.invalid_points("rocm"))
     assert any(p["point"] == "MX4/KB1/RW1/U8/RG1/PG0/PP0" and "mx == 1 or" in p["rule"] for p in invalid)
 
 
@@ -46,8 +54,14 @@ def test_decode_source_default_list_is_the_gpu_space() -> None:
     start = text.index("#ifndef TB_DECODE_VARIANTS")
     block = text[start : text.index("#endif", start)]
     listed = re.findall(r"TB_DECODE_VARIANT\(([^)]*)\)", block)
+    keys = ("mx", "kb", "rw", "u", "rg", "pg", "pp")
     assert [tuple(int(x) for x in item.split(",")) for item in listed] == [
-        tuple(v.params[p] for p in ("mx", "kb", "rw", "u", "rg", "pg", "pp")) for v in DECODE.space("rocm")
+        tuple(v.params[p] for p in keys) for v in DECODE.space("rocm")
+    ]
+    start = text.index("#define TB_DECODE_RING_VARIANTS")
+    ring = re.findall(r"TB_DECODE_VARIANT\(([^)]*)\)", text[start : text.index("#else", start)])
+    assert [tuple(int(x) for x in item.split(",")) for item in ring] == [
+        tuple(v.params[p] for p in keys) for v in DECODE.space("cuda") if v.params["pp"] >= 2
     ]
 
 
@@ -128,7 +142,7 @@ def test_parse_roundtrip(package: object) -> None:
             "host",
             "breaks restriction(s) for host: backend != 'host' or (mx == 4",
         ),
-        (DECODE, "MX4/KB2/RW1/U4/RG1/PG2/PP0", "cuda", "pg == 0 or (kb == 1 and rg == 1)"),
+        (DECODE, "MX4/KB2/RW1/U4/RG1/PG2/PP0", "cuda", "pg == 0 or (kb == 1 and rg != 2)"),
         (DECODE, "MX1/KB08/RW1/U4/RG1/PG0/PP0", "rocm", "not canonical; write MX1/KB8/RW1/U4/RG1/PG0/PP0"),
         (DECODE, "kb8/tw8", "rocm", "expected MX{mx}/KB{kb}/RW{rw}/U{u}/RG{rg}/PG{pg}/PP{pp}"),
         (DECODE, "N128/MT32/MB1/U4", "rocm", "not a tb-decode variant name"),
@@ -240,7 +254,7 @@ def test_one_unit_per_format_with_one_symbol_per_variant() -> None:
     # each format is its own unit (tb-split: the arrays differ even where the shapes agree)
     others = [compile_units(DECODE, f, "rocm", DECODE.space("rocm"))[0].defines for f in ("Q4_0", "IQ4_NL")]
     assert others[0] != others[1] and defines not in others
-    assert defines["TB_DECODE_VARIANTS"].count("TB_DECODE_VARIANT(") == 68
+    assert defines["TB_DECODE_VARIANTS"].count("TB_DECODE_VARIANT(") == 68  # rocm: no cp.async ring
     assert " " not in defines["TB_DECODE_VARIANTS"]
     assert set(units[0].symbols(DECODE).values()) == {
         "tb_decode_mx{mx}_kb{kb}_rw{rw}_u{u}_rg{rg}_pg{pg}_pp{pp}".format(**v.params)

@@ -118,6 +118,16 @@
 #define TB_MINB(RW, U, KB, MX, PG) \
     ((PG) >= 3 && (PG) > TB_OCC(RW, U, KB, MX) && TB_FITS(RW, U, MX, PG) ? (PG) : TB_OCC(RW, U, KB, MX))
 #endif
+/* the ring (PP = S >= 2) keeps no payload in registers: a base, the meta words of the S batches in flight (and
+ * their addresses), x's row sums (calibrated on NVRTC 13.0 sm_90a ptxas -v, uncapped: Q4_0 61-94, Q4_K 71-123,
+ * Q6_K 95-156). Blocks asked of ptxas: the persistent grid's PG, or 4 for the one-shot MX1 grids (their
+ * 38-54 KB of shared memory allow 4-5 per SM), where the estimate fits that cap (+TB_FIT_SLACK); else 1 */
+#define TB_EST_RING(RW, U, MX, S) (40 + 4 * (MX) + (RW) * (U) * (S) * (TB_META_REGS + 1))
+#define TB_RING_WANT(MX, PG) ((PG) >= 2 ? (PG) : ((MX) == 1 ? 4 : 1))
+#define TB_MINB_RING(RW, U, MX, PG, S) \
+    (TB_EST_RING(RW, U, MX, S) <= 65536 / (TB_THREADS * TB_RING_WANT(MX, PG)) + TB_FIT_SLACK ? TB_RING_WANT(MX, PG) : 1)
+#define TB_MINB_V(RW, U, KB, MX, PG, PP) \
+    ((PP) >= 2 ? TB_MINB_RING(RW, U, MX, PG, PP) : TB_MINB(RW, U * (1 + (PP)), KB, MX, PG))
 /* passes of x staging loaded before any is reduced (tb_stage_x): 6 x 256 float4 cover K = 6144 at M = 1.
  * AMD: 1, the order measured before (gfx906 hipcc: 2 passes or x first made the 4-wave PP0 variants spill) */
 #if defined(TB_AMD)
@@ -126,6 +136,28 @@
 #else
 #define TB_XP(MX) ((MX) == 1 ? 6 : 8)
 #define TB_X_FIRST 1
+#endif
+
+/* PP >= 2 (CUDA only): the weights' 16-byte payload chunks go through a shared-memory ring of PP batches with
+ * cp.async, so the bytes in flight cost no registers (the register pipeline, PP = 1, keeps 2 x RW x U x 4
+ * payload registers: 106-118 registers at MX4 on the H200, 2 blocks per SM, latency-bound at M > 1); the
+ * ring and x of the K slice live in dynamic shared memory sized for the launch (tunebase-kernel.toml smem).
+ * A lane reads back only the ring slots it filled itself, so cp.async.wait_group orders them: no barrier.
+ * The CPU emulator (tests/fixtures/gpu_emu/tb_cuda_emu.h) supplies these four for CI. */
+#if defined(TB_CUDA) && !defined(TB_CUDA_EMULATION)
+TB_DEV unsigned tb_smem_addr(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+TB_DEV void tb_cp_async16(unsigned dst, const void *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+TB_DEV void tb_cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+TB_DEV void tb_cp_wait(void) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+extern __shared__ __align__(16) tb_u8 tb_dsmem[];
+#define TB_DSMEM tb_dsmem
+#elif defined(TB_CUDA_EMULATION)
+#define TB_DSMEM tb_smem
 #endif
 
 #define TB_DECODE_PARAMS                                                                             \
@@ -200,7 +232,7 @@ TB_DEV void tb_stage_x(const float *__restrict__ x, int m, int k, int b0, int nb
 }
 
 /* Transposing butterfly over a lane group of G lanes: V values per lane in, after it v[0] holds the
- * group sum of value tb_owned<V, G>(lane) (V and G powers of two, V <= G). */
+ * group sum of value owned(lane) (V and G powers of two); V > G: v[0 .. V/G) hold values owned(lane) + j. */
 template <int V, int G>
 struct tb_reduce {
     static __device__ TB_FORCEINLINE void run(float *v, int lane) {
@@ -239,6 +271,7 @@ struct tb_batch {
 /* Everything a workgroup knows about its share of the problem: K slice, LDS x, row geometry. */
 template <int RG, int RW, int U, int KB, int MX>
 struct tb_work {
+    static constexpr int RGS = RG, RWS = RW;
     static constexpr int G = TB_WAVE / RG;              /* lanes per row */
     static constexpr int ROWS_WG = TB_WAVES * RG * RW;  /* rows per tile */
     static constexpr int V = RW * MX;                   /* partial sums per lane */
@@ -270,57 +303,120 @@ struct tb_work {
         }
     }
 
-    /* unpack the batch in registers and add its dot products with x (from LDS) into acc */
+    /* unpack chunk c of the RW rows (payload q, meta mt) and add its dot products with x (from LDS) into acc */
+    __device__ TB_FORCEINLINE void dot(const tb_u32 (&q)[RW][4], const tb_meta (&mt)[RW], int c, float *acc) const {
+        const int lc = c - c0;
+        const int bl = tb_chunk_p_lo(c) / 32 - xb0, bh = tb_chunk_p_hi(c) / 32 - xb0;
+        (void)bh;
+        tb_chunk ch[RW];
+#pragma unroll
+        for (int r = 0; r < RW; ++r) ch[r] = tb_unpack(q[r], mt[r], c);
+#pragma unroll
+        for (int i = 0; i < MX; ++i) {
+            if (i < m) { /* x of row i read once from LDS, used by all RW rows */
+                tb_i32 xl[4], xh[4];
+                const tb_u32x4 a = xq[(i * TB_RUNS) * nchunks + lc];
+                xl[0] = (tb_i32)a.x, xl[1] = (tb_i32)a.y, xl[2] = (tb_i32)a.z, xl[3] = (tb_i32)a.w;
+#if TB_RUNS == 2
+                const tb_u32x4 h = xq[(i * TB_RUNS + 1) * nchunks + lc];
+                xh[0] = (tb_i32)h.x, xh[1] = (tb_i32)h.y, xh[2] = (tb_i32)h.z, xh[3] = (tb_i32)h.w;
+#else
+                xh[0] = xh[1] = xh[2] = xh[3] = 0;
+#endif
+                const tb_f2 ml = *(const tb_f2 *)(xm + 2 * (i * nxb + bl));
+#if TB_SAME_BLOCK || TB_RUNS == 1
+                const tb_f2 mh = ml; /* both runs in one 32-block of x */
+#else
+                const tb_f2 mh = *(const tb_f2 *)(xm + 2 * (i * nxb + bh));
+#endif
+#pragma unroll
+                for (int r = 0; r < RW; ++r)
+                    acc[r * MX + i] += tb_chunk_dot(&ch[r], c, xl, xh, ml.x, mh.x, ml.y, mh.y);
+            }
+        }
+    }
+
+    /* the batch held in registers (PP <= 1) */
     __device__ TB_FORCEINLINE void compute(const tb_batch<RW, U> &b, int base, float *acc) const {
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const int c = base + u * G + lg;
             if (c < c1) {
-                const int lc = c - c0;
-                const int bl = tb_chunk_p_lo(c) / 32 - xb0, bh = tb_chunk_p_hi(c) / 32 - xb0;
-                (void)bh;
-                tb_chunk ch[RW];
+                tb_u32 q[RW][4];
+                tb_meta mt[RW];
 #pragma unroll
-                for (int r = 0; r < RW; ++r) ch[r] = tb_unpack(b.q[r][u], b.mt[r][u], c);
+                for (int r = 0; r < RW; ++r) {
 #pragma unroll
-                for (int i = 0; i < MX; ++i) {
-                    if (i < m) { /* x of row i read once from LDS, used by all RW rows */
-                        tb_i32 xl[4], xh[4];
-                        const tb_u32x4 a = xq[(i * TB_RUNS) * nchunks + lc];
-                        xl[0] = (tb_i32)a.x, xl[1] = (tb_i32)a.y, xl[2] = (tb_i32)a.z, xl[3] = (tb_i32)a.w;
-#if TB_RUNS == 2
-                        const tb_u32x4 h = xq[(i * TB_RUNS + 1) * nchunks + lc];
-                        xh[0] = (tb_i32)h.x, xh[1] = (tb_i32)h.y, xh[2] = (tb_i32)h.z, xh[3] = (tb_i32)h.w;
-#else
-                        xh[0] = xh[1] = xh[2] = xh[3] = 0;
-#endif
-                        const tb_f2 ml = *(const tb_f2 *)(xm + 2 * (i * nxb + bl));
-#if TB_SAME_BLOCK || TB_RUNS == 1
-                        const tb_f2 mh = ml; /* both runs in one 32-block of x */
-#else
-                        const tb_f2 mh = *(const tb_f2 *)(xm + 2 * (i * nxb + bh));
-#endif
+                    for (int j = 0; j < 4; ++j) q[r][j] = b.q[r][u][j];
+                    mt[r] = b.mt[r][u];
+                }
+                dot(q, mt, c, acc);
+            }
+        }
+    }
+
+#if defined(TB_DSMEM)
+    /* PP >= 2: the payload of batch `base` of tile `tile` goes to ring stage `st` by cp.async (slot
+     * [st][r][u][tid]: a warp's 32 slots are 512 contiguous bytes, conflict-free), the meta to registers */
+    __device__ TB_FORCEINLINE void issue(tb_u32x4 *ring, int st, tb_meta (&mt)[RW][U], int tile, int base) const {
+        const int row0 = tile * ROWS_WG + rowoff;
 #pragma unroll
-                        for (int r = 0; r < RW; ++r)
-                            acc[r * MX + i] += tb_chunk_dot(&ch[r], c, xl, xh, ml.x, mh.x, ml.y, mh.y);
-                    }
+        for (int r = 0; r < RW; ++r) {
+            const tb_size row = (tb_size)(row0 + r < n ? row0 + r : n - 1);
+            const tb_u8 *qsr = qs + row * qs_row;
+            const tb_u8 *qhr = TB_QH_BYTES ? qh + row * qh_row : qh;
+            const tb_u8 *scr = sc + row * sc_row;
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int c = base + u * G + lg;
+                if (c < c1) {
+                    tb_cp_async16(tb_smem_addr(ring + ((st * RW + r) * U + u) * TB_THREADS + tid), qsr + 16 * (tb_size)c);
+                    mt[r][u] = tb_load_meta(qhr, scr, c);
                 }
             }
         }
     }
 
+    /* ring stage `st` (landed: the caller waited on its group) dotted with x */
+    __device__ TB_FORCEINLINE void compute(const tb_u32x4 *ring, int st, const tb_meta (&mt)[RW][U], int base,
+                                           float *acc) const {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int c = base + u * G + lg;
+            if (c < c1) {
+                tb_u32 q[RW][4];
+                tb_meta m1[RW];
+#pragma unroll
+                for (int r = 0; r < RW; ++r) {
+                    const tb_u32x4 v = ring[((st * RW + r) * U + u) * TB_THREADS + tid];
+                    q[r][0] = v.x, q[r][1] = v.y, q[r][2] = v.z, q[r][3] = v.w;
+                    m1[r] = mt[r][u];
+                }
+                dot(q, m1, c, acc);
+            }
+        }
+    }
+#endif
+
     /* reduce the lane group's sums, write y (KB = 1) or this slice's partials; with KB > 1 the
      * last slice of the tile to arrive adds the partials in slice order. Zeroes acc. */
     __device__ TB_FORCEINLINE void finish(int tile, float *acc) const {
         tb_reduce<V, G>::run(acc, lg);
-        const int j = tb_reduce<V, G>::owned(lg);
-        const int r = j / MX, i = j % MX;
-        const int row = tile * ROWS_WG + rowoff + r;
-        if ((lg & (G / V - 1)) == 0 && i < m && row < n) {
-            if (KB == 1)
-                y[(tb_size)i * (tb_size)n + (tb_size)row] = acc[0];
-            else
-                workspace[((tb_size)slice * (tb_size)m + (tb_size)i) * (tb_size)n + (tb_size)row] = acc[0];
+        /* V <= G: one lane in G / V holds one sum; V > G (RG = 8 at MX >= 2): every lane holds V / G */
+        constexpr int VL = V > G ? V / G : 1;
+        constexpr int WMASK = V >= G ? 0 : G / V - 1;
+        const int j0 = tb_reduce<V, G>::owned(lg);
+#pragma unroll
+        for (int jj = 0; jj < VL; ++jj) {
+            const int j = j0 + jj;
+            const int r = j / MX, i = j % MX;
+            const int row = tile * ROWS_WG + rowoff + r;
+            if ((lg & WMASK) == 0 && i < m && row < n) {
+                if (KB == 1)
+                    y[(tb_size)i * (tb_size)n + (tb_size)row] = acc[jj];
+                else
+                    workspace[((tb_size)slice * (tb_size)m + (tb_size)i) * (tb_size)n + (tb_size)row] = acc[jj];
+            }
         }
 #pragma unroll
         for (int v = 0; v < V; ++v) acc[v] = 0.0f;
@@ -351,20 +447,16 @@ struct tb_work {
     }
 };
 
-template <int RG, int RW, int U, int KB, int PG, int MX, int PP>
-__device__ TB_FORCEINLINE void tb_decode_body(TB_DECODE_PARAMS) {
-    typedef tb_work<RG, RW, U, KB, MX> W;
-    static_assert(W::V <= W::G, "the butterfly needs RW * MX <= lanes per row");
-    __shared__ tb_u32x4 lds[TB_XB(KB, MX) / 16];
-    (void)PG;
-
-    W w;
+/* a workgroup's share: lane geometry and K slice (x's LDS is placed by the caller) */
+template <class W, int KB>
+__device__ TB_FORCEINLINE void tb_setup(W &w, TB_DECODE_PARAMS) {
+    (void)x, (void)tiles, (void)grid_x;
     w.qs = qs, w.qh = qh, w.sc = sc, w.y = y, w.workspace = workspace, w.counters = counters;
     w.m = m, w.n = n;
     w.tid = TB_TID;
     const int lane = w.tid & (TB_WAVE - 1);
     w.lg = lane & (W::G - 1);                                       /* lane inside its row group */
-    w.rowoff = ((w.tid / TB_WAVE) * RG + lane / W::G) * RW;        /* first row of this group in a tile */
+    w.rowoff = ((w.tid / TB_WAVE) * W::RGS + lane / W::G) * W::RWS; /* first row of this group in a tile */
     /* this workgroup's K slice, in whole format blocks */
     const int nblk = k / TB_BLOCK_WEIGHTS;
     w.slice = KB > 1 ? TB_BID_Y : 0;
@@ -377,6 +469,17 @@ __device__ TB_FORCEINLINE void tb_decode_body(TB_DECODE_PARAMS) {
     w.qs_row = (tb_size)k * TB_QBITS / 8;
     w.qh_row = (tb_size)(k / TB_BLOCK_WEIGHTS) * TB_QH_BYTES;
     w.sc_row = (tb_size)(k / TB_BLOCK_WEIGHTS) * TB_SC_BYTES;
+}
+
+template <int RG, int RW, int U, int KB, int PG, int MX, int PP>
+__device__ TB_FORCEINLINE void tb_decode_body(TB_DECODE_PARAMS) {
+    typedef tb_work<RG, RW, U, KB, MX> W;
+    static_assert(W::V <= W::G, "the butterfly needs RW * MX <= lanes per row");
+    __shared__ tb_u32x4 lds[TB_XB(KB, MX) / 16];
+    (void)PG;
+
+    W w;
+    tb_setup<W, KB>(w, qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
     tb_u32x4 *xq = lds;
     float *xm = (float *)(lds + m * TB_RUNS * w.nchunks);
     w.xq = xq, w.xm = xm;
@@ -443,15 +546,100 @@ __device__ TB_FORCEINLINE void tb_decode_body(TB_DECODE_PARAMS) {
     }
 }
 
+#if defined(TB_DSMEM)
+/* PP = S >= 2 (CUDA): the flattened (tile, batch) stream of the workgroup through a ring of S batches. The
+ * first S - 1 batches are issued before x is staged (weights in flight from the first instruction: the
+ * 6-18 MB shapes spent their first microsecond on x alone), then every step issues batch n + S - 1 into
+ * the stage batch n - 1 left, waits for batch n's group and computes it. Dynamic shared memory:
+ * [ring: S x RW x U x 256 x 16 B][x of the K slice: m x 1.25 bytes per weight] (tunebase-kernel.toml smem) */
+template <int RG, int RW, int U, int KB, int PG, int MX, int S>
+__device__ TB_FORCEINLINE void tb_decode_ring(TB_DECODE_PARAMS) {
+    typedef tb_work<RG, RW, U, KB, MX> W;
+    static_assert(S == 2 || S == 3, "a ring of two or three stages");
+    (void)PG;
+
+    W w;
+    tb_setup<W, KB>(w, qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
+    tb_u32x4 *ring = (tb_u32x4 *)TB_DSMEM;
+    tb_u32x4 *xq = ring + S * RW * U * TB_THREADS;
+    float *xm = (float *)(xq + m * TB_RUNS * w.nchunks);
+    w.xq = xq, w.xm = xm;
+
+    float acc[W::V];
+#pragma unroll
+    for (int v = 0; v < W::V; ++v) acc[v] = 0.0f;
+    int tile = TB_BID_X;
+    if (tile >= tiles) return; /* uniform over the workgroup */
+    constexpr int STEP = W::G * U;
+    if (w.c1 == w.c0) { /* empty K slice (KB > number of blocks): partials are zero */
+        for (; tile < tiles; tile += grid_x) w.finish(tile, acc);
+        return;
+    }
+    /* one named meta array per stage (an array of stages went to local memory at MX4 on sm_90) */
+    tb_meta m0[RW][U], m1[RW][U], m2[RW][U];
+    int itile = tile, ibase = w.c0; /* the next batch to issue */
+    auto issue = [&](tb_meta(&mi)[RW][U], int st) {
+        if (itile < tiles) w.issue(ring, st, mi, itile, ibase);
+        tb_cp_commit(); /* empty groups past the end keep the wait count uniform */
+        ibase += STEP;
+        if (ibase >= w.c1) itile += grid_x, ibase = w.c0;
+    };
+    issue(m0, 0);
+    if (S == 3) issue(m1, 1);
+    tb_stage_x<TB_XP(MX)>(x, m, k, w.xb0, w.nxb, w.c0, w.nchunks, xq, xm);
+    tb_sync();
+    int base = w.c0;
+    /* one step: issue batch n + S - 1 into the stage batch n - 1 left, wait for batch n, compute it */
+    auto step = [&](tb_meta(&mi)[RW][U], int si, const tb_meta(&mc)[RW][U], int sc) -> bool {
+        issue(mi, si);
+        tb_cp_wait<S - 1>();
+        w.compute(ring, sc, mc, base, acc);
+        base += STEP;
+        if (base >= w.c1) {
+            w.finish(tile, acc);
+            tile += grid_x, base = w.c0;
+            if (tile >= tiles) return true;
+        }
+        return false;
+    };
+    if constexpr (S == 2) {
+        for (;;) {
+            if (step(m1, 1, m0, 0) || step(m0, 0, m1, 1)) return;
+        }
+    } else {
+        for (;;) {
+            if (step(m2, 2, m0, 0) || step(m0, 0, m1, 1) || step(m1, 1, m2, 2)) return;
+        }
+    }
+}
+#endif
+
+/* PP 0 / 1: registers (every backend); PP >= 2: the cp.async ring (CUDA; the manifest keeps it off AMD) */
+template <int RG, int RW, int U, int KB, int PG, int MX, int PP>
+__device__ TB_FORCEINLINE void tb_decode_pick(TB_DECODE_PARAMS) {
+#if defined(TB_DSMEM)
+    if constexpr (PP >= 2) {
+        tb_decode_ring<RG, RW, U, KB, PG, MX, PP>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
+        return;
+    } else
+#else
+    static_assert(PP < 2, "PP >= 2 (cp.async ring) is CUDA only");
+#endif
+    {
+        tb_decode_body<RG, RW, U, KB, PG, MX, PP>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
+    }
+}
+
 #define TB_DECODE_VARIANT(MX, KB, RW, U, RG, PG, PP)                                                   \
-    extern "C" __global__ TB_LAUNCH_BOUNDS(TB_THREADS, TB_MINB(RW, U * (1 + PP), KB, MX, PG)) void    \
+    extern "C" __global__ TB_LAUNCH_BOUNDS(TB_THREADS, TB_MINB_V(RW, U, KB, MX, PG, PP)) void          \
         tb_decode_mx##MX##_kb##KB##_rw##RW##_u##U##_rg##RG##_pg##PG##_pp##PP(TB_DECODE_PARAMS) {     \
-        tb_decode_body<RG, RW, U, KB, PG, MX, PP>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x); \
+        tb_decode_pick<RG, RW, U, KB, PG, MX, PP>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x); \
     }
 
 /* -DTB_DECODE_VARIANTS='TB_DECODE_VARIANT(1,1,1,4,1,0,1) ...' builds a subset; default: the whole GPU space
- * (tests/packages/test_builtin_packages.py checks that this list equals the manifest's space) */
+ * (tests/packages/test_builtin_packages.py checks that these lists equal the manifest's rocm / cuda spaces) */
 #ifndef TB_DECODE_VARIANTS
+#define TB_DECODE_DEFAULT_LIST 1
 #define TB_DECODE_VARIANTS \
     TB_DECODE_VARIANT(1, 1, 1, 2, 1, 0, 1) TB_DECODE_VARIANT(1, 1, 1, 2, 1, 2, 1) TB_DECODE_VARIANT(1, 1, 1, 2, 1, 3, 1) \
     TB_DECODE_VARIANT(1, 1, 1, 2, 1, 4, 1) TB_DECODE_VARIANT(1, 1, 1, 2, 2, 0, 1) TB_DECODE_VARIANT(1, 1, 1, 4, 1, 0, 0) \
@@ -477,4 +665,22 @@ __device__ TB_FORCEINLINE void tb_decode_body(TB_DECODE_PARAMS) {
     TB_DECODE_VARIANT(4, 1, 2, 4, 1, 3, 0) TB_DECODE_VARIANT(4, 1, 2, 4, 2, 0, 0) TB_DECODE_VARIANT(4, 4, 1, 2, 1, 0, 1) \
     TB_DECODE_VARIANT(4, 4, 1, 4, 1, 0, 1) TB_DECODE_VARIANT(4, 4, 2, 2, 1, 0, 1)
 #endif
-TB_DECODE_VARIANTS
+/* the cp.async ring variants (PP 2, 3: the CUDA space only) join a plain CUDA build's default list */
+#if defined(TB_DECODE_DEFAULT_LIST) && defined(TB_DSMEM)
+#define TB_DECODE_RING_VARIANTS \
+    TB_DECODE_VARIANT(1, 1, 1, 4, 1, 0, 2) TB_DECODE_VARIANT(1, 1, 1, 4, 1, 0, 3) TB_DECODE_VARIANT(1, 1, 1, 4, 1, 3, 2) \
+    TB_DECODE_VARIANT(1, 1, 1, 4, 1, 3, 3) TB_DECODE_VARIANT(1, 1, 1, 4, 1, 4, 2) TB_DECODE_VARIANT(1, 1, 1, 4, 1, 4, 3) \
+    TB_DECODE_VARIANT(1, 1, 2, 2, 1, 0, 2) TB_DECODE_VARIANT(1, 1, 2, 2, 1, 0, 3) TB_DECODE_VARIANT(1, 1, 2, 2, 1, 3, 2) \
+    TB_DECODE_VARIANT(1, 1, 2, 2, 1, 3, 3) TB_DECODE_VARIANT(1, 1, 2, 4, 1, 0, 2) TB_DECODE_VARIANT(1, 1, 2, 4, 1, 3, 2) \
+    TB_DECODE_VARIANT(2, 1, 2, 2, 1, 2, 2) TB_DECODE_VARIANT(2, 1, 2, 2, 1, 2, 3) TB_DECODE_VARIANT(2, 1, 2, 2, 1, 3, 2) \
+    TB_DECODE_VARIANT(2, 1, 2, 2, 1, 3, 3) TB_DECODE_VARIANT(2, 1, 2, 2, 8, 3, 2) TB_DECODE_VARIANT(2, 1, 2, 4, 1, 2, 2) \
+    TB_DECODE_VARIANT(2, 1, 2, 4, 1, 3, 2) TB_DECODE_VARIANT(4, 1, 1, 4, 1, 0, 2) TB_DECODE_VARIANT(4, 1, 1, 4, 1, 2, 2) \
+    TB_DECODE_VARIANT(4, 1, 1, 4, 1, 3, 2) TB_DECODE_VARIANT(4, 1, 1, 4, 8, 0, 2) TB_DECODE_VARIANT(4, 1, 1, 4, 8, 3, 2) \
+    TB_DECODE_VARIANT(4, 1, 2, 2, 1, 0, 2) TB_DECODE_VARIANT(4, 1, 2, 2, 1, 0, 3) TB_DECODE_VARIANT(4, 1, 2, 2, 1, 2, 2) \
+    TB_DECODE_VARIANT(4, 1, 2, 2, 1, 2, 3) TB_DECODE_VARIANT(4, 1, 2, 2, 1, 3, 2) TB_DECODE_VARIANT(4, 1, 2, 2, 1, 3, 3) \
+    TB_DECODE_VARIANT(4, 1, 2, 2, 8, 0, 2) TB_DECODE_VARIANT(4, 1, 2, 2, 8, 3, 2) TB_DECODE_VARIANT(4, 1, 2, 2, 8, 3, 3) \
+    TB_DECODE_VARIANT(4, 1, 2, 4, 1, 0, 2) TB_DECODE_VARIANT(4, 1, 2, 4, 1, 2, 2) TB_DECODE_VARIANT(4, 1, 2, 4, 1, 3, 2)
+#else
+#define TB_DECODE_RING_VARIANTS
+#endif
+TB_DECODE_VARIANTS TB_DECODE_RING_VARIANTS
