@@ -32,6 +32,7 @@ def main() -> int:
     parser.add_argument("--strategy", default="race", choices=("race", "exhaustive"))
     parser.add_argument("--max-dispatches", type=int, default=200)
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--artifacts", type=Path, help="an NVRTC cache (e.g. compiled here beforehand and carried)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
 
@@ -45,7 +46,7 @@ def main() -> int:
         arch="sm_90", phase="decode", format=args.format, shape="profile", n=args.n, k=args.k, m=args.m,
         variants=variants, min_dispatches=20, max_dispatches=args.max_dispatches, strategy=args.strategy,
     )  # fmt: skip
-    backend = CudaBackend(Path(tempfile.mkdtemp(prefix="tb-profile-")))
+    backend = CudaBackend(args.artifacts or Path(tempfile.mkdtemp(prefix="tb-profile-")))
     if backend.detect() is None:
         print("no sm_90 GPU", file=sys.stderr)
         return 2
