@@ -14,13 +14,15 @@ variant's launch-geometry covariates where the variant space has a known geometr
 times is the model's answer.
 
 Table: the model labels a grid of (M, N, K) (log2 N and log2 K every GRID_STEP octave over the
-training range and beyond it) with each variant's predicted time, a mean over the cell's N; a regret
-tree (service.tables.tree.fit_tree, grown through zero-gain cuts, then pruned where a subtree does
-not lower the predicted regret by MIN_GAIN) compresses it into nested integer comparisons over M, N,
-K, so every dialect renders it as its decision tree: the lookup stays integer-exact. Pure numpy.
-
-Limit: the tree splits on M, N, K only, so it cannot follow the wave quantisation (it flips every
-few percent of N); held out on the H200 sweep the emitted tree loses about 3x the model's own regret.
+training range and beyond it) with each variant's predicted time; a regret tree
+(service.tables.tree.fit_tree, grown through zero-gain cuts, then pruned where a subtree does not
+lower the predicted regret by MIN_GAIN) compresses it into nested integer comparisons, so every
+dialect renders it as its decision tree: the lookup stays integer-exact. Without a known geometry a
+label is the mean over its cell's N and the tree reads M, N, K. With the KB/TW geometry the grid is
+dense in N (EXACT_N_STEP), labelled at each exact N, and the tree may also split on the launch rounds
+of the winning variants (service.tables.tree.RoundsFeature; integer, evaluated by the C++ and json
+dialects), since the wave quantisation flips every few percent of N, finer than cuts on N follow.
+Pure numpy.
 """
 
 from __future__ import annotations
@@ -31,13 +33,14 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from service.tables.model import MeasuredPoint
-from service.tables.tree import FallbackTree, fit_tree
+from service.tables.tree import FallbackTree, RoundsFeature, fit_tree
 
 BANDWIDTH = 1.2  # octaves of N and K: chosen by leave-one-shape-out on the H200 sweep (1.0-1.5 within 0.1%)
 SLOPE_RIDGE = 0.01  # shrinks the per-variant slopes where few neighbours carry weight
 CODEBOOK_RIDGE = 1.0  # shrinks a codebook's per-variant offset toward the pooled fit
 MIN_WEIGHT = 1e-4  # training shapes weighted below this (relative) are left out of a local fit
 GRID_STEP = 0.25  # octaves between synthetic grid values of N and K
+EXACT_N_STEP = 1 / 16  # octaves between grid values of N when labels are exact (rounds features)
 CELL_SAMPLES = 8  # N values a grid label averages over (one grid step wide)
 GRID_BEYOND_N = 4.0  # octaves of N above the largest measured (LM heads lie far beyond the layers)
 TREE_DEPTH = 14
@@ -47,26 +50,45 @@ MIN_GAIN = 0.001  # a tree split must lower its node's mean predicted regret by 
 Geometry = Callable[[str, int, int], tuple[float, ...]]
 
 
-def kbtw_geometry(cus: int, wave: int, resident_blocks: int = 3) -> Geometry:
+class KbTwGeometry:
     """Wave-quantisation covariates of Llaminar's KB/TW decode launch (the tb-decode KB/TW package's
     [derived] expressions): rows per wave ``max(1, ceil(n / max(1, tw*cus // kb)))``, groups
     ``ceil(n / (rows_per_wave * 256/wave))``, grid = groups x kb blocks run in rounds of
     ``cus * resident_blocks`` (3: the TW = 24 launch bound that wins almost everywhere). The two
     covariates are log(quantised / continuous) of the rounds and of rows per wave: how much work
-    the integer geometry adds over the smooth trend the interpolation sees."""
-    rows_per_block = max(1, 256 // wave)
+    the integer geometry adds over the smooth trend the interpolation sees. The same rounds, as
+    integer RoundsFeature values, are what the emitted tree may split on."""
 
-    def covariates(variant: str, n: int, k: int) -> tuple[float, ...]:
-        kb, tw = (int(part[2:]) for part in variant.split("/"))
-        per = max(1, tw * cus // kb)
-        rpw = max(1, -(-n // per))
-        groups = -(-n // (rpw * rows_per_block))
-        rounds = -(-(groups * kb) // (cus * resident_blocks))
-        rpw_c = max(1.0, n / per)
-        rounds_c = max(1.0, n * kb / (rpw_c * rows_per_block) / (cus * resident_blocks))
-        return (math.log(rounds / rounds_c), math.log(rpw / rpw_c))
+    def __init__(self, cus: int, wave: int, resident_blocks: int = 3) -> None:
+        self.cus, self.wave, self.resident = cus, wave, resident_blocks
+        self.rows_per_block = max(1, 256 // wave)
 
-    return covariates
+    def __call__(self, variant: str, n: int, k: int) -> tuple[float, ...]:
+        row = self.matrix([variant], np.array([n]))[0, 0]
+        return (float(row[0]), float(row[1]))
+
+    def matrix(self, variants: Sequence[str], ns: np.ndarray) -> np.ndarray:
+        """len(ns) x variants x 2 covariates, vectorised over N (K does not enter the geometry)."""
+        kb, tw = (np.array([int(v.split("/")[i][2:]) for v in variants], dtype=np.int64) for i in (0, 1))
+        n = np.asarray(ns, dtype=np.int64)[:, None]
+        per = np.maximum(1, tw * self.cus // kb)[None, :]
+        rpw = np.maximum(1, -(-n // per))
+        groups = -(-n // (rpw * self.rows_per_block))
+        slots = self.cus * self.resident
+        rounds = -(-(groups * kb[None, :]) // slots)
+        rpw_c = np.maximum(1.0, n / per)
+        rounds_c = np.maximum(1.0, n * kb[None, :] / (rpw_c * self.rows_per_block) / slots)
+        return np.stack([np.log(rounds / rounds_c), np.log(rpw / rpw_c)], axis=-1)
+
+    def features(self, variants: Sequence[str]) -> list[str]:
+        """RoundsFeature names of the variants' distinct (KB, TW) launches."""
+        pairs = sorted({tuple(int(part[2:]) for part in v.split("/")) for v in variants})
+        return [RoundsFeature(kb, tw, self.cus, self.rows_per_block, self.resident).name for kb, tw in pairs]
+
+
+def kbtw_geometry(cus: int, wave: int, resident_blocks: int = 3) -> KbTwGeometry:
+    """The KB/TW geometry of an arch with ``cus`` CUs / SMs of ``wave`` lanes."""
+    return KbTwGeometry(cus, wave, resident_blocks)
 
 
 def geometry_for(variants: Sequence[str], arch: str | None) -> Geometry | None:
@@ -83,7 +105,7 @@ def geometry_for(variants: Sequence[str], arch: str | None) -> Geometry | None:
         spec = get_arch(arch)
     except (ValueError, KeyError):
         return None
-    return kbtw_geometry(spec.cus, spec.wave) if spec.backend != "host" and spec.wave > 1 else None
+    return KbTwGeometry(spec.cus, spec.wave) if spec.backend != "host" and spec.wave > 1 else None
 
 
 class TimeModel:
@@ -161,6 +183,36 @@ class TimeModel:
             out[cb] = dict(zip(self.variants, values.tolist(), strict=True))
         return out
 
+    def predict_exact(self, ns: Sequence[int], k: int) -> dict[int, np.ndarray]:
+        """Per codebook, len(ns) x variants predicted times at each exact N (no cell mean): the grid
+        labels a tree with RoundsFeature splits learns from, so the quantisation must stay in them.
+        The smooth local fit is solved at N snapped to the GRID_STEP lattice (it changes little
+        within a step; the geometry, evaluated at every N, is what changes)."""
+        nv, nc = len(self.variants), len(self.codebooks)
+        out = {cb: np.empty((len(ns), nv)) for cb in self.codebooks}
+        lo, hi = float(self.log_n.min()), float(self.log_n.max())
+        qk = min(max(math.log2(k), float(self.log_k.min())), float(self.log_k.max()))
+        snapped: dict[float, list[int]] = {}
+        for i, n in enumerate(ns):
+            qn = min(max(round(math.log2(n) / GRID_STEP) * GRID_STEP, lo), hi)
+            snapped.setdefault(qn, []).append(i)
+        for qn, rows in snapped.items():
+            beta = self._cache.get((qn, qk))
+            if beta is None:
+                beta = self._cache[(qn, qk)] = self._solve(qn, qk)
+            at = np.array([ns[i] for i in rows])
+            if self.geometry is None:
+                geo = np.zeros((len(rows), nv))
+            elif isinstance(self.geometry, KbTwGeometry):
+                geo = self.geometry.matrix(self.variants, at) @ beta[3 * nv + nc * nv :]
+            else:
+                geo = np.array([self._covariates(int(n), k) for n in at]) @ beta[3 * nv + nc * nv :]
+            for c, cb in enumerate(self.codebooks):
+                out[cb][rows] = np.exp(
+                    beta[0 : 3 * nv : 3] + beta[3 * nv + c * nv : 3 * nv + (c + 1) * nv] + geo
+                )
+        return out
+
     def _covariates(self, n: int, k: int) -> np.ndarray:
         """variants x covariates at (n, k), memoised (grid cells share their N samples)."""
         found = self._geo_cache.get((n, k))
@@ -226,28 +278,42 @@ def model_answer(
     return answer
 
 
-def grid_values(values: Sequence[int], below: float, above: float) -> list[int]:
-    """Log-spaced values GRID_STEP octaves apart over the training range widened by ``below`` and
+def grid_values(values: Sequence[int], below: float, above: float, step: float = GRID_STEP) -> list[int]:
+    """Log-spaced values ``step`` octaves apart over the training range widened by ``below`` and
     ``above`` octaves (beyond the range the model is clamped, only the geometry changes)."""
     lo, hi = math.log2(min(values)) - below, math.log2(max(values)) + above
-    steps = math.floor((hi - lo) / GRID_STEP)
-    grid = {round(2 ** (lo + i * GRID_STEP)) for i in range(steps + 1)}
+    steps = math.floor((hi - lo) / step)
+    grid = {round(2 ** (lo + i * step)) for i in range(steps + 1)}
     return sorted(grid)
 
 
 def fit_surrogate_trees(
     points: Sequence[MeasuredPoint], geometry: Geometry | None
 ) -> dict[int, FallbackTree]:
-    """Per codebook, the regret tree fitted on the model-labelled synthetic grid."""
+    """Per codebook, the regret tree fitted on the model-labelled synthetic grid.
+
+    With a KbTwGeometry the grid is dense in N (EXACT_N_STEP octaves), labelled at each exact N, and
+    the tree may also split on the launch rounds (RoundsFeature) of every variant that wins somewhere
+    on the grid: the quantisation stays in the labels and the tree can follow it. Otherwise (no known
+    geometry) labels are cell means on the GRID_STEP grid and the tree reads M, N, K only."""
     models = fit_models(points, geometry)
     allowed = complete_variants(points)
-    ns = grid_values([p.n for p in points], 1.0, GRID_BEYOND_N)
+    exact = isinstance(geometry, KbTwGeometry)
+    ns = grid_values([p.n for p in points], 1.0, GRID_BEYOND_N, EXACT_N_STEP if exact else GRID_STEP)
     ks = grid_values([p.k for p in points], 1.0, 1.0)
     synthetic: dict[int, list[MeasuredPoint]] = {cb: [] for cb in allowed}
     for m, model in models.items():
-        for n in ns:
-            for k in ks:
-                for cb, times in model.predict(n, k, GRID_STEP).items():
+        for k in ks:
+            if exact:
+                labels = model.predict_exact(ns, k)
+                per_n = [
+                    (n, {cb: dict(zip(model.variants, labels[cb][i].tolist(), strict=True)) for cb in labels})
+                    for i, n in enumerate(ns)
+                ]
+            else:
+                per_n = [(n, model.predict(n, k, GRID_STEP)) for n in ns]
+            for n, by_cb in per_n:
+                for cb, times in by_cb.items():
                     kept = {v: times[v] for v in allowed.get(cb, ()) if v in times}
                     if kept:
                         winner = min(kept, key=lambda v: (kept[v], v))
@@ -257,6 +323,9 @@ def fit_surrogate_trees(
         if not grid:
             continue
         ms = tuple(sorted({p.m for p in grid}))
-        root = fit_tree(grid, TREE_DEPTH, 1, min_gain=MIN_GAIN, grow_through=True)
+        extra = (
+            geometry.features(sorted({p.winner for p in grid})) if isinstance(geometry, KbTwGeometry) else []
+        )
+        root = fit_tree(grid, TREE_DEPTH, 1, min_gain=MIN_GAIN, grow_through=True, extra_features=extra)
         trees[cb] = FallbackTree(cb, ms, root, TREE_DEPTH, 1)
     return trees

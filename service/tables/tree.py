@@ -14,19 +14,70 @@ Python answer identically without floating point. Pure functions over plain data
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
 from service.tables.model import MeasuredPoint
 
 FEATURES: tuple[str, ...] = ("m", "n", "k")
+_ROUNDS_RE = re.compile(r"^rounds_kb(\d+)_tw(\d+)_cu(\d+)_r(\d+)_b(\d+)$")
 # A variant missing (not parity-passing) at a point costs this much there: never chosen for a leaf
 # holding that point while any variant is complete.
 MISSING_COST = 1e6
 DEPTHS: tuple[int, ...] = (1, 2, 3, 4, 6, 8)
 MIN_LEAF: tuple[int, ...] = (1, 2, 4)  # points per leaf
+
+
+@dataclass(frozen=True)
+class RoundsFeature:
+    """Launch rounds of a KB/TW decode grid at ``n``: an integer feature a tree may split on besides
+    M, N, K, because the wave quantisation it encodes flips every few percent of N (e.g. 5120 x 17408
+    on the H200: KB8/TW24 launches 400 blocks, 4 past the 396 resident, and loses 60%), far finer than
+    cuts on N can follow. The KB/TW package's [derived] geometry: rows per wave
+    ``max(1, ceil(n / max(1, tw * cus // kb)))``, blocks ``ceil(n / (rows_per_wave * rows)) * kb``,
+    rounds ``ceil(blocks / (cus * resident))``. Integer arithmetic only, so every dialect (C++, json)
+    evaluates it exactly; the name carries every constant, so a table needs nothing else."""
+
+    kb: int
+    tw: int
+    cus: int
+    rows: int  # rows per wave-group of a block: threads per block / wave
+    resident: int  # blocks resident per CU / SM
+
+    @property
+    def name(self) -> str:
+        return f"rounds_kb{self.kb}_tw{self.tw}_cu{self.cus}_r{self.rows}_b{self.resident}"
+
+    def value(self, n: int) -> int:
+        per = max(1, self.tw * self.cus // self.kb)
+        rows_per_wave = max(1, -(-n // per))
+        blocks = -(-n // (rows_per_wave * self.rows)) * self.kb
+        return -(-blocks // (self.cus * self.resident))
+
+    @staticmethod
+    @lru_cache(maxsize=256)
+    def parse(name: str) -> RoundsFeature | None:
+        found = _ROUNDS_RE.match(name)
+        if found is None:
+            return None
+        kb, tw, cus, rows, resident = (int(g) for g in found.groups())
+        if min(kb, tw, cus, rows, resident) < 1:
+            raise ValueError(f"feature {name!r}: every constant must be >= 1")
+        return RoundsFeature(kb, tw, cus, rows, resident)
+
+
+def feature_value(name: str, m: int, n: int, k: int) -> int:
+    """A tree feature at (M key, N, K): m, n, k, or a RoundsFeature by its name."""
+    if name in FEATURES:
+        return {"m": m, "n": n, "k": k}[name]
+    rounds = RoundsFeature.parse(name)
+    if rounds is None:
+        raise ValueError(f"unknown tree feature {name!r}")
+    return rounds.value(n)
 
 
 @dataclass(frozen=True)
@@ -44,11 +95,17 @@ class TreeNode:
 
     def answer(self, m: int, n: int, k: int) -> str:
         node = self
-        values = {"m": m, "n": n, "k": k}
         while node.variant is None:
             assert node.left is not None and node.right is not None
-            node = node.left if values[node.feature] <= node.threshold else node.right
+            node = node.left if feature_value(node.feature, m, n, k) <= node.threshold else node.right
         return node.variant
+
+    def features(self) -> set[str]:
+        """Every feature a split reads (dialects emit helpers for the non-M/N/K ones)."""
+        if self.variant is not None:
+            return set()
+        assert self.left is not None and self.right is not None
+        return {self.feature} | self.left.features() | self.right.features()
 
     def leaves(self) -> int:
         if self.variant is not None:
@@ -120,6 +177,7 @@ def fit_tree(
     variants: Sequence[str] | None = None,
     min_gain: float = 0.0,
     grow_through: bool = False,
+    extra_features: Sequence[str] = (),
 ) -> TreeNode:
     """Greedy top-down tree minimising total fitting regret; a split must lower its node's mean regret
     by more than ``min_gain`` (0: any decrease).
@@ -127,14 +185,22 @@ def fit_tree(
     ``grow_through``: a split is made even when it alone lowers nothing (a pocket inside both ranges
     needs two cuts before either pays; near-ties then cut at the middle row), and a subtree that in
     the end does not lower its node's regret by ``min_gain`` is pruned back to a leaf. For dense
-    synthetic grids (service.tables.surrogate), where greedy one-cut gains miss such pockets."""
+    synthetic grids (service.tables.surrogate), where greedy one-cut gains miss such pockets.
+
+    ``extra_features``: integer features beyond M, N, K (RoundsFeature names) a split may read."""
     if not points:
         raise ValueError("a tree needs at least one point")
     names = sorted(
         variants or {v for p in points if p.times_us for v in p.times_us} | {p.winner for p in points}
     )
     matrix = regret_matrix(points, names)
-    features = np.array([[p.m, p.n, p.k] for p in points], dtype=np.int64)
+    names_f = (*FEATURES, *extra_features)
+    base = np.array([[p.m, p.n, p.k] for p in points], dtype=np.int64)
+    columns = [base[:, i] for i in range(len(FEATURES))]
+    for name in extra_features:  # these read N only: one evaluation per distinct N
+        at = {n: feature_value(name, 1, int(n), 1) for n in np.unique(base[:, 1]).tolist()}
+        columns.append(np.array([at[p.n] for p in points], dtype=np.int64))
+    features = np.stack(columns, axis=1)
     wins: dict[str, int] = {}
     for p in points:
         wins[p.winner] = wins.get(p.winner, 0) + 1
@@ -147,7 +213,7 @@ def fit_tree(
         if depth >= max_depth or len(rows) < 2 * min_leaf or leaf_cost <= 1e-12:
             return node
         best: tuple[float, int, int] | None = None  # (cost, feature, threshold)
-        for f in range(len(FEATURES)):
+        for f in range(len(names_f)):
             order = rows[np.argsort(features[rows, f], kind="stable")]
             values = features[order, f]
             prefix = np.cumsum(matrix[order], axis=0)
@@ -171,7 +237,7 @@ def fit_tree(
             return node  # both halves want the same variant: the split decides nothing
         if grow_through and _cost(left) + _cost(right) >= leaf_cost - 1e-9 - min_gain * len(rows):
             return node  # the grown subtree does not pay for itself
-        return TreeNode(None, FEATURES[f], threshold, left, right, len(rows), node.regret, node.best)
+        return TreeNode(None, names_f[f], threshold, left, right, len(rows), node.regret, node.best)
 
     return grow(np.arange(len(points)), 0)
 

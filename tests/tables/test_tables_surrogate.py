@@ -118,3 +118,42 @@ def test_policy_chooses_the_surrogate_by_held_out_regret_and_the_table_compiles(
     assert "codebook 0: surrogate (held-out mean regret over 25 shapes" in table.text
     assert "surrogate = such a tree learnt from a per-variant time model" in table.text
     assert table.metrics.max_regret is not None and table.metrics.max_regret <= 0.02
+
+
+def test_rounds_feature_matches_the_geometry_and_the_dialects_evaluate_it() -> None:
+    from service.tables.dialects.json_table import _rounds
+    from service.tables.tree import RoundsFeature, feature_value
+
+    kb8 = RoundsFeature(8, 24, 132, 8, 3)
+    assert RoundsFeature.parse(kb8.name) == kb8
+    assert kb8.value(5120) == 2 and kb8.value(5096) == 1 and RoundsFeature(4, 24, 132, 8, 3).value(5120) == 1
+    for n in (1, 255, 5097, 5148, 5149, 17408, 248320, 4_000_000):
+        assert _rounds(kb8.name, n) == feature_value(kb8.name, 1, n, 512) == kb8.value(n)
+    assert kbtw_geometry(132, 32).features([A, "KB8/TW24"]) == [
+        RoundsFeature(1, 24, 132, 8, 3).name,
+        kb8.name,
+    ]
+
+
+def cliff(m: int, n: int, k: int) -> dict[str, float]:
+    """KB8 is 5% faster wherever its grid fits one round; a second round (a few % of N wide windows,
+    e.g. 5097..5148) costs it 60%: what only a split on its rounds can follow."""
+    geo = kbtw_geometry(132, 32)
+    extra = 0.6 if geo("KB8/TW24", n, k)[0] > 0.3 else 0.0
+    return {"KB4/TW24": 1.05 * n * k / 1e6, "KB8/TW24": (1.0 + extra) * n * k / 1e6}
+
+
+def test_surrogate_tree_splits_on_rounds_and_the_tables_replay_it() -> None:
+    ns = (3000, 4096, 5000, 5120, 6144, 8192, 10240, 10300)
+    pts = points(cliff, (1,), ns, (4096, 8192, 16384))
+    trees = fit_surrogate_trees(pts, kbtw_geometry(132, 32))
+    assert any(f.startswith("rounds_") for f in trees[0].root.features())
+    for n in (5120, 5140, 10240, 10290):  # second-round windows of KB8 the grid did not all hold
+        probe = MeasuredPoint(0, 1, n, 12000, "probe", "KB4/TW24", cliff(1, n, 12000))
+        assert regret(probe, trees[0].answer(1, n, 12000) or "") == 0.0
+    choices = [TableChoice(p.codebook, ("Q4_0",), p.m, p.n, p.k, p.shape, p.winner, 1.0) for p in pts]
+    times = [PointTimes(p.codebook, p.m, p.n, p.k, p.shape, dict(p.times_us or {})) for p in pts]
+    for dialect in ("llaminar-rocm-decode", "json"):
+        table = generate_table(choices, times, "sm_90", ["7"], dialect, policies=("surrogate",))
+        assert any("replay reproduces" in c for c in table.checks), table.checks
+        assert "rounds_kb8_tw24_cu132_r8_b3" in table.text or "KbTwRounds(n, 8, 24" in table.text

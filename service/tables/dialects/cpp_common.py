@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from service.tables.fallback import ASPECT_CLASSES
 from service.tables.model import CODEBOOK_FORMATS, FallbackRule, HeaderInfo, TableChoice
 from service.tables.policy import Fallback
-from service.tables.tree import FallbackTree, TreeNode
+from service.tables.tree import FEATURES, FallbackTree, RoundsFeature, TreeNode
 
 _SAFE_COMMENT_RE = re.compile(r"[^A-Za-z0-9_.,:;=+<>()%/ \-]")
 ASPECT_IDENT: dict[str, str] = {
@@ -67,7 +67,8 @@ def header_comment(info: HeaderInfo, by_cb: dict[int, list[TableChoice]]) -> lis
         f"exact entries: {m.entries} (overlays where fallback regret > {threshold})",
         f"fallback rules: {m.fallback_rules} (segments, plus tree leaves)",
         "fallback policy per codebook (chosen by held-out regret; tree = decision tree over log2 M, N, K; "
-        "surrogate = such a tree learnt from a per-variant time model over a synthetic log-spaced grid):",
+        "surrogate = such a tree learnt from a per-variant time model over a synthetic log-spaced grid, "
+        "which may also split on a KB/TW launch's rounds):",
         *(f"  {line}" for line in info.fallback_policies),
     ]
     for cb in sorted(by_cb):
@@ -114,30 +115,62 @@ inline {p}DispatchConfig pick{p}AspectRule(
 """
 
 
-def render_tree(node: TreeNode, m_name: str, config: Callable[[str], str], indent: str) -> list[str]:
+def rounds_helper(p: str) -> list[str]:
+    """`{p}KbTwRounds(n, kb, tw, cus, rows, resident)`: service.tables.tree.RoundsFeature in C++ integers."""
+    return [
+        "// Launch rounds of a KB/TW decode grid at n (the package's [derived] geometry): what a tree",
+        "// split on rounds_kb*_tw* reads. rows per wave = max(1, ceil(n / max(1, tw * cus / kb))),",
+        "// blocks = ceil(n / (rows_per_wave * rows)) * kb, rounds = ceil(blocks / (cus * resident)).",
+        f"inline int {p}KbTwRounds(int n, int kb, int tw, int cus, int rows, int resident) {{",
+        "    const long long per = tw * cus / kb > 1 ? tw * cus / kb : 1;",
+        "    const long long rows_per_wave = n > per ? (n + per - 1) / per : 1;",
+        "    const long long block_rows = rows_per_wave * rows;",
+        "    const long long blocks = (n + block_rows - 1) / block_rows * kb;",
+        "    const long long slots = static_cast<long long>(cus) * resident;",
+        "    return static_cast<int>((blocks + slots - 1) / slots);",
+        "}",
+        "",
+    ]
+
+
+def feature_expr(feature: str, m_name: str, p: str) -> str:
+    """C++ expression of a tree feature (M key, n, k, or a RoundsFeature call)."""
+    if feature in FEATURES:
+        return m_name if feature == "m" else feature
+    rounds = RoundsFeature.parse(feature)
+    if rounds is None:
+        raise ValueError(f"no C++ for tree feature {feature!r}")
+    r = rounds
+    return f"{p}KbTwRounds(n, {r.kb}, {r.tw}, {r.cus}, {r.rows}, {r.resident})"
+
+
+def render_tree(
+    node: TreeNode, m_name: str, config: Callable[[str], str], indent: str, p: str = ""
+) -> list[str]:
     """Nested ifs over integer thresholds (each the log2 midpoint between neighbouring values)."""
     if node.variant is not None:
         note = f"{node.variant} ({node.points} pts)"
         return [f"{indent}out = {config(node.variant)};  // {comment(note)}", f"{indent}return true;"]
     assert node.left is not None and node.right is not None
-    name = m_name if node.feature == "m" else node.feature
+    name = feature_expr(node.feature, m_name, p)
     return [
         f"{indent}if ({name} <= {node.threshold}) {{",
-        *render_tree(node.left, m_name, config, indent + "    "),
+        *render_tree(node.left, m_name, config, indent + "    ", p),
         f"{indent}}}",
-        *render_tree(node.right, m_name, config, indent),
+        *render_tree(node.right, m_name, config, indent, p),
     ]
 
 
-def _tree_case(cb: int, tree: FallbackTree, m_name: str, config: Callable[[str], str]) -> list[str]:
+def _tree_case(cb: int, tree: FallbackTree, m_name: str, config: Callable[[str], str], p: str) -> list[str]:
     ms = " || ".join(f"{m_name} == {m}" for m in tree.ms)
-    head = f"decision tree over log2 M, N, K: depth {tree.root.depth()}, {tree.root.leaves()} leaves"
+    over = "M, N, K" + (" and launch rounds" if tree.root.features() - set(FEATURES) else "")
+    head = f"decision tree over {over}: depth {tree.root.depth()}, {tree.root.leaves()} leaves"
     return [
         f"    case {cb}: {{  // {comment(head)}",
         f"        if (!({ms})) {{",
         "            return false;",
         "        }",
-        *render_tree(tree.root, m_name, config, "        "),
+        *render_tree(tree.root, m_name, config, "        ", p),
         "    }",
     ]
 
@@ -149,7 +182,10 @@ def render_fallback(p: str, m_name: str, fallback: Fallback, config: Callable[[s
     for (cb, m, aspect), rules in fallback.rules.items():
         if rules and cb not in fallback.trees:
             nested[cb][m][aspect] = list(rules)
+    trees = dict(fallback.trees)
+    geometric = any(t.root.features() - set(FEATURES) for t in trees.values())
     out = [
+        *(rounds_helper(p) if geometric else []),
         f"inline bool select{p}AspectFallback(",
         f"    uint8_t codebook_id, int {m_name}, int n, int k,",
         f"    {p}DispatchConfig &out) {{",
@@ -160,7 +196,6 @@ def render_fallback(p: str, m_name: str, fallback: Fallback, config: Callable[[s
         "    // aspect classes of N/K: very_wide >= 16, wide >= 2, balanced >= 0.75, tall",
         "    const int aspect_class = n >= 16LL * k ? 0 : n >= 2LL * k ? 1 : 4LL * n >= 3LL * k ? 2 : 3;",
     ]
-    trees = dict(fallback.trees)
     if trees and not nested:  # trees read only M, N, K
         out += ["    (void)work_items;", "    (void)aspect_class;"]
     if nested or trees:
@@ -169,7 +204,7 @@ def render_fallback(p: str, m_name: str, fallback: Fallback, config: Callable[[s
         out += [f"    (void){v};" for v in ("codebook_id", m_name, "work_items", "aspect_class", "out")]
     for cb in sorted(set(nested) | set(trees)):
         if cb in trees:
-            out += _tree_case(cb, trees[cb], m_name, config)
+            out += _tree_case(cb, trees[cb], m_name, config, p)
             continue
         out += [f"    case {cb}: {{", f"        switch ({m_name}) {{"]
         for m in sorted(nested[cb]):

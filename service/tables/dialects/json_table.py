@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import re
 from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,19 @@ from service.tables.policy import Fallback, as_fallback
 from service.tables.tree import TreeNode
 
 ASPECTS = ("very_wide", "wide", "balanced", "tall")
+
+
+def _rounds(feature: str, n: int) -> int:
+    """A rounds_kb*_tw*_cu*_r*_b* feature read from its name alone, as a json consumer would (written
+    apart from service.tables.tree.RoundsFeature so the replay checks the documented formula)."""
+    found = re.fullmatch(r"rounds_kb(\d+)_tw(\d+)_cu(\d+)_r(\d+)_b(\d+)", feature)
+    if found is None:
+        raise ValueError(f"unknown tree feature {feature!r}")
+    kb, tw, cus, rows, resident = (int(g) for g in found.groups())
+    per = max(1, tw * cus // kb)
+    rows_per_wave = max(1, (n + per - 1) // per)
+    blocks = (n + rows_per_wave * rows - 1) // (rows_per_wave * rows) * kb
+    return (blocks + cus * resident - 1) // (cus * resident)
 
 
 class JsonDialect:
@@ -126,7 +140,10 @@ class JsonDialect:
             "aspect_classes": "very_wide N>=16K, wide N>=2K, balanced 4N>=3K, tall",
             "fallback_policies": list(info.fallback_policies),
             "tree": "a codebook with `tree` answers by it (when M is in tree.m): at a node, go to `le` when "
-            "the feature (m, n or k) <= threshold, else `gt`; otherwise its `fallback` segments answer",
+            "the feature (m, n or k) <= threshold, else `gt`; otherwise its `fallback` segments answer. "
+            "A feature rounds_kb{kb}_tw{tw}_cu{cus}_r{rows}_b{resident} is the launch rounds of that KB/TW "
+            "grid at n, in integers: per = max(1, tw*cus // kb), rows_per_wave = max(1, ceil(n / per)), "
+            "blocks = ceil(n / (rows_per_wave*rows)) * kb, rounds = ceil(blocks / (cus*resident))",
             "codebooks": codebooks,
         }
         if self.package is not None:
@@ -160,7 +177,10 @@ class JsonDialect:
                     if m_key in tree["m"] and n > 0 and k > 0:
                         node, values = tree["root"], {"m": m_key, "n": n, "k": k}
                         while "config" not in node:
-                            below = values[node["feature"]] <= node["threshold"]
+                            value = values.get(node["feature"])
+                            if value is None:
+                                value = _rounds(node["feature"], n)
+                            below = value <= node["threshold"]
                             node = node["le"] if below else node["gt"]
                         answer = tuple(node["config"])
                 elif answer is None and n > 0 and k > 0:
