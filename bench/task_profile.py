@@ -32,7 +32,7 @@ def main() -> int:
     parser.add_argument("--strategy", default="race", choices=("race", "exhaustive"))
     parser.add_argument("--max-dispatches", type=int, default=200)
     parser.add_argument("--top", type=int, default=25)
-    parser.add_argument("--artifacts", type=Path, help="an NVRTC cache (e.g. compiled here beforehand and carried)")
+    parser.add_argument("--artifacts", type=Path, help="an NVRTC cache (compiled beforehand, carried)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
 
