@@ -106,6 +106,7 @@ class KernelPackage:
         self.files = dict(files)
         self.builtin = builtin
         self.version = content_version(self.files)
+        self._spaces: dict[str, dict[str, Variant]] = {}  # per backend; the manifest never changes
 
     # -- identity ---------------------------------------------------------------
 
@@ -164,11 +165,20 @@ class KernelPackage:
 
     def space(self, backend: str) -> list[Variant]:
         """Every valid point for a backend, in declared order (earlier values of earlier params first)."""
-        variants: list[Variant] = []
-        for params in self.all_points():
-            if not self.failed_rules(params, backend):
-                variants.append(Variant(self.name, self.variant_name(params), params, order=len(variants)))
-        return variants
+        return list(self._space_by_name(backend).values())
+
+    def _space_by_name(self, backend: str) -> dict[str, Variant]:
+        """The space, computed once per backend: a walk evaluates every rule at every point (seconds for
+        tb-decode), and parse() needs it per name (a task parses each of its variants, twice)."""
+        cached = self._spaces.get(backend)
+        if cached is None:
+            cached = {}
+            for params in self.all_points():
+                if not self.failed_rules(params, backend):
+                    name = self.variant_name(params)
+                    cached[name] = Variant(self.name, name, params, order=len(cached))
+            self._spaces[backend] = cached
+        return cached
 
     def invalid_points(self, backend: str) -> list[dict[str, Any]]:
         """Points a restriction removes, each with the first rule it breaks (the upload answer lists them)."""
@@ -211,10 +221,10 @@ class KernelPackage:
         failed = self.failed_rules(params, backend)
         if failed:
             raise InvalidVariant(f"{name}: breaks restriction(s) for {backend}: " + "; ".join(failed))
-        for variant in self.space(backend):
-            if variant.name == name:
-                return variant
-        raise InvalidVariant(f"{name}: not in the {backend} space")  # unreachable: rules decide membership
+        variant = self._space_by_name(backend).get(name)
+        if variant is None:  # unreachable: rules decide membership
+            raise InvalidVariant(f"{name}: not in the {backend} space")
+        return variant
 
     # -- per point ---------------------------------------------------------------
 
