@@ -72,7 +72,7 @@ def test_families(settings: Settings, read_token: str) -> None:
         "order": 0,
     }
     prefill = fams["tb-prefill"]["backends"]
-    assert prefill["cuda"]["count"] == 216 and prefill["host"]["count"] == 4  # 156 mma.sync + 60 wgmma
+    assert prefill["cuda"]["count"] == 210 and prefill["host"]["count"] == 4  # 156 mma.sync + 54 wgmma
     assert any("stages == 2" in p["rule"] for p in prefill["rocm"]["invalid"])
     assert fams["tb-prefill"]["phase"] == "prefill" and fams["tb-prefill"]["weights"] == "tb-split"
     assert fams["tb-prefill"]["prelaunch"] == {

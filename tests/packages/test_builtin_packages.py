@@ -71,7 +71,7 @@ def test_prefill_spaces() -> None:
     assert len(cuda) == 156 and cuda[0].name == "N64/M64/W2x2/K4/S3/SK1/MB1/E0"
     # the wgmma engine: one m64 weight tile per warpgroup of 4 warps, m_tile tokens (the wgmma N), 1 block/SM
     wgmma = [v.params for v in every if v.params["engine"] == 1]
-    assert len(wgmma) == 60 and len(every) == 216
+    assert len(wgmma) == 54 and len(every) == 210  # 4 warpgroups only at kb 4 (NVRTC census)
     for p in wgmma:
         assert p["warps_n"] == 4 and p["n_tile"] == 64 * p["warps_m"] and p["min_blocks"] == 1
         assert p["m_tile"] >= 64 and p["warps_m"] * p["m_tile"] <= 256 and p["stages"] >= 3
@@ -112,9 +112,8 @@ def test_prefill_point_rules_carry_reasons() -> None:
     big = PREFILL.bindings(
         PREFILL.parse("N64/M128/W2x2/K8/S4/SK1/MB1/E0", "cuda"), 4096, 4096, 512, FORMATS["Q8_0"], h200
     )
-    assert as_int(big["smem"]) > 232448 and PREFILL.point_problems(big) == [
-        "backend != 'cuda' or smem <= 232448"
-    ]
+    assert as_int(big["smem"]) > 232448  # (it breaks a no-spill rule of Q8_0 too: kb 8 with a 2048 warp tile)
+    assert "backend != 'cuda' or smem <= 232448" in PREFILL.point_problems(big)
     mi100 = DeviceFacts("rocm", "gfx906", 60, 64)
     lds = PREFILL.bindings(
         PREFILL.parse("N128/M64/W2x2/K8/S2/SK1/MB1/E0", "rocm"), 4096, 4096, 512, FORMATS["Q8_0"], mi100
