@@ -387,7 +387,17 @@ def _exited(process: subprocess.Popen[bytes]) -> bool:
         info = os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
     except ChildProcessError:
         return process.poll() is not None
-    return info is not None
+    return info is not None or _zombie(process.pid)
+
+
+def _zombie(pid: int) -> bool:
+    """A killed multi-threaded child shows as a zombie before waitid reports it (its other threads are
+    still being torn down); it has exited all the same and its pid stays reserved until reaped."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state in ("Z", "X")
 
 
 # -- the child ------------------------------------------------------------------------------
