@@ -129,10 +129,11 @@
     (TB_EST_RING(RW, U, MX, S) <= 65536 / (TB_THREADS * TB_RING_WANT(MX, PG)) + TB_FIT_SLACK ? TB_RING_WANT(MX, PG) : 1)
 #define TB_MINB_V(RW, U, KB, MX, PG, PP) \
     ((PP) >= 2 ? TB_MINB_RING(RW, U, MX, PG, PP) : TB_MINB(RW, U * (1 + (PP)), KB, MX, PG))
-/* RG16 (tensor cores): blocks per SM asked of ptxas: the persistent grid's PG, else 2 (x and the ring in shared
- * memory allow 2-3 per SM at K = 5120) */
-#define TB_MINB_TC(PG) ((PG) >= 2 ? (PG) : 2)
-#define TB_MINB_VG(RG, RW, U, KB, MX, PG, PP) ((RG) == 16 ? TB_MINB_TC(PG) : TB_MINB_V(RW, U, KB, MX, PG, PP))
+/* RG16 (tensor cores): blocks per SM asked of ptxas: the persistent grid's PG, else 3 at RW = 1 (x and a 2-stage
+ * ring of a Q4_0 MX4 kernel at K = 5120 take 66.5 KB of shared memory: 3 per SM; NVRTC 13.0 sm_90a fits every format
+ * in the 80 registers of 3 blocks without spills, 90-128 registers uncapped), 2 at RW = 2 */
+#define TB_MINB_TC(RW, PG) ((PG) >= 2 ? (PG) : ((RW) == 1 ? 3 : 2))
+#define TB_MINB_VG(RG, RW, U, KB, MX, PG, PP) ((RG) == 16 ? TB_MINB_TC(RW, PG) : TB_MINB_V(RW, U, KB, MX, PG, PP))
 /* passes of x staging loaded before any is reduced (tb_stage_x): 6 x 256 float4 cover K = 6144 at M = 1.
  * AMD: 1, the order measured before (gfx906 hipcc: 2 passes or x first made the 4-wave PP0 variants spill) */
 #if defined(TB_AMD)
