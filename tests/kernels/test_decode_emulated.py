@@ -158,21 +158,22 @@ def test_every_format_on_the_emulator(tmp_path: Path, fmt: str) -> None:
 
 
 def test_tensor_core_space_on_the_emulator(tmp_path: Path) -> None:
-    """Every RG16 variant (Q4_0, copies landing late) beside a dp4a kernel at M = 2 and 3, the MX8 ones at
-    M = 8; N = 300: three row tiles of 128, so the persistent grids (PG 2, 3 on one SM) loop over tiles and
-    the last tile is partial. A wrong fragment index, a missed wait or a ring slot refilled early changes
-    the numbers; all variants quantise x alike, so they agree to float summation order."""
+    """Every RG16 variant (Q4_0, copies landing late) beside a dp4a kernel at M = 1, 2 and 3 (M < MX: the
+    columns of absent rows of M are zeros), the MX8 ones at M = 8; N = 300: three row tiles of 128, so the
+    persistent grids (PG 2, 3 on one SM) loop over tiles and the last tile is partial. A wrong fragment
+    index, a missed wait or a ring slot refilled early changes the numbers; all variants quantise x alike,
+    so they agree to float summation order."""
     space = [v.name for v in DECODE.space("cuda") if v.params["rg"] == 16]
     assert len(space) == 21
-    dp4a = {2: "MX2/KB1/RW1/U4/RG1/PG3/PP1", 3: "MX4/KB1/RW1/U4/RG1/PG0/PP0"}
+    dp4a = {1: "MX1/KB1/RW1/U4/RG1/PG0/PP1", 2: "MX2/KB1/RW1/U4/RG1/PG3/PP1", 3: "MX4/KB1/RW1/U4/RG1/PG0/PP0"}
     binary = _emulator(tmp_path, "Q4_0", sorted(set(space) | set(dp4a.values())))
-    for m in (2, 3, 8):
+    for m in (1, 2, 3, 8):
         problem = build_problem("Q4_0", 300, 2048, m, seed=5, packed=False)
         folder = tmp_path / f"tc-{m}"
         _write(folder, "Q4_0", problem)
         results = {dp4a[m]: _run(binary, "Q4_0", dp4a[m], problem, folder)} if m in dp4a else {}
         names = [name for name in space if m <= DECODE.parse(name, "cuda").params["mx"]]
-        assert len(names) == {2: 21, 3: 14, 8: 7}[m]
+        assert len(names) == {1: 21, 2: 21, 3: 14, 8: 7}[m]
         results.update({name: _run(binary, "Q4_0", name, problem, folder, late=True) for name in names})
         _check(problem, results)
 
