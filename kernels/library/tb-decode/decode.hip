@@ -25,7 +25,9 @@
  * Variant meaning (every lane reads 16-byte payload CHUNKS, lane-contiguous, so a row's loads coalesce):
  *   MX  rows of M compiled for (m <= MX): MX = 1 keeps registers and static LDS of M = 1 small, MX = 2
  *       those of M = 2 (the H200, 2026-11-30: MX4 at M = 2 held 106 registers, 2 workgroups per SM)
- *   RG  row groups per wave: a row is read by wave/RG lanes (RG = 2: half-waves, for short K)
+ *   RG  row groups per wave: a row is read by wave/RG lanes (RG = 2: half-waves, for short K);
+ *       RG = 16 (CUDA): the int8 tensor-core kernel, 16 x RW rows per warp as the A operand of
+ *       mma.sync m16n8k32 s8, MX = 2 / 4 / 8 rows of M per 8 / MX blocks in the n8 (tb_decode_tc below)
  *   RW  rows per lane group processed together: each x chunk read from LDS serves RW rows
  *   U   chunks per lane per row loaded before any arithmetic: RW*U 16-byte loads in flight per lane
  *   KB  split-K: grid.y cuts each row's blocks into KB slices; the last workgroup to finish a row
