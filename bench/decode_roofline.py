@@ -14,7 +14,8 @@ Points: the 31 points of the issue (LM head 248320x5120 and FFN_GateUp 17408x512
 IQ4_XS at the requested M) and the 12 qwen36 shapes at M = 1 in Q4_0 (the median-of-copy-bandwidth target).
 
     python bench/decode_roofline.py [--m 1,2,3,4] [--dispatches 5] [--formats Q4_0,...] [--out FILE]
-                                    [--variants ring,MX4/KB1/RW2/U4/RG1/PG2/PP0,...]
+                                    [--variants ring,tc,MX4/KB1/RW2/U4/RG1/PG2/PP0,...]
+                                    [--shapes Qwen36_LM_Head,Qwen36_FFN_GateUp]
 
 Large weights: the first 32768 rows are quantized (by gguf where it can, else random valid blocks) and
 tiled to N rows. A GEMV's time does not depend on the values, and the reference is computed from exactly
@@ -122,8 +123,11 @@ def copy_bandwidth(repeats: int = 20) -> dict[str, Any]:
     }
 
 
-def points(formats: list[str], ms: list[int]) -> list[tuple[str, str, int, int, int]]:
-    """(format, shape, n, k, m): the issue's points, then the qwen36 shapes at M = 1 in Q4_0."""
+def points(
+    formats: list[str], ms: list[int], shapes: frozenset[str] = frozenset()
+) -> list[tuple[str, str, int, int, int]]:
+    """(format, shape, n, k, m): the issue's points, then the qwen36 shapes at M = 1 in Q4_0; ``shapes``
+    (names) keeps only those, e.g. the LM head and the GateUp alone for a short A/B of variants."""
     from kernels.profiles import load_profiles
 
     out = []
@@ -135,13 +139,13 @@ def points(formats: list[str], ms: list[int]) -> list[tuple[str, str, int, int, 
         key = ("Q4_0", shape.name, shape.n, shape.k, 1)
         if key not in out:
             out.append(key)
-    return out
+    return [p for p in out if not shapes or p[1] in shapes]
 
 
 def select_variants(spec: str) -> tuple[str, ...]:
     """The CUDA variants to time ('' = the whole space; a subset saves device time): comma-separated names
-    and the keywords 'ring' (every cp.async ring variant, PP >= 2) and 'registers' (PP 0 / 1).
-    Unknown names raise ValueError."""
+    and the keywords 'ring' (every cp.async ring variant of the dp4a kernel, PP >= 2), 'registers' (PP 0 / 1)
+    and 'tc' (the int8 tensor-core kernels, RG16). Unknown names raise ValueError."""
     from kernels.packages.loader import builtin_packages
 
     space = builtin_packages()["tb-decode"].space("cuda")
@@ -151,13 +155,17 @@ def select_variants(spec: str) -> tuple[str, ...]:
     names = {v.name for v in space}
     for item in (s.strip() for s in spec.split(",")):
         if item == "ring":
-            wanted |= {v.name for v in space if v.params["pp"] >= 2}
+            wanted |= {v.name for v in space if v.params["pp"] >= 2 and v.params["rg"] != 16}
+        elif item == "tc":
+            wanted |= {v.name for v in space if v.params["rg"] == 16}
         elif item == "registers":
             wanted |= {v.name for v in space if v.params["pp"] < 2}
         elif item in names:
             wanted.add(item)
         elif item:
-            raise ValueError(f"--variants: {item!r} is not a CUDA tb-decode variant, 'ring' or 'registers'")
+            raise ValueError(
+                f"--variants: {item!r} is not a CUDA tb-decode variant, 'ring', 'registers' or 'tc'"
+            )
     return tuple(v.name for v in space if v.name in wanted)
 
 
@@ -272,7 +280,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dispatches", type=int, default=5)
     parser.add_argument("--out", type=Path)
     parser.add_argument(
-        "--variants", default="", help="names, 'ring' (PP >= 2), 'registers' (PP 0/1); empty: all"
+        "--shapes", default="", help="comma list of shape names to keep (default: every point)"
+    )
+    parser.add_argument(
+        "--variants",
+        default="",
+        help="names, 'ring' (PP >= 2, dp4a), 'registers' (PP 0/1), 'tc' (RG16); empty: all",
     )
     args = parser.parse_args(argv)
     try:
@@ -281,6 +294,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     formats = [f for f in args.formats.split(",") if f]
     ms = [int(v) for v in args.m.split(",") if v]
+    shapes = frozenset(s for s in args.shapes.split(",") if s)
+    if not points(formats, ms, shapes):
+        parser.error(f"--shapes {args.shapes!r}: no point left (names: {LM_HEAD[0]}, {GATE_UP[0]}, qwen36's)")
 
     from workers.backends.cuda import CudaBackend
 
@@ -296,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         copy_before = copy_bandwidth()
         partial = {**copy_before, "note": "partial run: the copy before the points only"}
         rows: list[dict[str, Any]] = []
-        for fmt, shape, n, k, m in points(formats, ms):
+        for fmt, shape, n, k, m in points(formats, ms, shapes):
             rows.append(run_point(backend, fmt, shape, n, k, m, args.dispatches, chosen))
             r = rows[-1]
             took = f"{r.get('median_us', float('nan')):9.2f} us ({r['seconds']} s)"

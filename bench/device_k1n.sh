@@ -9,7 +9,8 @@
 # roofline gets up to 300 s (2026-11-30: 169 s for 42 variants, now 68) and writes its JSON after every point,
 # the tests what is left (at most 130 s, 5 processes), ncu only with NCU_MIN_S left.
 # Usage (device):  bash bench/device_k1n.sh <tag> [roofline,tests,ncu]       carry: [".whl"]
-# Env: GPU, FORMATS (--formats), VARIANTS (--variants: names, 'ring', 'registers'), ROOFLINE_TIMEOUT, BUDGET_S
+# Env: GPU, FORMATS (--formats), VARIANTS (--variants: names, 'ring', 'registers', 'tc'), SHAPES (--shapes),
+#      ROOFLINE_TIMEOUT, BUDGET_S
 # Dry run here:    DRY=1 OUT=/tmp/k1n-out bash bench/device_k1n.sh t        (prints the commands it would run)
 set -u
 tag=${1:-k1n-$(date -u +%F)}; what=${2:-roofline,tests,ncu}
@@ -34,6 +35,7 @@ if [[ $what == *roofline* ]]; then
   cmd=(python3 bench/decode_roofline.py --m 1,2,3,4 --dispatches 5 --out "$json")
   [ -n "${FORMATS:-}" ] && cmd+=(--formats "$FORMATS")  # split across GPUs; merge with --merge
   [ -n "${VARIANTS:-}" ] && cmd+=(--variants "$VARIANTS")  # a subset of the space, e.g. ring,<old winners>
+  [ -n "${SHAPES:-}" ] && cmd+=(--shapes "$SHAPES")  # e.g. Qwen36_LM_Head,Qwen36_FFN_GateUp (no qwen36 M = 1 sweep)
   stamp "${cmd[*]}" > "$blog"
   run timeout ${ROOFLINE_TIMEOUT:-300} "${cmd[@]}" >> "$blog" 2>&1
   echo "# rc=$? seconds=$(( $(date +%s) - t0 ))" >> "$blog"; tail -50 "$blog"

@@ -50,13 +50,18 @@ def _emulator(tmp: Path, fmt: str, names: list[str]) -> Path:
 def _data(tmp: Path, fmt: str, m: int) -> tuple[Problem, Path]:
     problem = build_problem(fmt, N, K, m, seed=7, packed=False)
     folder = tmp / f"data-{fmt}-{m}"
+    _write(folder, fmt, problem)
+    return problem, folder
+
+
+def _write(folder: Path, fmt: str, problem: Problem) -> None:
+    """The emulator's input files: the tb-split parts of the weights and x."""
     folder.mkdir()
     parts = split_blocks(get_format(fmt), problem.weights)
     for part in ("qs", "qh", "sc"):
         array = parts[part]
         (folder / f"{part}.bin").write_bytes(b"" if array is None else np.ascontiguousarray(array).tobytes())
     (folder / "x.bin").write_bytes(np.ascontiguousarray(problem.x, dtype=np.float32).tobytes())
-    return problem, folder
 
 
 def _run(binary: Path, fmt: str, name: str, problem: Problem, folder: Path, late: bool = False) -> np.ndarray:
@@ -129,23 +134,57 @@ def test_ring_long_k_at_m1(tmp_path: Path) -> None:
     binary = _emulator(tmp_path, "Q4_0", names)
     problem = build_problem("Q4_0", 24, 17408, 1, seed=11, packed=False)
     folder = tmp_path / "long-k"
-    folder.mkdir()
-    parts = split_blocks(get_format("Q4_0"), problem.weights)
-    for part in ("qs", "qh", "sc"):
-        array = parts[part]
-        (folder / f"{part}.bin").write_bytes(b"" if array is None else np.ascontiguousarray(array).tobytes())
-    (folder / "x.bin").write_bytes(np.ascontiguousarray(problem.x, dtype=np.float32).tobytes())
+    _write(folder, "Q4_0", problem)
     _check(problem, {name: _run(binary, "Q4_0", name, problem, folder, late=True) for name in names})
+
+
+# the int8 tensor-core kernels (RG16): every mx (8 / mx blocks per C tile), split-K, persistent, one-shot
+TC = [
+    "MX2/KB1/RW1/U8/RG16/PG2/PP3", "MX4/KB4/RW1/U8/RG16/PG0/PP2", "MX8/KB1/RW1/U8/RG16/PG0/PP2",
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("fmt", ["Q8_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q4_K", "Q6_K", "IQ4_XS"])
 def test_every_format_on_the_emulator(tmp_path: Path, fmt: str) -> None:
-    """Each format's unpack through the persistent MX2 kernel, a split-K MX4 one and the MX2 / MX4
-    (quarter-warp rows) cp.async rings (copies landing late), at M = 2."""
+    """Each format's unpack through the persistent MX2 kernel, a split-K MX4 one, the MX2 / MX4
+    (quarter-warp rows) cp.async rings and the tensor-core kernels (copies landing late), at M = 2."""
     names = ["MX2/KB1/RW1/U4/RG1/PG3/PP1", "MX4/KB4/RW2/U2/RG1/PG0/PP1"]
-    ring = ["MX2/KB1/RW2/U2/RG1/PG3/PP3", "MX4/KB1/RW2/U2/RG8/PG3/PP2"]
+    ring = ["MX2/KB1/RW2/U2/RG1/PG3/PP3", "MX4/KB1/RW2/U2/RG8/PG3/PP2", *TC]
     binary = _emulator(tmp_path, fmt, names + ring)
     problem, folder = _data(tmp_path, fmt, 2)
     results = {name: _run(binary, fmt, name, problem, folder) for name in names}
     results.update({name: _run(binary, fmt, name, problem, folder, late=True) for name in ring})
     _check(problem, results)
+
+
+def test_tensor_core_space_on_the_emulator(tmp_path: Path) -> None:
+    """Every RG16 variant (Q4_0, copies landing late) beside a dp4a kernel at M = 1, 2 and 3 (M < MX: the
+    columns of absent rows of M are zeros), the MX8 ones at M = 8; N = 300: three row tiles of 128, so the
+    persistent grids (PG 2, 3 on one SM) loop over tiles and the last tile is partial. A wrong fragment
+    index, a missed wait or a ring slot refilled early changes the numbers; all variants quantise x alike,
+    so they agree to float summation order."""
+    space = [v.name for v in DECODE.space("cuda") if v.params["rg"] == 16]
+    assert len(space) == 21
+    dp4a = {1: "MX1/KB1/RW1/U4/RG1/PG0/PP1", 2: "MX2/KB1/RW1/U4/RG1/PG3/PP1", 3: "MX4/KB1/RW1/U4/RG1/PG0/PP0"}
+    binary = _emulator(tmp_path, "Q4_0", sorted(set(space) | set(dp4a.values())))
+    for m in (1, 2, 3, 8):
+        problem = build_problem("Q4_0", 300, 2048, m, seed=5, packed=False)
+        folder = tmp_path / f"tc-{m}"
+        _write(folder, "Q4_0", problem)
+        results = {dp4a[m]: _run(binary, "Q4_0", dp4a[m], problem, folder)} if m in dp4a else {}
+        names = [name for name in space if m <= DECODE.parse(name, "cuda").params["mx"]]
+        assert len(names) == {1: 21, 2: 21, 3: 14, 8: 7}[m]
+        results.update({name: _run(binary, "Q4_0", name, problem, folder, late=True) for name in names})
+        _check(problem, results)
+
+
+@pytest.mark.parametrize("fmt", ["Q4_0", "Q4_K"])
+def test_tensor_core_long_k_split(tmp_path: Path, fmt: str) -> None:
+    """K = 17408 (the FFN down projection) at M = 4: split-K over 4 slices of 17 stages (the last workgroup of
+    a tile adds the partials) and the one-slice kernel with x of the whole row in shared memory."""
+    names = ["MX4/KB4/RW1/U8/RG16/PG0/PP3", "MX8/KB1/RW1/U8/RG16/PG0/PP2", "MX4/KB4/RW2/U2/RG1/PG0/PP1"]
+    binary = _emulator(tmp_path, fmt, names)
+    problem = build_problem(fmt, 40, 17408, 4, seed=13, packed=False)
+    folder = tmp_path / "long-k"
+    _write(folder, fmt, problem)
+    _check(problem, {name: _run(binary, fmt, name, problem, folder, late=True) for name in names})

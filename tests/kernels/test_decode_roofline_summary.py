@@ -48,11 +48,13 @@ def test_summary_counts_ratios_and_bandwidth() -> None:
 
 
 def test_variant_selection() -> None:
-    """--variants: names and the keywords 'ring' / 'registers' pick from the CUDA space in space order."""
+    """--variants: names and the keywords 'ring' / 'registers' / 'tc' pick from the CUDA space, in order."""
     every = bench.select_variants("")
     ring = bench.select_variants("ring")
-    assert len(every) == 104 and len(ring) == 36 and all(name.endswith(("/PP2", "/PP3")) for name in ring)
+    assert len(every) == 125 and len(ring) == 36 and all(name.endswith(("/PP2", "/PP3")) for name in ring)
     assert len(bench.select_variants("registers")) == 68
+    tc = bench.select_variants("tc")
+    assert len(tc) == 21 and all("/RG16/" in name for name in tc) and not set(tc) & set(ring)
     picked = bench.select_variants("MX4/KB1/RW2/U2/RG1/PG3/PP2,MX1/KB1/RW1/U8/RG1/PG3/PP0")
     assert picked == ("MX1/KB1/RW1/U8/RG1/PG3/PP0", "MX4/KB1/RW2/U2/RG1/PG3/PP2")
     try:
@@ -61,3 +63,12 @@ def test_variant_selection() -> None:
         assert "MX9/KB1" in str(exc)
     else:
         raise AssertionError("an unknown name must be refused")
+
+
+def test_shape_filter_keeps_the_issue_points() -> None:
+    """--shapes: the LM head and GateUp alone (a short A/B on the device), in the full run's order."""
+    every = bench.points(["Q4_0", "Q8_0"], [1, 4])
+    kept = bench.points(["Q4_0", "Q8_0"], [1, 4], frozenset({bench.LM_HEAD[0], bench.GATE_UP[0]}))
+    assert len(every) == 8 + 10 and kept == every[:8]  # + the other 10 qwen36 shapes at M = 1
+    assert {p[1] for p in kept} == {bench.LM_HEAD[0], bench.GATE_UP[0]}
+    assert bench.points(["Q4_0"], [1], frozenset({"Nope"})) == []

@@ -82,7 +82,8 @@ def build(tmp: Path, fmt: str, variant_name: str, backend: str = "cuda", arch: s
     include = tmp / "emu-include"
     include.mkdir(exist_ok=True)
     shutil.copy(EMU / "tb_portability.h", include / "tb_portability.h")
-    shutil.copy(INCLUDE_DIR / "tb_formats.h", include / "tb_formats.h")
+    for header in ("tb_formats.h", "tb_i8mma.h"):  # tb_i8mma.h: the operand unpack shared with tb-decode
+        shutil.copy(INCLUDE_DIR / header, include / header)
     argv = [
         "g++", "-O1", "-std=c++17", "-fPIC", "-shared", "-w", *vendor,
         *(f"-D{k}={v}" for k, v in sorted(unit.defines.items())),

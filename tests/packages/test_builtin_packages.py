@@ -22,10 +22,16 @@ PREFILL = builtin_packages()["tb-prefill"]
 def test_decode_spaces() -> None:
     gpu = DECODE.space("rocm")
     cuda = DECODE.space("cuda")
-    # CUDA adds the cp.async ring (pp 2, 3) to the register kernels both backends share
+    # CUDA adds the cp.async ring (pp 2, 3) and the int8 tensor-core kernels (rg 16) to the register kernels
+    # both backends share
     assert len(gpu) == 68 and [v.name for v in cuda if v.params["pp"] < 2] == [v.name for v in gpu]
-    ring = [v.params for v in cuda if v.params["pp"] >= 2]
-    assert len(ring) == 36 and len(cuda) == 104
+    ring = [v.params for v in cuda if v.params["pp"] >= 2 and v.params["rg"] != 16]
+    tc = [v.params for v in cuda if v.params["rg"] == 16]
+    assert len(ring) == 36 and len(tc) == 21 and len(cuda) == 125
+    assert all(p["pp"] in (2, 3) and p["u"] == 8 and p["mx"] in (2, 4, 8) for p in tc)
+    assert {v.params["mx"] for v in cuda if v.params["rg"] != 16} == {1, 2, 4} and {
+        (p["kb"], p["pg"]) for p in tc
+    } == {(1, 0), (1, 2), (1, 3), (4, 0)}
     assert all(p["kb"] == 1 and p["rg"] in (1, 8) and p["rw"] * p["u"] * p["pp"] in (8, 12, 16) for p in ring)
     assert sum(p["mx"] == 1 for p in ring) == 12 and sum(p["mx"] == 4 for p in ring) == 17
     assert sum(p["rg"] == 8 for p in ring) == 6 and all(p["mx"] > 1 for p in ring if p["rg"] == 8)
@@ -43,7 +49,9 @@ def test_decode_spaces() -> None:
     assert host[4].family == "tb-decode"
     # every invalid GPU point names the rule that removes it
     invalid = DECODE.invalid_points("cuda")
-    assert len(invalid) == 3 * 4 * 2 * 3 * 3 * 4 * 4 - 104 and all(p["rule"] for p in invalid)
+    assert len(invalid) == 4 * 2 * 2 * 3 * 4 * 4 * 4 - 125 and all(p["rule"] for p in invalid)
+    assert any(p["point"] == "MX4/KB1/RW1/U8/RG16/PG2/PP2" for p in DECODE.invalid_points("rocm"))
+    assert any(p["point"] == "MX8/KB1/RW1/U4/RG1/PG0/PP1" and "mx != 8" in p["rule"] for p in invalid)
     assert any(p["point"] == "MX4/KB1/RW2/U2/RG1/PG0/PP2" for p in DECODE.invalid_points("rocm"))
     assert any(p["point"] == "MX4/KB1/RW1/U8/RG1/PG0/PP0" and "mx == 1 or" in p["rule"] for p in invalid)
 
@@ -59,9 +67,18 @@ def test_decode_source_default_list_is_the_gpu_space() -> None:
         tuple(v.params[p] for p in keys) for v in DECODE.space("rocm")
     ]
     start = text.index("#define TB_DECODE_RING_VARIANTS")
-    ring = re.findall(r"TB_DECODE_VARIANT\(([^)]*)\)", text[start : text.index("#else", start)])
+    ring = re.findall(
+        r"TB_DECODE_VARIANT\(([^)]*)\)", text[start : text.index("#define TB_DECODE_TC_VARIANTS", start)]
+    )
     assert [tuple(int(x) for x in item.split(",")) for item in ring] == [
-        tuple(v.params[p] for p in keys) for v in DECODE.space("cuda") if v.params["pp"] >= 2
+        tuple(v.params[p] for p in keys)
+        for v in DECODE.space("cuda")
+        if v.params["pp"] >= 2 and v.params["rg"] != 16
+    ]
+    start = text.index("#define TB_DECODE_TC_VARIANTS")
+    tc = re.findall(r"TB_DECODE_VARIANT\(([^)]*)\)", text[start : text.index("#else", start)])
+    assert [tuple(int(x) for x in item.split(",")) for item in tc] == [
+        tuple(v.params[p] for p in keys) for v in DECODE.space("cuda") if v.params["rg"] == 16
     ]
 
 
@@ -131,8 +148,8 @@ def test_parse_roundtrip(package: object) -> None:
 @pytest.mark.parametrize(
     ("package", "name", "backend", "reason"),
     [
-        (DECODE, "MX1/KB3/RW1/U4/RG1/PG0/PP0", "rocm", "kb must be one of 1,2,4,8"),
-        (DECODE, "MX3/KB1/RW1/U4/RG1/PG0/PP0", "cuda", "mx must be one of 1,2,4"),
+        (DECODE, "MX1/KB3/RW1/U4/RG1/PG0/PP0", "rocm", "kb must be one of 1,4"),
+        (DECODE, "MX3/KB1/RW1/U4/RG1/PG0/PP0", "cuda", "mx must be one of 1,2,4,8"),
         (DECODE, "MX2/KB1/RW1/U4/RG1/PG0/PP0", "cuda", "mx != 2 or (kb == 1 and pg > 0)"),
         (DECODE, "MX4/KB1/RW1/U4/RG1/PG4/PP0", "cuda", "pg < 4 or (mx == 1 and rw == 1)"),
         (
@@ -141,11 +158,13 @@ def test_parse_roundtrip(package: object) -> None:
             "host",
             "breaks restriction(s) for host: backend != 'host' or (mx == 4",
         ),
-        (DECODE, "MX4/KB2/RW1/U4/RG1/PG2/PP0", "cuda", "pg == 0 or (kb == 1 and rg != 2)"),
-        (DECODE, "MX1/KB08/RW1/U4/RG1/PG0/PP0", "rocm", "not canonical; write MX1/KB8/RW1/U4/RG1/PG0/PP0"),
+        (DECODE, "MX4/KB4/RW1/U4/RG1/PG2/PP0", "cuda", "pg == 0 or (kb == 1 and rg != 2)"),
+        (DECODE, "MX4/KB1/RW1/U8/RG16/PG2/PP2", "rocm", "rg != 16 or (backend == 'cuda'"),
+        (DECODE, "MX8/KB1/RW1/U4/RG1/PG0/PP1", "cuda", "mx != 8 or rg == 16"),
+        (DECODE, "MX1/KB04/RW1/U4/RG1/PG0/PP0", "rocm", "not canonical; write MX1/KB4/RW1/U4/RG1/PG0/PP0"),
         (DECODE, "kb8/tw8", "rocm", "expected MX{mx}/KB{kb}/RW{rw}/U{u}/RG{rg}/PG{pg}/PP{pp}"),
         (DECODE, "N128/MT32/MB1/U4", "rocm", "not a tb-decode variant name"),
-        (DECODE, "MX1/KB8/RW1/U4/RG1/PG0/PP0", "vulkan", "no space for backend 'vulkan'"),
+        (DECODE, "MX1/KB4/RW1/U4/RG1/PG0/PP0", "vulkan", "no space for backend 'vulkan'"),
         (PREFILL, "N128/M64/W2x2/K4/S3/SK1/MB1/E0", "rocm", "stages == 2"),
         (PREFILL, "N96/M32/W2x2/K4/S2/SK1/MB1/E0", "cuda", "n_tile must be one of 64,128,256"),
         (PREFILL, "N64/M32/W2x2/K4/S2/SK2/MB1/E0", "host", "min_blocks, engine) == (2, 2, 4, 2, 1, 1, 0)"),

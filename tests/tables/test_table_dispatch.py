@@ -106,7 +106,8 @@ def test_launch_geometry_and_arguments_follow_the_manifest() -> None:
     assert slots == 2 and [lt["variant"] for lt in launches] == [v.name for v in package.space("cuda")]
     assert not next(lt for lt in launches if lt["variant"].startswith("MX1/"))["ok"]  # m = 2 > mx = 1
     kb4 = next(lt for lt in launches if lt["ok"] and "/KB4/" in lt["variant"])
-    tiles = -(-4096 // (8 * int(kb4["variant"].split("/RG")[1][0]) * int(kb4["variant"].split("/RW")[1][0])))
+    params = package.parse(kb4["variant"], "cuda").params
+    tiles = -(-4096 // (8 * params["rg"] * params["rw"]))
     assert kb4["grid"][1] == 4 and kb4["block"] == [256, 1, 1]
     assert kb4["workspace"] == [4 * 4 * 2 * 4096, 4 * tiles] and kb4["zero"] == [0, 1]
     kinds = [a[0] for a in kb4["args"]]

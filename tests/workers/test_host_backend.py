@@ -232,7 +232,7 @@ def test_kernel_that_skips_an_output_row_fails_via_nan_fill(tmp_path: Path) -> N
 
 
 def test_invalid_variant_is_reported_and_others_run(backend: HostBackend) -> None:
-    gpu_only, ok = "MX4/KB2/RW1/U4/RG1/PG0/PP0", "MX4/KB4/RW2/U2/RG1/PG0/PP0"
+    gpu_only, ok = "MX4/KB1/RW1/U4/RG1/PG0/PP1", "MX4/KB4/RW2/U2/RG1/PG0/PP0"
     result = backend.run_task(spec("Q8_0", 16, 64, 1, variants=(gpu_only, ok, "bogus")))
     by_name = {r.variant: r for r in result.results}
     assert "breaks restriction(s) for host" in (by_name[gpu_only].error or "")

@@ -25,7 +25,9 @@
  * Variant meaning (every lane reads 16-byte payload CHUNKS, lane-contiguous, so a row's loads coalesce):
  *   MX  rows of M compiled for (m <= MX): MX = 1 keeps registers and static LDS of M = 1 small, MX = 2
  *       those of M = 2 (the H200, 2026-11-30: MX4 at M = 2 held 106 registers, 2 workgroups per SM)
- *   RG  row groups per wave: a row is read by wave/RG lanes (RG = 2: half-waves, for short K)
+ *   RG  row groups per wave: a row is read by wave/RG lanes (RG = 2: half-waves, for short K);
+ *       RG = 16 (CUDA): the int8 tensor-core kernel, 16 x RW rows per warp as the A operand of
+ *       mma.sync m16n8k32 s8, MX = 2 / 4 / 8 rows of M per 8 / MX blocks in the n8 (tb_decode_tc below)
  *   RW  rows per lane group processed together: each x chunk read from LDS serves RW rows
  *   U   chunks per lane per row loaded before any arithmetic: RW*U 16-byte loads in flight per lane
  *   KB  split-K: grid.y cuts each row's blocks into KB slices; the last workgroup to finish a row
@@ -51,6 +53,7 @@
  * rule says when a (m, k, kb) slice fits.
  */
 #include "tb_formats.h"
+#include "tb_i8mma.h" /* RG16: int8 tensor-core operands, shared with tb-prefill */
 
 #define TB_THREADS 256
 #define TB_WAVES (TB_THREADS / TB_WAVE)
@@ -128,6 +131,11 @@
     (TB_EST_RING(RW, U, MX, S) <= 65536 / (TB_THREADS * TB_RING_WANT(MX, PG)) + TB_FIT_SLACK ? TB_RING_WANT(MX, PG) : 1)
 #define TB_MINB_V(RW, U, KB, MX, PG, PP) \
     ((PP) >= 2 ? TB_MINB_RING(RW, U, MX, PG, PP) : TB_MINB(RW, U * (1 + (PP)), KB, MX, PG))
+/* RG16 (tensor cores): blocks per SM asked of ptxas: the persistent grid's PG, else 3 at RW = 1 (x and a 2-stage
+ * ring of a Q4_0 MX4 kernel at K = 5120 take 66.5 KB of shared memory: 3 per SM; NVRTC 13.0 sm_90a fits every format
+ * in the 80 registers of 3 blocks without spills, 90-128 registers uncapped), 2 at RW = 2 */
+#define TB_MINB_TC(RW, PG) ((PG) >= 2 ? (PG) : ((RW) == 1 ? 3 : 2))
+#define TB_MINB_VG(RG, RW, U, KB, MX, PG, PP) ((RG) == 16 ? TB_MINB_TC(RW, PG) : TB_MINB_V(RW, U, KB, MX, PG, PP))
 /* passes of x staging loaded before any is reduced (tb_stage_x): 6 x 256 float4 cover K = 6144 at M = 1.
  * AMD: 1, the order measured before (gfx906 hipcc: 2 passes or x first made the 4-wave PP0 variants spill) */
 #if defined(TB_AMD)
@@ -154,6 +162,17 @@ template <int N>
 TB_DEV void tb_cp_wait(void) {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
+/* RG16: 16 bytes, the bytes past `valid` zero-filled (valid 0: nothing read); ldmatrix x4; a warp barrier */
+TB_DEV void tb_cp_async16z(unsigned dst, const void *src, int valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid) : "memory");
+}
+TB_DEV void tb_ldsm4(unsigned addr, tb_u32 &r0, tb_u32 &r1, tb_u32 &r2, tb_u32 &r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr)
+                 : "memory");
+}
+TB_DEV void tb_syncwarp(void) { __syncwarp(); }
 extern __shared__ __align__(16) tb_u8 tb_dsmem[];
 #define TB_DSMEM tb_dsmem
 #elif defined(TB_CUDA_EMULATION)
@@ -178,7 +197,7 @@ struct alignas(16) tb_f4 {
  * xs = amax / 127. XP passes of the workgroup load their float4s before any of them is reduced, so the
  * staging costs one global latency per XP * 256 float4s instead of one per 256 (measured on the H200,
  * 2026-11-30: one-shot grids of the 10-20 MB shapes spent 5 serial x latencies before their first dot) */
-template <int XP>
+template <int XP, bool TC = false>
 TB_DEV void tb_stage_x(const float *__restrict__ x, int m, int k, int b0, int nb, int c0, int nchunks,
                        tb_u32x4 *xq, float *xm) {
     const int total = 8 * nb * m;
@@ -216,11 +235,18 @@ TB_DEV void tb_stage_x(const float *__restrict__ x, int m, int k, int b0, int nb
             sum += tb_shfl_xor(sum, 2);
             sum += tb_shfl_xor(sum, 1);
             if (on) {
-                int c, run;
-                tb_half_slot(2 * (b0 + b) + (part >> 2), &c, &run);
-                tb_u32 *slot = (tb_u32 *)(xq + (i * TB_RUNS + run) * nchunks + (c - c0));
-                slot[part & 3] = (tb_u32)(q0 & 0xFF) | ((tb_u32)(q1 & 0xFF) << 8) | ((tb_u32)(q2 & 0xFF) << 16) |
-                                 ((tb_u32)(q3 & 0xFF) << 24);
+                const tb_u32 word = (tb_u32)(q0 & 0xFF) | ((tb_u32)(q1 & 0xFF) << 8) | ((tb_u32)(q2 & 0xFF) << 16) |
+                                    ((tb_u32)(q3 & 0xFF) << 24);
+                if constexpr (TC) {
+                    /* RG16: [block][row of M][lane quarter q][bytes 4q.., 16+4q..]: one 8-byte read per lane is
+                     * its B fragment (b0, b1) of mma m16n8k32; the lanes of a fragment read 256 contiguous bytes */
+                    ((tb_u32 *)xq)[(b * m + i) * 8 + 2 * (part & 3) + (part >> 2)] = word;
+                } else {
+                    int c, run;
+                    tb_half_slot(2 * (b0 + b) + (part >> 2), &c, &run);
+                    tb_u32 *slot = (tb_u32 *)(xq + (i * TB_RUNS + run) * nchunks + (c - c0));
+                    slot[part & 3] = word;
+                }
                 if (part == 0) {
                     const float xs = amax / 127.0f;
                     xm[2 * (i * nb + b)] = xs;
@@ -260,6 +286,35 @@ struct tb_reduce {
         }
     }
 };
+
+/* split-K: this workgroup's partials of row tile `tile` are in the workspace (fence, then count); the last of the KB
+ * slices to arrive adds the partials in slice order into y and zeroes the counter (no atomics on y) */
+template <int KB, int ROWS_WG>
+__device__ TB_FORCEINLINE void tb_splitk_tail(int tile, int tid, int m, int n, float *y, float *workspace,
+                                              tb_u32 *counters) {
+    __shared__ int tb_last;
+    tb_fence_release_device(); /* this thread's partials visible device-wide before the count */
+    tb_sync();
+    if (tid == 0) tb_last = tb_atomic_inc(&counters[tile]) == (tb_u32)(KB - 1);
+    tb_sync();
+    if (tb_last) {
+        tb_fence_acquire_device();
+        const int first = tile * ROWS_WG;
+        const int left = n - first;
+        const int rows = left < ROWS_WG ? left : ROWS_WG;
+        const volatile float *ws = workspace;
+        for (int t = tid; t < rows * m; t += TB_THREADS) {
+            const int ii = t / rows;
+            const int rr = first + t % rows;
+            float s = 0.0f;
+            for (int sl = 0; sl < KB; ++sl)
+                s += ws[((tb_size)sl * (tb_size)m + (tb_size)ii) * (tb_size)n + (tb_size)rr];
+            y[(tb_size)ii * (tb_size)n + (tb_size)rr] = s;
+        }
+        if (tid == 0) tb_atomic_store_zero(&counters[tile]);
+    }
+    tb_sync(); /* tb_last is rewritten by the next tile */
+}
 
 /* the 16-byte payload chunks (and their scale / high-bit words) of one batch: U chunks of RW rows */
 template <int RW, int U>
@@ -420,30 +475,7 @@ struct tb_work {
         }
 #pragma unroll
         for (int v = 0; v < V; ++v) acc[v] = 0.0f;
-        if (KB > 1) {
-            __shared__ int tb_last;
-            tb_fence_release_device(); /* this thread's partials visible device-wide before the count */
-            tb_sync();
-            if (tid == 0) tb_last = tb_atomic_inc(&counters[tile]) == (tb_u32)(KB - 1);
-            tb_sync();
-            if (tb_last) {
-                tb_fence_acquire_device();
-                const int first = tile * ROWS_WG;
-                const int left = n - first;
-                const int rows = left < ROWS_WG ? left : ROWS_WG;
-                const volatile float *ws = workspace;
-                for (int t = tid; t < rows * m; t += TB_THREADS) {
-                    const int ii = t / rows;
-                    const int rr = first + t % rows;
-                    float s = 0.0f;
-                    for (int sl = 0; sl < KB; ++sl)
-                        s += ws[((tb_size)sl * (tb_size)m + (tb_size)ii) * (tb_size)n + (tb_size)rr];
-                    y[(tb_size)ii * (tb_size)n + (tb_size)rr] = s;
-                }
-                if (tid == 0) tb_atomic_store_zero(&counters[tile]);
-            }
-            tb_sync(); /* tb_last is rewritten by the next tile */
-        }
+        if (KB > 1) tb_splitk_tail<KB, ROWS_WG>(tile, tid, m, n, y, workspace, counters);
     }
 };
 
@@ -614,16 +646,288 @@ __device__ TB_FORCEINLINE void tb_decode_ring(TB_DECODE_PARAMS) {
 }
 #endif
 
-/* PP 0 / 1: registers (every backend); PP >= 2: the cp.async ring (CUDA; the manifest keeps it off AMD) */
+/* ---- RG = 16 (CUDA): int8 tensor cores, mma.sync m16n8k32 s8 (sm_80+) ---------------------------------------
+ * A warp owns 16 weight rows (x RW): they are the A operand (16 rows x 32 k), unpacked in registers from the
+ * true-bytes payload with tb_i8mma.h's tbp_unpack (one payload word per lane and block gives both operand words
+ * of the lane's k-set, as in tb-prefill); x, quantised once per workgroup to int8 per 32-block, is the B operand.
+ * The n8 columns carry MX rows of M for each of P = 8 / MX blocks: block j of a group of P sees x in columns
+ * j*MX .. j*MX+MX-1 and zeros elsewhere, the P mmas of a group chain their int32 accumulators, so every C element
+ * is one (row, row of M, block) dot: the per-block scales (weight dw x activation dx, as fp32) apply to all four
+ * elements of a lane, none wasted on padding, and the inner loop does the same work for every M <= MX. The int32
+ * accumulators start at bits(1.5 * 2^23) so fma(acc, dw, -1.5 * 2^23 * dw) is dot * dw without a convert
+ * (TBP_MAGIC, as in tb-prefill); Q6_K's 16-weight scales take two m16n8k16 chains.
+ * Weights stream through a per-warp cp.async ring of PP stages, each stage 16 x RW rows x 128 payload bytes
+ * (8 chunks: 256 weights, Q8_0 128) plus the rows' high-bit and raw scale bytes of those blocks; ldmatrix reads
+ * the payload words in fragment order. A warp reads only its own ring (warp barriers, no block barrier after x).
+ * Dynamic shared memory: [8 warps x PP stages x 16 RW rows x TBT_ROW][x int8: m x K slice][x scales: m x K/32 x 8]
+ * (tunebase-kernel.toml smem, rg == 16). Needs K % (256 KB) == 0 (whole stages per K slice). */
+#define TBT_U 8 /* payload chunks per row and stage */
+#if defined(TB_FMT_Q8_0)
+#define TBT_NB 4 /* 32-blocks per stage */
+#else
+#define TBT_NB 8
+#endif
+/* per row and stage: payload (+16: 9 x 16 bytes, an odd stride: conflict-free ldmatrix), high bits (Q6_K +16 for
+ * its ldmatrix), raw scale bytes in 16-byte pieces copied from the 16-aligned address at or below them (the
+ * window of Q8_0 / IQ4_XS / Q6_K may start mid-piece) */
+#define TBT_QS_STRIDE (16 * TBT_U + 16)
+#if defined(TB_FMT_Q5_0) || defined(TB_FMT_Q5_1)
+#define TBT_QHP 2
+#define TBT_QH_STRIDE 32
+#elif defined(TB_FMT_Q6_K)
+#define TBT_QHP 4
+#define TBT_QH_STRIDE 80
+#else
+#define TBT_QHP 0
+#define TBT_QH_STRIDE 0
+#endif
+#if defined(TB_FMT_Q4_1) || defined(TB_FMT_Q5_1) || defined(TB_FMT_Q6_K)
+#define TBT_SCP 2
+#else
+#define TBT_SCP 1
+#endif
+#define TBT_SC_STRIDE (16 * TBT_SCP)
+#define TBT_ROW (TBT_QS_STRIDE + TBT_QH_STRIDE + TBT_SC_STRIDE)
+#define TBT_MAGIC_INIT(d) ((d)[0] = (d)[1] = (d)[2] = (d)[3] = TBP_MAGIC_BITS)
+
+#if defined(TB_DSMEM)
+TB_DEV float tb_bits_float(tb_i32 v) { return __int_as_float(v); }
+
+template <int RW, int KB, int PG, int MX, int S>
+__device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
+    static_assert(MX == 2 || MX == 4 || MX == 8, "8 / MX blocks per C tile");
+    static_assert(TBT_NB % (8 / MX) == 0 && TBT_NB % TBP_G == 0, "whole groups per stage");
+    typedef tb_work<16, RW, TBT_U, KB, MX> W;
+    constexpr int P = 8 / MX;                   /* blocks per C tile */
+    constexpr int ROWS = 16 * RW;               /* rows per warp */
+    constexpr int STAGE = ROWS * TBT_ROW;       /* bytes per warp and stage */
+    constexpr int OFF_QH = ROWS * TBT_QS_STRIDE, OFF_SC = OFF_QH + ROWS * TBT_QH_STRIDE;
+    (void)PG;
+
+    W w;
+    tb_setup<W, KB>(w, qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
+    const int lane = w.tid & 31, warp = w.tid >> 5, g = lane >> 2, t = lane & 3;
+    tb_u8 *ring = TB_DSMEM + warp * S * STAGE;
+    tb_u32x4 *xq = (tb_u32x4 *)(TB_DSMEM + 8 * S * STAGE);
+    float *xm = (float *)(TB_DSMEM + 8 * S * STAGE + m * w.nxb * 32);
+    const tb_u32 *xw = (const tb_u32 *)xq;
+    const tb_u8 *sc_end = sc + (tb_size)n * w.sc_row;
+
+    float acc[RW][4];
+#pragma unroll
+    for (int r = 0; r < RW; ++r) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0.0f;
+    int tile = TB_BID_X;
+    if (tile >= tiles) return; /* uniform over the workgroup */
+
+    /* copy stage (tile it, chunks ib .. ib + 7 of the row) into ring slot st; rows past n read row n - 1 */
+    int itile = tile, ibase = w.c0;
+    auto issue = [&](int st) {
+        if (itile < tiles) {
+            tb_u8 *dst = ring + st * STAGE;
+            const int row0 = itile * W::ROWS_WG + warp * ROWS;
+            const tb_size fb = (tb_size)(ibase / TB_CHUNKS_PER_BLOCK); /* format block of the stage */
+#pragma unroll
+            for (int j = 0; j < ROWS * TBT_U / 32; ++j) {
+                const int i = lane + 32 * j, r = i / TBT_U, c = i % TBT_U;
+                const tb_size row = (tb_size)(row0 + r < n ? row0 + r : n - 1);
+                tb_cp_async16(tb_smem_addr(dst + r * TBT_QS_STRIDE + 16 * c), qs + row * w.qs_row + 16 * (tb_size)(ibase + c));
+            }
+#if TBT_QHP
+#pragma unroll
+            for (int j = 0; j < ROWS * TBT_QHP / 32; ++j) {
+                const int i = lane + 32 * j, r = i / TBT_QHP, pc = i % TBT_QHP;
+                const tb_size row = (tb_size)(row0 + r < n ? row0 + r : n - 1);
+                tb_cp_async16(tb_smem_addr(dst + OFF_QH + r * TBT_QH_STRIDE + 16 * pc),
+                              qh + row * w.qh_row + fb * TB_QH_BYTES + 16 * pc);
+            }
+#endif
+#pragma unroll
+            for (int j = 0; j < (ROWS * TBT_SCP + 31) / 32; ++j) {
+                const int i = lane + 32 * j, r = i / TBT_SCP, pc = i % TBT_SCP;
+                if (i < ROWS * TBT_SCP) {
+                    const tb_size row = (tb_size)(row0 + r < n ? row0 + r : n - 1);
+                    const tb_u8 *a = sc + row * w.sc_row + fb * TB_SC_BYTES;
+                    const tb_u8 *src = a - ((unsigned long long)a & 15u) + 16 * pc;
+                    const long long left = sc_end - src;
+                    const int valid = left >= 16 ? 16 : (left > 0 ? (int)left : 0);
+                    tb_cp_async16z(tb_smem_addr(dst + OFF_SC + r * TBT_SC_STRIDE + 16 * pc), valid ? src : sc, valid);
+                }
+            }
+        }
+        tb_cp_commit(); /* empty groups past the end keep the wait count uniform */
+        ibase += TBT_U;
+        if (ibase >= w.c1) itile += grid_x, ibase = w.c0;
+    };
+
+    /* the stage in slot st (landed) of chunks base .. base + 7: unpack, mma, scale */
+    auto compute = [&](int st, int base, int row0) {
+        const tb_u8 *src = ring + st * STAGE;
+        const int fb = base / TB_CHUNKS_PER_BLOCK;
+        const int b32 = fb * (TB_BLOCK_WEIGHTS / 32); /* first 32-block of the stage in the row */
+#pragma unroll
+        for (int r = 0; r < RW; ++r) {
+            /* payload words: q[h][c] = word t of chunk c of row 16 r + 8 h + g */
+            tb_u32 q[2][TBT_U];
+#pragma unroll
+            for (int pc = 0; pc < TBT_U; pc += 2) {
+                const int mi = lane >> 3;
+                tb_ldsm4(tb_smem_addr(src + (16 * r + 8 * (mi & 1) + (lane & 7)) * TBT_QS_STRIDE + 16 * (pc + (mi >> 1))),
+                         q[0][pc], q[1][pc], q[0][pc + 1], q[1][pc + 1]);
+            }
+#if defined(TB_FMT_Q6_K)
+            tb_u32 hq[2][TBT_QHP];
+#pragma unroll
+            for (int pc = 0; pc < TBT_QHP; pc += 2) {
+                const int mi = lane >> 3;
+                tb_ldsm4(tb_smem_addr(src + OFF_QH + (16 * r + 8 * (mi & 1) + (lane & 7)) * TBT_QH_STRIDE +
+                                      16 * (pc + (mi >> 1))),
+                         hq[0][pc], hq[1][pc], hq[0][pc + 1], hq[1][pc + 1]);
+            }
+#endif
+            tb_i32 d[4], dh[4];
+            tb_u32 bx0 = 0, bx1 = 0;
+#pragma unroll
+            for (int kb = 0; kb < TBT_NB; ++kb) {
+                const int jc = kb % P, grp = kb / TBP_G, jg = kb % TBP_G;
+                if (jc == 0) {
+                    TBT_MAGIC_INIT(d);
+                    TBT_MAGIC_INIT(dh);
+                    /* this lane's x words: row of M g % MX of block kb + g / MX (zero past m) */
+                    const int tok = g % MX, xb = b32 + kb + g / MX - w.xb0;
+                    bx0 = bx1 = 0;
+                    if (tok < m) {
+                        const tb_u32x2 v = *(const tb_u32x2 *)(xw + (xb * m + tok) * 8 + 2 * t);
+                        bx0 = v.x, bx1 = v.y;
+                    }
+                }
+                tb_u32 a[4];
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    tb_u32 hw[2] = {0u, 0u};
+#if defined(TB_FMT_Q5_0) || defined(TB_FMT_Q5_1)
+                    hw[0] = *(const tb_u32 *)(src + OFF_QH + (16 * r + 8 * h + g) * TBT_QH_STRIDE + 4 * kb);
+#elif defined(TB_FMT_Q6_K)
+                    hw[0] = hq[h][2 * grp], hw[1] = hq[h][2 * grp + 1];
+#endif
+                    tb_u32 lo, hi;
+                    tbp_unpack(&q[h][grp * TBP_QS_CHUNKS], hw, jg, t, lo, hi);
+                    a[h] = lo, a[2 + h] = hi;
+                }
+                const bool mine = g / MX == jc; /* columns jc * MX .. : x of this block */
+                const tb_u32 b0 = mine ? bx0 : 0u, b1 = mine ? bx1 : 0u;
+#if TBP_G16
+                tbp_mma16_acc(d, a[0], a[1], b0);
+                tbp_mma16_acc(dh, a[2], a[3], b1);
+#else
+                tbp_mma32_acc(d, a, b0, b1);
+#endif
+                if (jc == P - 1) {
+                    /* elements: rows g, g + 8 (e >> 1) x columns 2t, 2t + 1: rows of M (2t) % MX + (e & 1) of
+                     * block kb0 + 2t / MX */
+                    const int ke = kb - (P - 1) + (2 * t) / MX;
+                    const int tok = (2 * t) % MX, xb = b32 + ke - w.xb0;
+                    float dx[2] = {0.0f, 0.0f}, sx[2] = {0.0f, 0.0f};
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        if (tok + e < m) {
+                            const tb_f2 v = *(const tb_f2 *)(xm + 2 * ((tok + e) * w.nxb + xb));
+                            dx[e] = v.x, sx[e] = v.y;
+                        }
+                    }
+                    (void)sx;
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int rr = 16 * r + 8 * h + g;
+                        const tb_u8 *raw = src + OFF_SC + rr * TBT_SC_STRIDE;
+                        /* the misalignment of the row's scale window, as the copy saw it */
+                        const int rowg = row0 + rr < n ? row0 + rr : n - 1;
+                        const int delta = (int)((unsigned long long)(sc + (tb_size)rowg * w.sc_row + (tb_size)fb * TB_SC_BYTES) & 15u);
+                        float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#if defined(TB_FMT_Q6_K)
+                        tbp_decode_scale(raw, ke, b32 + ke, delta, o);
+#else
+                        tbp_decode_scale(raw + delta, ke, b32 + ke, 0, o);
+#endif
+#pragma unroll
+                        for (int e = 0; e < 2; ++e) {
+                            const int el = 2 * h + e;
+                            float tv = fmaf(tb_bits_float(d[el]), o[0], o[1]);
+#if TBP_G16
+                            tv += fmaf(tb_bits_float(dh[el]), o[2], o[3]);
+#endif
+                            acc[r][el] = fmaf(tv, dx[e], acc[r][el]);
+#if TBP_ASYM
+                            acc[r][el] = fmaf(o[2], sx[e], acc[r][el]);
+#endif
+                        }
+                    }
+                }
+            }
+            (void)dh;
+        }
+    };
+
+    /* the row tile is done: add the columns of one row of M (lanes t ^ 1, t ^ 2 hold its other blocks), write */
+    auto finish = [&](int ftile) {
+        const int row0 = ftile * W::ROWS_WG + warp * ROWS;
+#pragma unroll
+        for (int r = 0; r < RW; ++r) {
+#pragma unroll
+            for (int el = 0; el < 4; ++el) {
+                float v = acc[r][el];
+                if (MX <= 2) v += tb_shfl_xor(v, 1);
+                if (MX <= 4) v += tb_shfl_xor(v, 2);
+                const int tok = 2 * t + (el & 1), row = row0 + 16 * r + g + 8 * (el >> 1);
+                if (2 * t < MX && tok < m && row < n) {
+                    if (KB == 1)
+                        y[(tb_size)tok * (tb_size)n + (tb_size)row] = v;
+                    else
+                        workspace[((tb_size)w.slice * (tb_size)m + (tb_size)tok) * (tb_size)n + (tb_size)row] = v;
+                }
+                acc[r][el] = 0.0f;
+            }
+        }
+        if (KB > 1) tb_splitk_tail<KB, W::ROWS_WG>(ftile, w.tid, m, n, y, workspace, counters);
+    };
+
+    /* the first S - 1 stages in flight before x is staged, then one stream of (tile, stage) per warp */
+    issue(0);
+    if (S == 3) issue(1);
+    tb_stage_x<TB_XP(MX), true>(x, m, k, w.xb0, w.nxb, w.c0, w.nchunks, xq, xm);
+    tb_sync();
+    int base = w.c0, slot = 0;
+    for (;;) {
+        tb_syncwarp(); /* every lane is done with the slot the next issue refills */
+        issue(slot == 0 ? S - 1 : slot - 1);
+        tb_cp_wait<S - 1>();
+        tb_syncwarp(); /* every lane's copies of this stage have landed */
+        compute(slot, base, tile * W::ROWS_WG + warp * ROWS);
+        slot = slot == S - 1 ? 0 : slot + 1;
+        base += TBT_U;
+        if (base >= w.c1) {
+            finish(tile);
+            tile += grid_x, base = w.c0;
+            if (tile >= tiles) break;
+        }
+    }
+    tb_cp_wait<0>();
+}
+#endif
+
+/* PP 0 / 1: registers (every backend); PP >= 2: the cp.async ring (CUDA; the manifest keeps it off AMD) ; RG16: int8 tensor cores (CUDA) */
 template <int RG, int RW, int U, int KB, int PG, int MX, int PP>
 __device__ TB_FORCEINLINE void tb_decode_pick(TB_DECODE_PARAMS) {
 #if defined(TB_DSMEM)
-    if constexpr (PP >= 2) {
+    if constexpr (RG == 16) {
+        static_assert(U == TBT_U && PP >= 2, "RG16: 8 chunks per stage, a ring of PP stages");
+        tb_decode_tc<RW, KB, PG, MX, PP>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
+        return;
+    } else if constexpr (PP >= 2) {
         tb_decode_ring<RG, RW, U, KB, PG, MX, PP>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
         return;
     } else
 #else
-    static_assert(PP < 2, "PP >= 2 (cp.async ring) is CUDA only");
+    static_assert(PP < 2 && RG != 16, "PP >= 2 (cp.async ring) and RG16 (tensor cores) are CUDA only");
 #endif
     {
         tb_decode_body<RG, RW, U, KB, PG, MX, PP>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
@@ -631,7 +935,7 @@ __device__ TB_FORCEINLINE void tb_decode_pick(TB_DECODE_PARAMS) {
 }
 
 #define TB_DECODE_VARIANT(MX, KB, RW, U, RG, PG, PP)                                                   \
-    extern "C" __global__ TB_LAUNCH_BOUNDS(TB_THREADS, TB_MINB_V(RW, U, KB, MX, PG, PP)) void          \
+    extern "C" __global__ TB_LAUNCH_BOUNDS(TB_THREADS, TB_MINB_VG(RG, RW, U, KB, MX, PG, PP)) void     \
         tb_decode_mx##MX##_kb##KB##_rw##RW##_u##U##_rg##RG##_pg##PG##_pp##PP(TB_DECODE_PARAMS) {     \
         tb_decode_pick<RG, RW, U, KB, PG, MX, PP>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x); \
     }
@@ -680,7 +984,17 @@ __device__ TB_FORCEINLINE void tb_decode_pick(TB_DECODE_PARAMS) {
     TB_DECODE_VARIANT(4, 1, 2, 2, 1, 2, 3) TB_DECODE_VARIANT(4, 1, 2, 2, 1, 3, 2) TB_DECODE_VARIANT(4, 1, 2, 2, 1, 3, 3) \
     TB_DECODE_VARIANT(4, 1, 2, 2, 8, 0, 2) TB_DECODE_VARIANT(4, 1, 2, 2, 8, 3, 2) TB_DECODE_VARIANT(4, 1, 2, 2, 8, 3, 3) \
     TB_DECODE_VARIANT(4, 1, 2, 4, 1, 0, 2) TB_DECODE_VARIANT(4, 1, 2, 4, 1, 2, 2) TB_DECODE_VARIANT(4, 1, 2, 4, 1, 3, 2)
+/* the int8 tensor-core variants (RG16: the CUDA space only) */
+#define TB_DECODE_TC_VARIANTS \
+    TB_DECODE_VARIANT(2, 1, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(2, 1, 1, 8, 16, 2, 2) TB_DECODE_VARIANT(2, 1, 1, 8, 16, 2, 3) \
+    TB_DECODE_VARIANT(2, 1, 1, 8, 16, 3, 2) TB_DECODE_VARIANT(2, 1, 2, 8, 16, 2, 2) TB_DECODE_VARIANT(2, 4, 1, 8, 16, 0, 2) \
+    TB_DECODE_VARIANT(2, 4, 1, 8, 16, 0, 3) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 2, 2) \
+    TB_DECODE_VARIANT(4, 1, 1, 8, 16, 2, 3) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 3, 2) TB_DECODE_VARIANT(4, 1, 2, 8, 16, 2, 2) \
+    TB_DECODE_VARIANT(4, 4, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(4, 4, 1, 8, 16, 0, 3) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 0, 2) \
+    TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 2) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 3) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 3, 2) \
+    TB_DECODE_VARIANT(8, 1, 2, 8, 16, 2, 2) TB_DECODE_VARIANT(8, 4, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(8, 4, 1, 8, 16, 0, 3)
 #else
 #define TB_DECODE_RING_VARIANTS
+#define TB_DECODE_TC_VARIANTS
 #endif
-TB_DECODE_VARIANTS TB_DECODE_RING_VARIANTS
+TB_DECODE_VARIANTS TB_DECODE_RING_VARIANTS TB_DECODE_TC_VARIANTS

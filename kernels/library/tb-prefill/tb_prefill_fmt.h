@@ -21,85 +21,13 @@
  */
 #pragma once
 
-#if defined(TB_FMT_Q8_0)
-#define TBP_QS_BPB 32
-#else
-#define TBP_QS_BPB 16
-#endif
-
-#if defined(TB_FMT_Q5_0) || defined(TB_FMT_Q5_1)
-#define TBP_QH_BPB 4
-#elif defined(TB_FMT_Q6_K)
-#define TBP_QH_BPB 8
-#else
-#define TBP_QH_BPB 0
-#endif
-
-#if defined(TB_FMT_Q4_1) || defined(TB_FMT_Q5_1) || defined(TB_FMT_Q4_K)
-#define TBP_ASYM 1 /* w = s * q + m: a min term times the activation block sum */
-#else
-#define TBP_ASYM 0
-#endif
-#if defined(TB_FMT_Q6_K)
-#define TBP_G16 1 /* two scales per 32-block (16 weights each): two k16 products */
-#else
-#define TBP_G16 0
-#endif
-/* Q4_0 / Q5_0 store q + 8 / q + 16 unsigned: the unpack subtracts per byte (signed operands), so no
- * per-row start value (OFF * activation sum) enters the accumulators; kept 0 for the records' ci field */
-#define TBP_OFF 0
-/* their unpacked operands carry a power-of-two factor (16 (q - 8), 8 (q - 16)): dw absorbs its inverse */
-#if defined(TB_FMT_Q4_0)
-#define TBP_OPERAND_SCALE 0.0625f
-#elif defined(TB_FMT_Q5_0)
-#define TBP_OPERAND_SCALE 0.125f
-#else
-#define TBP_OPERAND_SCALE 1.0f
-#endif
-/* blocks whose payload words are shared (unpacked together) */
-#if defined(TB_FMT_Q4_K)
-#define TBP_G 2
-#elif defined(TB_FMT_Q6_K)
-#define TBP_G 4
-#else
-#define TBP_G 1
-#endif
-#if defined(TB_FMT_Q8_0)
-#define TBP_QS_CHUNKS 2 /* 16-byte payload chunks per group of TBP_G blocks */
-#elif defined(TB_FMT_Q4_K)
-#define TBP_QS_CHUNKS 2
-#elif defined(TB_FMT_Q6_K)
-#define TBP_QS_CHUNKS 4
-#else
-#define TBP_QS_CHUNKS 1
-#endif
-#if defined(TB_FMT_Q6_K)
-#define TBP_QH_CHUNKS 2 /* qh chunks per group (Q6_K: 32 bytes per 128 weights) */
-#else
-#define TBP_QH_CHUNKS 0
-#endif
-#if defined(TB_FMT_Q4_K) || defined(TB_FMT_Q6_K) || defined(TB_FMT_IQ4_XS)
-#define TBP_KQUANT 1
-#else
-#define TBP_KQUANT 0
-#endif
-#if defined(TB_FMT_Q4_1) || defined(TB_FMT_Q5_1)
-#define TBP_SCB 4 /* legacy scale bytes per block: d, m */
-#else
-#define TBP_SCB 2
-#endif
+#include "tb_i8mma.h" /* the operand macros and unpack shared with tb-decode's tensor-core kernels */
 
 /* decoded weight scale floats per (row, block): dw, -MAGIC*dw [, dw_hi, -MAGIC*dw_hi for Q6_K]; the mins of
  * asymmetric formats in a plane of their own after them ([KB][BN] floats) */
 #define TBP_NSC (TBP_G16 ? 4 : 2)
 /* activation record words per pair of rows (g, g+8) on NVIDIA: dx, dx', ci, ci' [, sx, sx', 0, 0] */
 #define TBP_REC (TBP_ASYM ? 8 : 4)
-
-/* 1.5 * 2^23: int32 accumulators started at this float's bit pattern (minus OFF * xsum) end as the
- * float MAGIC + dot exactly (|dot| < 2^22); fma(acc_as_float, dw, -MAGIC * dw) then rounds dot * dw once
- * (-MAGIC * dw is exact: dw has at most 20 significant bits), with no int-to-float conversion. */
-#define TBP_MAGIC_BITS 0x4B400000
-#define TBP_MAGIC 12582912.0f
 
 /* bytes per stage and row of each weight part in shared memory (row strides; 16-byte multiples) */
 template <int KB>
