@@ -80,10 +80,10 @@ CANDIDATES = (
     "N128/M128/W4x2/K4/S3/SK1/MB1/E1",
     "N128/M128/W4x2/K4/S4/SK2/MB1/E1",
     "N256/M64/W4x4/K4/S3/SK1/MB1/E1",
-    # engine 2 (warp-specialised wgmma: producer warpgroup + mbarrier ring, 1 / 2 consumer warpgroups of 1 / 2
-    # m64 tiles); NVRTC 13.0.88: 94-214 registers (168 at 384 threads, consumers at setmaxnreg 224), no local
-    # memory (bench/results/nvrtc-census-tb-prefill-E2-2026-12-01.json); all 20 E2: bench/device_k2w.sh
-    "N256/M128/W4x2/K4/S3/SK1/MB1/E2",
+    # engine 2 (warp-specialised wgmma: producer warpgroup + mbarrier ring, 1 / 2 / 4 consumer warpgroups of
+    # 1 / 2 m64 tiles); NVRTC 13.0.88: 74-224 registers, no local memory, no serialised wgmma
+    # (bench/results/nvrtc-census-tb-prefill-E2-2026-12-01.json); all 20 E2: bench/device_k2w.sh
+    "N256/M64/W4x4/K4/S3/SK1/MB1/E2",
     "N256/M64/W4x2/K4/S4/SK2/MB1/E2",
     "N128/M128/W4x2/K4/S4/SK1/MB1/E2",
     "N128/M128/W4x1/K4/S4/SK2/MB1/E2",

@@ -43,8 +43,8 @@ PREFILL_VARIANTS = (
     # the wgmma engine (sm_90a): 1, 2 and 4 warpgroups, kb 4 / 8, split-K 1 / 2 / 4
     *("N64/M64/W4x1/K4/S3/SK1/MB1/E1", "N128/M128/W4x2/K4/S3/SK2/MB1/E1", "N256/M64/W4x4/K4/S3/SK4/MB1/E1"),
     *("N64/M128/W4x1/K4/S4/SK1/MB1/E1", "N64/M64/W4x1/K8/S3/SK2/MB1/E1"),
-    # the warp-specialised wgmma engine: 1 / 2 consumers of 1 / 2 m64 tiles, 3 / 4 stages, split-K 1 / 2
-    *("N256/M128/W4x2/K4/S3/SK1/MB1/E2", "N128/M128/W4x1/K4/S4/SK2/MB1/E2", "N256/M64/W4x2/K4/S4/SK2/MB1/E2"),
+    # the warp-specialised wgmma engine: 1 / 2 / 4 consumers of 1 / 2 m64 tiles, 3 / 4 stages, split-K 1 / 2
+    *("N256/M64/W4x4/K4/S3/SK1/MB1/E2", "N128/M128/W4x1/K4/S4/SK2/MB1/E2", "N256/M64/W4x2/K4/S4/SK2/MB1/E2"),
     *("N64/M128/W4x1/K4/S3/SK1/MB1/E2", "N128/M128/W4x2/K4/S4/SK1/MB1/E2"),
 )
 

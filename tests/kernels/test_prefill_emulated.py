@@ -173,14 +173,20 @@ def test_wgmma_path_fast(tmp_path: Path) -> None:
 
 WS_CASES = [
     # engine 2 (warp-specialised wgmma: producer warpgroup, mbarrier ring, consumers with a group in flight):
-    # every consumer geometry (1 / 2 warpgroups x 1 / 2 m64 tiles), tails in n and m, split-K, the ring
-    # wrapping several times (k / (32 kb) / split_k stages > stages)
+    # every consumer geometry (1 / 2 / 4 warpgroups x 1 / 2 m64 tiles) in each bench format, tails in n and m,
+    # split-K, the ring wrapping several times (k / (32 kb) / split_k stages > stages)
     ("Q4_0", "N256/M64/W4x2/K4/S3/SK1/MB1/E2", 300, 1024, 70),
     ("Q4_0", "N64/M128/W4x1/K4/S3/SK2/MB1/E2", 100, 1536, 37),
+    ("Q4_0", "N256/M64/W4x4/K4/S4/SK2/MB1/E2", 270, 1536, 100),
+    ("Q4_0", "N128/M128/W4x2/K4/S4/SK1/MB1/E2", 130, 768, 129),
+    ("Q4_0", "N128/M128/W4x1/K4/S3/SK1/MB1/E2", 140, 1024, 60),
     ("Q8_0", "N128/M128/W4x2/K4/S4/SK2/MB1/E2", 150, 1536, 37),
-    ("Q8_0", "N256/M128/W4x2/K4/S3/SK1/MB1/E2", 200, 768, 130),
+    ("Q8_0", "N256/M64/W4x4/K4/S3/SK1/MB1/E2", 200, 768, 130),
+    ("Q8_0", "N128/M128/W4x1/K4/S4/SK2/MB1/E2", 136, 1024, 20),
     ("Q4_K", "N128/M128/W4x1/K4/S3/SK1/MB1/E2", 130, 1024, 129),
-    ("Q4_K", "N256/M128/W4x2/K4/S4/SK2/MB1/E2", 260, 1536, 21),
+    ("Q4_K", "N256/M64/W4x4/K4/S4/SK2/MB1/E2", 260, 1536, 21),
+    ("Q4_K", "N128/M128/W4x2/K4/S3/SK2/MB1/E2", 200, 768, 64),
+    ("Q4_K", "N64/M128/W4x1/K4/S4/SK1/MB1/E2", 70, 1280, 90),
     ("Q6_K", "N64/M128/W4x1/K4/S3/SK1/MB1/E2", 90, 768, 40),
     ("Q5_1", "N128/M128/W4x2/K4/S3/SK1/MB1/E2", 72, 512, 50),
     ("IQ4_XS", "N256/M64/W4x2/K4/S4/SK1/MB1/E2", 260, 768, 64),
@@ -215,7 +221,7 @@ def test_kernel_shared_memory_equals_the_manifest(tmp_path: Path, fmt: str) -> N
         "N128/M64/W4x2/K4/S3/SK1/MB1/E0",
         "N64/M128/W2x2/K8/S3/SK1/MB1/E0",
         "N128/M128/W4x2/K4/S3/SK1/MB1/E1",
-        "N256/M128/W4x2/K4/S3/SK1/MB1/E2",
+        "N256/M64/W4x4/K4/S3/SK1/MB1/E2",
     ):
         emu = build(tmp_path, fmt, name)
         values = PACKAGE.bindings(emu.variant, 4096, 4096, 512, emu.fmt, emu.device)

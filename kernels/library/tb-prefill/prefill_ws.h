@@ -4,10 +4,9 @@
  * Why: E1 (prefill_wgmma.h) is latency-bound on the H200 (ncu, Q4_0 GateUp M=2048: tensor pipe 26 %, 66 % of
  * cycles with no eligible warp): every warp copies, decodes the stage's scales, meets two block barriers per
  * stage and drains its wgmma groups (wait_group 0) before the next stage. Here the roles are split:
- *   - one PRODUCER warpgroup (the last one; setmaxnreg.dec to 48 registers when there are two consumers)
- *     copies raw true-bytes weight tiles and fp16 activation tiles into an ST-stage shared-memory ring with
+ *   - one PRODUCER warpgroup (the last one) copies raw true-bytes weight tiles and fp16 activation tiles into an ST-stage shared-memory ring with
  *     cp.async, and signals each stage with cp.async.mbarrier.arrive.noinc on the stage's FULL mbarrier;
- *   - WG CONSUMER warpgroups (setmaxnreg.inc to 224) wait on FULL, dequantise their weight rows straight into
+ *   - WG CONSUMER warpgroups wait on FULL, dequantise their weight rows straight into
  *     wgmma's A registers (scales and mins folded in, decoded in-lane from the raw scale bytes: no decoded-scale
  *     pass, no block barrier) and issue wgmma m64nBTk16 from them, one commit group per 32-block, keeping the
  *     previous block's group in flight while the next block dequantises (wait_group 1, never 0 in the loop);
@@ -17,10 +16,11 @@
  * Tile: a consumer warpgroup owns R = BN / (64 WG) m64 weight tiles (R = 2: two wgmma per k16 sharing the
  * activation descriptor), so BN = 256 with two consumers: the fp16 activations, the bulk of the L2 traffic
  * (BT * 64 bytes per 32-block against BN * ~18 for 4-bit weights), are re-read N / BN times.
- * Registers (two consumers, 384 threads: __launch_bounds__ gives every warp 168): the producer gives back to 48
- * and the consumers take 224 (2 * 128 * 224 + 128 * 48 <= 168 * 384, so the .inc never waits for registers);
- * NVRTC 13.0.88 spills the producer at 40 (its copy loop) and no variant at 48 / 224 (bench/nvrtc_census.py).
- * One consumer (256 threads) needs no setmaxnreg: 255 registers are there already.
+ * Registers: no setmaxnreg. Two consumers (384 threads) get 168 registers, one consumer (256 threads) 255. With
+ * setmaxnreg (producer .dec 48, consumers .inc 224) NVRTC 13.0.88 serialises every wgmma of the kernel (ptxas
+ * C7513: "non wgmma instructions defining input registers of a wgmma between start and end of the pipeline
+ * stage"), the same source without it compiles clean; so two consumers hold at most 64 accumulators each
+ * (n_tile 128 x 128 tokens, or 256 x 64), and the 128-accumulator tiles run with one consumer.
  * Operand layouts, the k permutation of the fp16 activations and D's layout are E1's (prefill_wgmma.h).
  */
 #pragma once
@@ -49,14 +49,9 @@ TB_DEV void tbp_cp_async_mbar_arrive(tb_u64 *bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(tbp_saddr(bar)) : "memory");
 }
 TB_DEV void tbp_cp_wait_all(void) { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
-template <int N>
-TB_DEV void tbp_setmaxnreg_inc(void) {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
-}
-template <int N>
-TB_DEV void tbp_setmaxnreg_dec(void) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
-}
+/* the value is computed here, in program order with the volatile asm around it (no code motion past it) */
+TB_DEV void tbp_pin(tb_u32 &v) { asm volatile("" : "+r"(v)); }
+TB_DEV void tbp_pin(tb_u64 &v) { asm volatile("" : "+l"(v)); }
 #endif /* (TB_EMU_NV: tests/kernels/emu/tb_portability.h emulates these, the mbarrier phases included) */
 
 /* E2 shared memory: ST stages laid out as E1's (TbpWgLayout: fp16 activations, then qs / qh / raw sc), then
@@ -69,7 +64,7 @@ struct TbpWsLayout {
 };
 
 /* the producer's share of one part's stage copy: ROWS rows of CPR chunks of CH bytes over PT threads, the
- * addresses recomputed per stage (TbpCopy keeps one pointer per item: more than the producer's 48 registers) */
+ * addresses recomputed per stage (TbpCopy keeps one 64-bit pointer per item, live across the whole loop) */
 template <int ROWS, int CPR, int CH, int PT>
 TB_DEV void tbp_ws_copy(tb_u8 *dst, int dst_stride, const tb_u8 *base, int row0, int limit, tb_size row_bytes,
                         tb_size off, int pt) {
@@ -110,6 +105,7 @@ TB_DEV void tbp_ws_body(TB_PREFILL_PARAMS) {
     static_assert(BN == 64 * WG * R && (R == 1 || R == 2), "one or two m64 weight tiles per consumer warpgroup");
     static_assert(BT % 32 == 0 && BT <= 256 && R * BT <= 256, "wgmma N; R * BT / 2 accumulators per thread");
     static_assert(KB % TBP_G == 0 && (KB & (KB - 1)) == 0 && KB <= 8, "stage blocks");
+    static_assert(SK <= 2, "every split has a stage: ceil(s / 2) and s - ceil(s / 2) >= 1 for s >= 2 stages");
     TBP_DYN_SMEM
     tb_u8 *smem = tbp_smem;
     tb_u64 *full = (tb_u64 *)(smem + ST * L::STAGE), *empty = full + ST;
@@ -132,9 +128,6 @@ TB_DEV void tbp_ws_body(TB_PREFILL_PARAMS) {
     tb_sync();
 
     if (wg == WG) { /* ---------------------------------------- producer ------------------------------------ */
-#if defined(TB_CUDA)
-        if constexpr (WG >= 2) tbp_setmaxnreg_dec<48>();
-#endif
         const int pt = tid - 128 * WG;
         /* activation chunks: thread pt copies chunk c of token r8 of 8-token groups rg0, rg0 + XG, ... (8
          * consecutive threads = the 8 token rows of one core matrix: conflict-free stores) */
@@ -187,9 +180,6 @@ TB_DEV void tbp_ws_body(TB_PREFILL_PARAMS) {
     }
 
     /* ------------------------------------------------ consumers ------------------------------------------ */
-#if defined(TB_CUDA)
-    if constexpr (WG >= 2) tbp_setmaxnreg_inc<224>();
-#endif
     const int lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int wrow = 16 * (warp & 3) + (lane & 15); /* ldmatrix.x2 row address inside an m64 tile */
     const int r_g = 16 * (warp & 3) + g;            /* this lane's rows r_g, r_g + 8 of an m64 tile */
@@ -202,7 +192,11 @@ TB_DEV void tbp_ws_body(TB_PREFILL_PARAMS) {
 #pragma unroll
         for (int i = 0; i < BT / 2; ++i) acc[rr][i] = 0.0f;
 
-    for (int it = 0; it < nst; ++it) {
+    /* at least one stage per split (split_k <= 2 and k / (32 kb) >= split_k: the manifest's rules): a do-while,
+     * so no path skips the wgmma loop; ptxas serialises every wgmma (C7515, C7518) where the zeroed
+     * accumulators of such a path meet the loop's at the final wait */
+    int it = 0;
+    do {
         const int buf = it % ST;
         tbp_mbar_wait(full + buf, (tb_u32)(it / ST) & 1u);
         tbp_fence_async_smem(); /* the cp.async (generic proxy) bytes, seen by wgmma's async proxy */
@@ -259,18 +253,31 @@ TB_DEV void tbp_ws_body(TB_PREFILL_PARAMS) {
                         tbp_ws_dequant(lo, hi, dlo, dhi, mw, os2, neg2, f, a[rr]);
                     }
                 }
-                tbp_wg_fence();
+                /* descriptors and A registers complete BEFORE the fence: ptxas serialises every wgmma (C7513) when a
+                 * non-wgmma instruction defines one of their inputs between the fence and the wgmma */
+                tb_u64 desc[2];
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf) {
+                    desc[hf] = tbp_wg_desc(xs + (tb_u32)((4 * kb + 2 * hf) * 128), 128u, L::SBO);
+                    tbp_pin(desc[hf]);
+                }
 #pragma unroll
                 for (int rr = 0; rr < R; ++rr)
 #pragma unroll
                     for (int hf = 0; hf < 2; ++hf)
-                        tbp_wgmma<BT>(acc[rr], a[rr][hf], tbp_wg_desc(xs + (tb_u32)((4 * kb + 2 * hf) * 128), 128u, L::SBO));
+#pragma unroll
+                        for (int q = 0; q < 4; ++q) tbp_pin(a[rr][hf][q]);
+                tbp_wg_fence();
+#pragma unroll
+                for (int rr = 0; rr < R; ++rr)
+#pragma unroll
+                    for (int hf = 0; hf < 2; ++hf) tbp_wgmma<BT>(acc[rr], a[rr][hf], desc[hf]);
                 tbp_wg_commit();
                 tbp_wg_wait<1>(); /* the previous block's group is done; this one runs on */
                 if (kb == 0 && it > 0) tbp_mbar_arrive(empty + (it - 1) % ST); /* stage it - 1 fully read */
             }
         }
-    }
+    } while (++it < nst);
     tbp_wg_wait<0>();
 #pragma unroll
     for (int rr = 0; rr < R; ++rr)

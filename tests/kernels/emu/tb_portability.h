@@ -10,7 +10,7 @@
  *                 cp.async (a plain copy with zero fill), shuffles; sm_90a: wgmma m64nNk16 f16 run LATE, at
  *                 the wait_group that retires its commit group (so a kernel that reuses a stage before waiting
  *                 reads the new bytes and fails parity), mbarriers with phases (init / arrive / try_wait.parity,
- *                 cp.async.mbarrier.arrive.noinc), setmaxnreg (no effect here)
+ *                 cp.async.mbarrier.arrive.noinc)
  *   -DTB_EMU_AMD  wave 64: v_mfma_i32_16x16x32_i8 (-DTB_EMU_MFMA=32), v_mfma_i32_16x16x16i8 (=16),
  *                 or no MFMA (gfx906: sdot4 only, =0); shuffles (ds_bpermute)
  * Only what the prefill kernels use is here. PTX ISA "Matrix Fragments for mma.m16n8k32" and AMD's
@@ -534,7 +534,7 @@ TB_DEV void tbp_wg_wait(void) {
     group_sync();
 }
 
-/* ---- NVIDIA sm_90: mbarrier (phase parity), setmaxnreg ------------------------------------------------ */
+/* ---- NVIDIA sm_90: mbarrier (phase parity) ------------------------------------------------------------ */
 inline tbemu::MBar &tbemu_mbar(const void *bar) {
     using namespace tbemu;
     const size_t off = (size_t)((const unsigned char *)bar - block->smem.data());
@@ -560,12 +560,18 @@ TB_DEV void tbp_mbar_arrive(tb_u64 *bar) {
 }
 /* try_wait.parity P succeeds once the phase of parity P has completed: the current phase's parity is not P */
 TB_DEV void tbp_mbar_wait(tb_u64 *bar, tb_u32 parity) {
-    while ((tbemu_mbar(bar).phase & 1u) == (parity & 1u)) tbemu::yield();
+    long turns = 0; /* every other thread ran once per turn: a phase that never completes is a deadlock */
+    while ((tbemu_mbar(bar).phase & 1u) == (parity & 1u)) {
+        if (++turns > 1000000L) {
+            fprintf(stderr, "emu: thread %d waits forever on the mbarrier at shared offset %zu (parity %u)\n",
+                    tbemu::tid, (size_t)((unsigned char *)bar - tbemu::block->smem.data()), parity);
+            abort();
+        }
+        tbemu::yield();
+    }
 }
 /* cp.async copies land at once here: the arrival is immediate */
 TB_DEV void tbp_cp_async_mbar_arrive(tb_u64 *bar) { tbp_mbar_arrive(bar); }
 TB_DEV void tbp_cp_wait_all(void) {}
-template <int N>
-TB_DEV void tbp_setmaxnreg_inc(void) {}
-template <int N>
-TB_DEV void tbp_setmaxnreg_dec(void) {}
+TB_DEV void tbp_pin(tb_u32 &) {}
+TB_DEV void tbp_pin(tb_u64 &) {}
