@@ -9,10 +9,11 @@
 #   STAGES=compile ART=.cubins PY=.venv/bin/python bash bench/device_k2w.sh      (no GPU, ~4 min on 2 cores)
 #   ART=.cubins GPU=0 bash bench/device_k2w.sh                                  (device; carry .whl .cubins)
 # Stages (each time-boxed, the boxes add up to 300 s; a later one still runs when an earlier one fails):
-#   1. NVRTC (sm_90a) cache warmed in parallel: Q4_0 / Q8_0 / Q4_K x (the bench list, its SK1 subset)
-#   2. smoke, one process: the bench list on a small point (n 1000, k 1024, m 200) of the 3 formats from the
-#      cache of stage 1: parity per variant; a crash or a hang (an mbarrier wait that never ends) drops E2
-#      from stage 3, an E2 variant failing parity is dropped from it
+#   1. NVRTC (sm_90a) cache warmed in parallel: Q4_0 / Q8_0 / Q4_K x (the list each format's rules keep, its SK1
+#      subset, the smoke list): the exact units of stages 2 and 3
+#   2. smoke, one process: each format's list on a small point (n 1000, k 1024, m 200) from the cache of stage
+#      1: parity per variant; a crash or a hang (an mbarrier wait that never ends) drops E2 from stage 3, a
+#      variant failing parity is dropped from it
 #   3. bench/prefill_roofline.py: 18 points, E0 / E1 winners + E2, cuBLAS fp16 in the same run; per engine best
 #      (the JSON is rewritten after every point: a timeout keeps what was measured)
 #   4. ncu of the best E2 at Q4_0 GateUp M=2048 (the E1 best when E2 did not run), in the time that is left
@@ -55,34 +56,57 @@ formats=${FORMATS:-Q4_0,Q8_0,Q4_K}
 export K2W_BENCH="$e0,$e1,$e2" K2W_FORMATS="$formats"
 echo "# E2 variants: $e2" >> "$log"
 
+lists="$OUT/k2w-lists.json"
 if want compile; then
 el "stage 1: warm the NVRTC cache (sm_90a) in $ART"
-run timeout "${COMPILE_TIMEOUT:-90}" $PY - >> "$log" 2>&1 <<'EOF'
-import os
+# the exact units stages 2 and 3 build (one NVRTC unit per format and variant list, in list order): the runner
+# drops the variants a point's rules reject (e.g. MB2 for the K-quants, E2 S4 where its stages overflow shared
+# memory), so each format's list is what its rules keep at the bench shapes, the SK1 subset (M >= 1024) and the
+# smoke shape
+run timeout "${COMPILE_TIMEOUT:-90}" $PY - "$lists" >> "$log" 2>&1 <<'EOF'
+import json, os, sys
 from pathlib import Path
 import bench.prefill_roofline as b
+from kernels.formats.registry import FORMATS
+from kernels.packages.loader import builtin_packages
+from kernels.packages.package import DeviceFacts
+package = builtin_packages()["tb-prefill"]
+h200 = DeviceFacts("cuda", "sm_90", 132, 32)
+space = {v.name: v for v in package.space("cuda")}
 bench = os.environ["K2W_BENCH"].split(",")
-jobs = [(f, names) for f in os.environ["K2W_FORMATS"].split(",") for names in (bench, [v for v in bench if "/SK1/" in v])]
+def kept(fmt, names, n, k, m):
+    return [v for v in names if not package.point_problems(package.bindings(space[v], n, k, m, FORMATS[fmt], h200))]
+lists = {}
+for f in os.environ["K2W_FORMATS"].split(","):
+    full = kept(f, bench, 17408, 5120, 128)
+    # "raw": bench/prefill_roofline.py warms the list it is given, before the runner filters it
+    lists[f] = {"bench": full, "sk1": [v for v in full if "/SK1/" in v], "smoke": kept(f, bench, 1000, 1024, 200),
+                "raw": bench}
+    assert full == kept(f, bench, 12288, 5120, 2048), f"{f}: the shapes keep different variants"
+Path(sys.argv[1]).write_text(json.dumps(lists, indent=1))
+jobs = [(f, names) for f, by in lists.items() for names in {tuple(v): v for v in by.values()}.values()]
+for f, by in lists.items():
+    print("kept", f, {key: len(v) for key, v in by.items()})
 for r in b.warm_cache(Path(os.environ["TUNEBASE_CUDA_ARTIFACTS"]), jobs, os.cpu_count() or 8):
     print("compile", r["format"], r["ok"], r["seconds"], "s", r["log"][-1500:])
 EOF
 echo "# rc=$?" >> "$log"
-grep -E "^compile" "$log"
+grep -E "^(kept|compile)" "$log"
 fi
 
 variants="$e0,$e1,$e2"
 if want smoke; then
-el "stage 2: smoke (bench list, n 1000 k 1024 m 200, parity only)"
-run timeout 45 $PY - > "$OUT/k2w-smoke.log" 2>&1 <<'EOF'
-import json, os
+el "stage 2: smoke (each format's kept list, n 1000 k 1024 m 200, parity only)"
+run timeout 45 $PY - "$lists" > "$OUT/k2w-smoke.log" 2>&1 <<'EOF'
+import json, os, sys
 from pathlib import Path
 from workers.backends.base import TaskSpec
 from workers.backends.cuda import CudaBackend
-bench = tuple(os.environ["K2W_BENCH"].split(","))
+lists = json.loads(Path(sys.argv[1]).read_text())
 backend = CudaBackend(Path(os.environ["TUNEBASE_CUDA_ARTIFACTS"]))
-for fmt in os.environ["K2W_FORMATS"].split(","):
-    spec = TaskSpec(arch="sm_90", phase="prefill", format=fmt, shape="smoke", n=1000, k=1024, m=200, variants=bench,
-                    min_dispatches=1, max_dispatches=1, warmup=0, kernel="tb-prefill")
+for fmt, by in lists.items():
+    spec = TaskSpec(arch="sm_90", phase="prefill", format=fmt, shape="smoke", n=1000, k=1024, m=200,
+                    variants=tuple(by["smoke"]), min_dispatches=1, max_dispatches=1, warmup=0, kernel="tb-prefill")
     for r in backend.run_task(spec).results:
         ok = r.error is None and r.parity is not None and r.parity.passed
         print("smoke", fmt, r.variant, "PASS" if ok else "FAIL", json.dumps({"error": (r.error or "")[:200],
