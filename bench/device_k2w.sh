@@ -16,7 +16,9 @@
 #      variant failing parity is dropped from it
 #   3. bench/prefill_roofline.py: 18 points, E0 / E1 winners + E2, cuBLAS fp16 in the same run; per engine best
 #      (the JSON is rewritten after every point: a timeout keeps what was measured)
-#   4. ncu of the best E2 at Q4_0 GateUp M=2048 (the E1 best when E2 did not run), in the time that is left
+#   4. ncu of the best E2 at Q4_0 GateUp M=2048 (the E1 best when E2 did not run), in the time that is left;
+#      alone, on a roofline JSON brought back into the tree (<= 90 s):
+#      STAGES=ncu JSON=bench/results/prefill-roofline-h200-TAG.json ART=.cubins GPU=0 bash bench/device_k2w.sh TAG
 set -u
 PY=${PY:-python3}
 STAGES=${STAGES:-compile,smoke,roofline,ncu}
@@ -127,7 +129,7 @@ if [ -z "${DRY:-}" ]; then
 fi
 fi
 
-json="$OUT/prefill-roofline-h200-$tag.json"
+json=${JSON:-$OUT/prefill-roofline-h200-$tag.json}
 if want roofline; then
 el "stage 3: roofline"
 box=$(( $(left) - 40 ))
@@ -141,6 +143,7 @@ if want ncu; then
 el "stage 4: ncu"
 eng=$(grep -q "/E2" <<< "$variants" && echo E2 || echo E1)
 box=$(( $(left) ))
+[ "$STAGES" = ncu ] && box=${NCU_TIMEOUT:-90}
 if [ -f "$json" ] && [ "$box" -gt 20 ]; then
   run env TUNEBASE_CUPTI=0 timeout "$box" ncu --kernel-name regex:tb_prefill_n --launch-count 1 \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section SchedulerStats --section WarpStateStats \
