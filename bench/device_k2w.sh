@@ -42,7 +42,7 @@ log="$OUT/k2w-prefill-h200-$tag.log"
   echo "# device: $(nvidia-smi --query-gpu=index,name,uuid,driver_version,clocks.sm --format=csv,noheader \
     2>/dev/null | tr '\n' ';') CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"
   echo "# date: $(date -u +%FT%TZ)"
-  echo "# command: GPU=${GPU:-0} bash bench/device_k2w.sh $tag"
+  echo "# command: STAGES=$STAGES ART=${ART:-} E2=${E2:-} FORMATS=${FORMATS:-} GPU=${GPU:-0} bash bench/device_k2w.sh $tag"
   echo "# commit: $(git rev-parse HEAD 2>/dev/null)"
 } > "$log"
 el() { echo "# t=$(( $(date +%s) - t0 ))s $*" | tee -a "$log"; }
@@ -99,7 +99,7 @@ fi
 variants="$e0,$e1,$e2"
 if want smoke; then
 el "stage 2: smoke (each format's kept list, n 1000 k 1024 m 200, parity only)"
-run timeout 45 $PY - "$lists" > "$OUT/k2w-smoke.log" 2>&1 <<'EOF'
+run timeout -k 10 45 $PY - "$lists" > "$OUT/k2w-smoke.log" 2>&1 <<'EOF'
 import json, os, sys
 from pathlib import Path
 from workers.backends.base import TaskSpec
@@ -133,7 +133,7 @@ json=${JSON:-$OUT/prefill-roofline-h200-$tag.json}
 if want roofline; then
 el "stage 3: roofline"
 box=$(( $(left) - 40 ))
-run timeout $(( box > 60 ? box : 60 )) $PY bench/prefill_roofline.py --artifacts "$ART" --dispatches 5 --warmup 2 \
+run timeout -k 10 $(( box > 60 ? box : 60 )) $PY bench/prefill_roofline.py --artifacts "$ART" --dispatches 5 --warmup 2 \
   --jobs 16 --formats "$formats" --variants "$variants" --out "$json" > "$OUT/prefill-roofline-h200-$tag.log" 2>&1
 echo "# rc=$?" >> "$log"
 tail -25 "$OUT/prefill-roofline-h200-$tag.log"
@@ -145,7 +145,7 @@ eng=$(grep -q "/E2" <<< "$variants" && echo E2 || echo E1)
 box=$(( $(left) ))
 [ "$STAGES" = ncu ] && box=${NCU_TIMEOUT:-90}
 if [ -f "$json" ] && [ "$box" -gt 20 ]; then
-  run env TUNEBASE_CUPTI=0 timeout "$box" ncu --kernel-name regex:tb_prefill_n --launch-count 1 \
+  run env TUNEBASE_CUPTI=0 timeout -k 5 "$box" ncu --kernel-name regex:tb_prefill_n --launch-count 1 \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section SchedulerStats --section WarpStateStats \
     --section InstructionStats --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
     $PY bench/prefill_ncu.py --json "$json" --point Q4_0,GateUp,2048 --artifacts "$ART" --engine "$eng" \
