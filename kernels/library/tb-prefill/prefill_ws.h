@@ -21,6 +21,11 @@
  * C7513: "non wgmma instructions defining input registers of a wgmma between start and end of the pipeline
  * stage"), the same source without it compiles clean; so two consumers hold at most 64 accumulators each
  * (n_tile 128 x 128 tokens, or 256 x 64), and the 128-accumulator tiles run with one consumer.
+ * SASS (ptxas 13.0.88, nvdisasm): per 32-block a consumer warp issues WARPGROUP.ARRIVE, its HGMMA pair(s) on
+ * double-buffered A registers and WARPGROUP.DEPBAR.LE gsb0 1; one DEPBAR 0 after the loop. Between two ARRIVEs:
+ * ~57 instructions for Q4_0, ~110 for Q4_K (its 6-bit scale decode, done per lane and block: ~45 of them) -
+ * with 4 consumers of m64n64 tiles (256 tensor cycles per block per SM) Q4_K is issue-bound before it is
+ * tensor-bound; decoding each (row, block) scale once per quad and shuffling it is the next step.
  * Operand layouts, the k permutation of the fp16 activations and D's layout are E1's (prefill_wgmma.h).
  */
 #pragma once
