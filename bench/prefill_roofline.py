@@ -81,7 +81,7 @@ CANDIDATES = (
     "N128/M128/W4x2/K4/S4/SK2/MB1/E1",
     "N256/M64/W4x4/K4/S3/SK1/MB1/E1",
     # engine 2 (warp-specialised wgmma: producer warpgroup + mbarrier ring, 1 / 2 / 4 consumer warpgroups of
-    # 1 / 2 m64 tiles); NVRTC 13.0.88: 74-224 registers, no local memory, no serialised wgmma
+    # 1 / 2 m64 tiles); NVRTC 13.0.88: 74-240 registers, no local memory, no serialised wgmma
     # (bench/results/nvrtc-census-tb-prefill-E2-2026-12-01.json); all 20 E2: bench/device_k2w.sh
     "N256/M64/W4x4/K4/S3/SK1/MB1/E2",
     "N256/M64/W4x2/K4/S4/SK2/MB1/E2",

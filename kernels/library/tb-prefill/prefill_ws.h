@@ -22,10 +22,12 @@
  * stage"), the same source without it compiles clean; so two consumers hold at most 64 accumulators each
  * (n_tile 128 x 128 tokens, or 256 x 64), and the 128-accumulator tiles run with one consumer.
  * SASS (ptxas 13.0.88, nvdisasm): per 32-block a consumer warp issues WARPGROUP.ARRIVE, its HGMMA pair(s) on
- * double-buffered A registers and WARPGROUP.DEPBAR.LE gsb0 1; one DEPBAR 0 after the loop. Between two ARRIVEs:
- * ~57 instructions for Q4_0, ~110 for Q4_K (its 6-bit scale decode, done per lane and block: ~45 of them) -
- * with 4 consumers of m64n64 tiles (256 tensor cycles per block per SM) Q4_K is issue-bound before it is
- * tensor-bound; decoding each (row, block) scale once per quad and shuffling it is the next step.
+ * double-buffered A registers and WARPGROUP.DEPBAR.LE gsb0 1; one DEPBAR 0 after the loop. The scales: each lane
+ * of a quad decodes block t's for its rows once per stage, the others fetch them with shfl.idx (decoded per
+ * lane and block, Q4_K's 6-bit scales had been ~40 % of its instructions): a stage's loop body is ~264 SASS
+ * instructions for Q4_0, ~357 for Q4_K (538 before), N256/M64/W4x4: ~66 / ~89 per block and warp. There the
+ * 16 consumer warps issue 16 x 89 / 4 = 356 cycles per scheduler against 256 tensor cycles per block (m64n64
+ * tiles): Q4_K is issue-bound at 64 tokens; 128-token tiles (W4x2, W4x1) halve the issue per tensor cycle.
  * Operand layouts, the k permutation of the fp16 activations and D's layout are E1's (prefill_wgmma.h).
  */
 #pragma once
@@ -54,6 +56,8 @@ TB_DEV void tbp_cp_async_mbar_arrive(tb_u64 *bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(tbp_saddr(bar)) : "memory");
 }
 TB_DEV void tbp_cp_wait_all(void) { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+/* lane src's v (src inside the warp) */
+TB_DEV tb_u32 tbp_shfl_idx(tb_u32 v, int src) { return __shfl_sync(0xffffffffu, v, src); }
 /* the value is computed here, in program order with the volatile asm around it (no code motion past it) */
 TB_DEV void tbp_pin(tb_u32 &v) { asm volatile("" : "+r"(v)); }
 TB_DEV void tbp_pin(tb_u64 &v) { asm volatile("" : "+l"(v)); }
@@ -88,10 +92,10 @@ TB_DEV void tbp_ws_copy(tb_u8 *dst, int dst_stride, const tb_u8 *base, int row0,
 }
 
 /* one weight row's two unpacked words (logical k 4t.. and 16+4t..) -> fp16 A registers of row half f:
- * a[0] = k16 half 0 (lo word), a[1] = half 1 (hi word), as E1 builds them */
-TB_DEV void tbp_ws_dequant(tb_u32 lo, tb_u32 hi, float dlo, float dhi, float mw, tb_u32 os2, tb_u32 neg2, int f,
+ * a[0] = k16 half 0 (lo word), a[1] = half 1 (hi word), as E1 builds them; dl2 / dh2 the scales of the two
+ * halves, m2 the min (f16x2, both halves alike) */
+TB_DEV void tbp_ws_dequant(tb_u32 lo, tb_u32 hi, tb_u32 dl2, tb_u32 dh2, tb_u32 m2, tb_u32 os2, tb_u32 neg2, int f,
                            tb_u32 (*a)[4]) {
-    const tb_u32 dl2 = tbp_h2_pack(dlo, dlo), dh2 = tbp_h2_pack(dhi, dhi), m2 = tbp_h2_pack(mw, mw);
     a[0][f] = tbp_h2_fma(tbp_i8x2_to_h2(lo, 0, os2, neg2), dl2, m2);
     a[0][2 + f] = tbp_h2_fma(tbp_i8x2_to_h2(lo, 1, os2, neg2), dl2, m2);
     a[1][f] = tbp_h2_fma(tbp_i8x2_to_h2(hi, 0, os2, neg2), dh2, m2);
@@ -109,7 +113,7 @@ TB_DEV void tbp_ws_body(TB_PREFILL_PARAMS) {
     constexpr int PT = 128; /* producer threads */
     static_assert(BN == 64 * WG * R && (R == 1 || R == 2), "one or two m64 weight tiles per consumer warpgroup");
     static_assert(BT % 32 == 0 && BT <= 256 && R * BT <= 256, "wgmma N; R * BT / 2 accumulators per thread");
-    static_assert(KB % TBP_G == 0 && (KB & (KB - 1)) == 0 && KB <= 8, "stage blocks");
+    static_assert(KB == 4, "the 4 lanes of a quad decode the stage's 4 blocks' scales, one each");
     static_assert(SK <= 2, "every split has a stage: ceil(s / 2) and s - ceil(s / 2) >= 1 for s >= 2 stages");
     TBP_DYN_SMEM
     tb_u8 *smem = tbp_smem;
@@ -208,6 +212,28 @@ TB_DEV void tbp_ws_body(TB_PREFILL_PARAMS) {
         const tb_u8 *stage = smem + buf * L::STAGE;
         const tb_u32 xs = tbp_saddr(stage);
         const int b0 = (s_begin + it) * KB;
+        /* the scales of this lane's rows in block t of the stage, as f16x2 (scale of the lo / hi 16-half, min);
+         * block kb's are lane kb's of the quad: each (row, block) decoded once, not by all 4 lanes per block
+         * (the K-quants' 6-bit scale decode was ~40 % of a block's instructions) */
+        tb_u32 qd[R][2][3];
+#pragma unroll
+        for (int rr = 0; rr < R; ++rr)
+#pragma unroll
+            for (int f = 0; f < 2; ++f) {
+                const int r = 64 * (R * wg + rr) + r_g + 8 * f;
+                int delta = 0;
+#if defined(TB_FMT_Q6_K)
+                delta = (int)(tbp_sc_offset(rows, (tb_size)(n0 + r), b0) & 3u);
+#endif
+                float sv[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                tbp_decode_scale(stage + L::OFF_SC + r * S::SC_STRIDE, t, b0 + t, delta, sv);
+                const float dlo = sv[0] * (1.0f / TBP_OPERAND_SCALE); /* exact: a power of two */
+                const float dhi = (TBP_NSC == 4 ? sv[2] : sv[0]) * (1.0f / TBP_OPERAND_SCALE);
+                const float mw = TBP_ASYM ? sv[2] : 0.0f;
+                qd[rr][f][0] = tbp_h2_pack(dlo, dlo);
+                qd[rr][f][1] = tbp_h2_pack(dhi, dhi);
+                qd[rr][f][2] = tbp_h2_pack(mw, mw);
+            }
 
 #pragma unroll
         for (int kg = 0; kg < KB; kg += TBP_G) {
@@ -246,16 +272,11 @@ TB_DEV void tbp_ws_body(TB_PREFILL_PARAMS) {
 #endif
                         tb_u32 lo, hi;
                         tbp_unpack(w[rr][f], hw, j, t, lo, hi);
-                        int delta = 0;
-#if defined(TB_FMT_Q6_K)
-                        delta = (int)(tbp_sc_offset(rows, (tb_size)(n0 + r), b0) & 3u);
-#endif
-                        float sv[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                        tbp_decode_scale(stage + L::OFF_SC + r * S::SC_STRIDE, kb, b0 + kb, delta, sv);
-                        const float dlo = sv[0] * (1.0f / TBP_OPERAND_SCALE); /* exact: a power of two */
-                        const float dhi = (TBP_NSC == 4 ? sv[2] : sv[0]) * (1.0f / TBP_OPERAND_SCALE);
-                        const float mw = TBP_ASYM ? sv[2] : 0.0f;
-                        tbp_ws_dequant(lo, hi, dlo, dhi, mw, os2, neg2, f, a[rr]);
+                        const int src = (lane & ~3) | kb; /* the quad lane holding block kb's scales */
+                        const tb_u32 dl2 = tbp_shfl_idx(qd[rr][f][0], src);
+                        const tb_u32 dh2 = TBP_NSC == 4 ? tbp_shfl_idx(qd[rr][f][1], src) : dl2;
+                        const tb_u32 m2 = TBP_ASYM ? tbp_shfl_idx(qd[rr][f][2], src) : 0u;
+                        tbp_ws_dequant(lo, hi, dl2, dh2, m2, os2, neg2, f, a[rr]);
                     }
                 }
                 /* descriptors and A registers complete BEFORE the fence: ptxas serialises every wgmma (C7513) when a

@@ -574,4 +574,13 @@ TB_DEV void tbp_mbar_wait(tb_u64 *bar, tb_u32 parity) {
 TB_DEV void tbp_cp_async_mbar_arrive(tb_u64 *bar) { tbp_mbar_arrive(bar); }
 TB_DEV void tbp_cp_wait_all(void) {}
 TB_DEV void tbp_pin(tb_u32 &) {}
+/* shfl.sync.idx: lane src's v */
+TB_DEV tb_u32 tbp_shfl_idx(tb_u32 v, int src) {
+    using namespace tbemu;
+    block->xw[wave()][lane()][0] = v;
+    warp_sync();
+    const tb_u32 r = block->xw[wave()][src & (TB_WAVE - 1)][0];
+    warp_sync();
+    return r;
+}
 TB_DEV void tbp_pin(tb_u64 &) {}
