@@ -3,7 +3,8 @@
     python bench/nvrtc_census.py --package tb-prefill --out bench/results/nvrtc-census-tb-prefill.json
 
 Needs cuda-bindings and the pinned nvidia-cuda-nvrtc wheel (no GPU). Prints a JSON summary (the full
-table goes to --out): which (format, variant) pairs use local memory, and the register range.
+table goes to --out): which (format, variant) pairs use local memory or have their wgmma serialised by ptxas,
+and the register range.
 """
 
 from __future__ import annotations
@@ -87,6 +88,12 @@ def main() -> int:
         for name, row in table.items()
         if row["spills"]
     )
+    serialized = sorted(
+        f"{fmt} {name}"
+        for fmt, table in tables.items()
+        for name, row in table.items()
+        if row["wgmma_serialized"]
+    )
     registers = [row["registers"] for table in tables.values() for row in table.values()]
     summary_rows = [
         {"format": f, "variant": v, "registers": r, "stack_frame": s, "spill_stores": st}
@@ -104,6 +111,8 @@ def main() -> int:
         "pairs": sum(len(t) for t in tables.values()),
         "spilling_pairs": len(spilling),
         "spilling": summary_rows,
+        "wgmma_serialized_pairs": len(serialized),
+        "wgmma_serialized": serialized,
         "registers_min_max": [min(registers), max(registers)] if registers else None,
         "seconds": round(time.monotonic() - t0, 1),
         "seconds_per_format": seconds,
@@ -113,7 +122,8 @@ def main() -> int:
         args.out.write_text(json.dumps({**summary, "table": tables}, indent=1, sort_keys=True) + "\n")
     print(
         json.dumps(
-            {k: v for k, v in summary.items() if k != "spilling"} | {"spilling": summary["spilling"][:40]},
+            {k: v for k, v in summary.items() if k not in ("spilling", "wgmma_serialized")}
+            | {"spilling": summary["spilling"][:40], "wgmma_serialized": serialized[:40]},
             indent=1,
         )
     )

@@ -80,6 +80,13 @@ CANDIDATES = (
     "N128/M128/W4x2/K4/S3/SK1/MB1/E1",
     "N128/M128/W4x2/K4/S4/SK2/MB1/E1",
     "N256/M64/W4x4/K4/S3/SK1/MB1/E1",
+    # engine 2 (warp-specialised wgmma: producer warpgroup + mbarrier ring, 1 / 2 / 4 consumer warpgroups of
+    # 1 / 2 m64 tiles); NVRTC 13.0.88: 74-240 registers, no local memory, no serialised wgmma
+    # (bench/results/nvrtc-census-tb-prefill-E2-2026-12-01.json); all 20 E2: bench/device_k2w.sh
+    "N256/M64/W4x4/K4/S3/SK1/MB1/E2",
+    "N256/M64/W4x2/K4/S4/SK2/MB1/E2",
+    "N128/M128/W4x2/K4/S4/SK1/MB1/E2",
+    "N128/M128/W4x1/K4/S4/SK2/MB1/E2",
 )
 
 
@@ -162,7 +169,8 @@ def run_point(
         point["median_us"] = win["median_us"]
         point["tflops"] = flops / (win["median_us"] * 1e-6) / 1e12
         point["runner_up"] = passing[1]["variant"] if len(passing) > 1 else None
-        # the fastest passing variant of each engine (E0 mma.sync int8, E1 wgmma fp16): what each path reaches
+        # the fastest passing variant of each engine (E0 mma.sync int8, E1 wgmma fp16, E2 warp-specialised
+        # wgmma fp16): what each path reaches
         best: dict[str, float] = {}
         for r in passing:  # sorted: the first of each engine is its fastest
             best.setdefault(r["variant"].rsplit("/", 1)[-1], r["median_us"])
@@ -297,6 +305,9 @@ def main(argv: list[str] | None = None) -> int:
                 names = variants if m < 1024 else [v for v in variants if "/SK1/" in v] or variants
                 point = run_point(backend, fmt, shape, m, names, args.dispatches, args.warmup)
                 points.append(point)
+                if args.out:  # what a time-boxed run had measured survives its timeout
+                    partial = {"partial": True, "candidates": variants, "points": points}
+                    args.out.write_text(json.dumps(partial, indent=1, default=str))
                 us, tf = point.get("median_us", float("nan")), point.get("tflops", float("nan"))
                 winner = point.get("winner", "-")
                 secs = point["seconds"]
@@ -348,7 +359,7 @@ def _print_table(result: dict[str, Any]) -> None:
     """A short table last (the device reply keeps only the end of the output)."""
     print(json.dumps(result["summary"]))
     head = f"{'point':28} {'winner':29} {'us':>8} {'TFLOPS':>7} {'xMMQ':>6} {'xcuBLAS':>7}"
-    print(f"{head} {'E0us':>7} {'E1us':>7}")
+    print(f"{head} {'E0us':>7} {'E1us':>7} {'E2us':>7}")
     for p in result["points"]:
         label = f"{p['format']} {p['short']} M{p['m']}"
         vs_mmq = f"{p['vs_mmq']:.2f}" if p.get("vs_mmq") else "-"
@@ -358,7 +369,7 @@ def _print_table(result: dict[str, Any]) -> None:
         best = {e: f"{v:.1f}" for e, v in p.get("best_by_engine", {}).items()}
         print(
             f"{label:28} {p.get('winner', '-'):29} {us:>8} {tf:>7} {vs_mmq:>6} {vs_cub:>7}"
-            f" {best.get('E0', '-'):>7} {best.get('E1', '-'):>7}"
+            f" {best.get('E0', '-'):>7} {best.get('E1', '-'):>7} {best.get('E2', '-'):>7}"
         )
 
 

@@ -31,7 +31,7 @@ EXAMPLE = REPO / "docs" / "examples" / "rowsplit-gemv"
 DECODE = builtin_packages()["tb-decode"]
 PREFILL = builtin_packages()["tb-prefill"]
 VARIANTS = tuple(v.name for v in DECODE.space("cuda"))
-# the whole prefill space (210 cuda variants): too many NVRTC compiles per format for a test; each axis value
+# the whole prefill space (230 cuda variants): too many NVRTC compiles per format for a test; each axis value
 PREFILL_VARIANTS = (
     "N64/M64/W2x2/K4/S3/SK1/MB1/E0",
     "N128/M64/W4x2/K4/S3/SK2/MB1/E0",
@@ -43,6 +43,9 @@ PREFILL_VARIANTS = (
     # the wgmma engine (sm_90a): 1, 2 and 4 warpgroups, kb 4 / 8, split-K 1 / 2 / 4
     *("N64/M64/W4x1/K4/S3/SK1/MB1/E1", "N128/M128/W4x2/K4/S3/SK2/MB1/E1", "N256/M64/W4x4/K4/S3/SK4/MB1/E1"),
     *("N64/M128/W4x1/K4/S4/SK1/MB1/E1", "N64/M64/W4x1/K8/S3/SK2/MB1/E1"),
+    # the warp-specialised wgmma engine: 1 / 2 / 4 consumers of 1 / 2 m64 tiles, 3 / 4 stages, split-K 1 / 2
+    *("N256/M64/W4x4/K4/S3/SK1/MB1/E2", "N128/M128/W4x1/K4/S4/SK2/MB1/E2", "N256/M64/W4x2/K4/S4/SK2/MB1/E2"),
+    *("N64/M128/W4x1/K4/S3/SK1/MB1/E2", "N128/M128/W4x2/K4/S4/SK1/MB1/E2"),
 )
 
 
@@ -133,7 +136,8 @@ def test_every_prefill_variant_passes_parity_and_is_timed(backend: CudaBackend, 
             PREFILL.bindings(PREFILL.parse(name, "cuda"), 1000, 1024, m, FORMATS[fmt], h200)
         )
     )
-    assert len(kept) >= len(PREFILL_VARIANTS) - 3 and any(v.endswith("/E1") for v in kept)
+    assert len(kept) >= len(PREFILL_VARIANTS) - 3
+    assert all(any(v.endswith(e) for v in kept) for e in ("/E1", "/E2"))
     result = backend.run_task(spec(fmt, 1000, 1024, m, phase="prefill", variants=kept))
     _all_pass(result, kept)
     for r in result.results:  # the prelaunch kernel (activation quantisation) ran, and its resources are kept

@@ -74,6 +74,54 @@ def test_the_report_parser_reads_a_real_spilling_and_a_clean_kernel(tmp_path: Pa
     )  # the indexed array lives in local memory
 
 
+WGMMA_SOURCE = r"""
+#define WGMMA(d, a, b)                                                                 \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                              \
+                 "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 "                   \
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}\n"             \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                       \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b))
+typedef unsigned long long u64;
+template <bool TOUCH>
+__device__ void body(float *y, const unsigned *x, u64 b, int n) {
+    float d[4] = {0.f, 0.f, 0.f, 0.f};
+    int i = 0;
+    do {
+        unsigned a[4] = {x[4 * i], x[4 * i + 1], x[4 * i + 2], x[4 * i + 3]};
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+        WGMMA(d, a, b);
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+        if (TOUCH) d[0] *= 0.5f; /* an accumulator written while its wgmma may still run */
+    } while (++i < n);
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    for (int e = 0; e < 4; ++e) y[4 * threadIdx.x + e] = d[e];
+}
+extern "C" __global__ void __launch_bounds__(128) pipelined(float *y, const unsigned *x, u64 b, int n) {
+    body<false>(y, x, b, n);
+}
+extern "C" __global__ void __launch_bounds__(128) touched(float *y, const unsigned *x, u64 b, int n) {
+    body<true>(y, x, b, n);
+}
+"""
+
+
+def test_the_report_parser_reads_a_serialised_wgmma_pipeline(tmp_path: Path) -> None:
+    """ptxas names the kernels whose wgmma it had to serialise (one group in flight at a time): the census
+    reports them, so a variant that would lose its overlap is caught without a GPU."""
+    from workers.harness.cuda_compile import compile_cubin
+    from workers.harness.nvrtc_census import PTXAS_VERBOSE
+
+    source = tmp_path / "w.cu"
+    source.write_text(WGMMA_SOURCE)
+    result = compile_cubin(
+        source, tmp_path / "art", "w", ["--gpu-architecture=sm_90a", PTXAS_VERBOSE], ["pipelined", "touched"]
+    )
+    assert result.ok, result.log
+    report = parse_ptxas_report(result.log)
+    assert report["touched"].wgmma_serialized and not report["pipelined"].wgmma_serialized
+
+
 # make test: the formats with the most registers per variant (Q4_K: 3 meta words) and the bench formats; the
 # rest with `make test-full` (each format's whole decode space is ~100 NVRTC seconds on 2 cores)
 QUICK = ("Q4_0", "Q8_0", "Q4_K")
@@ -96,10 +144,12 @@ def test_decode_space_does_not_spill(fmt: str, tmp_path: Path) -> None:
 def test_prefill_variants_the_device_runs_do_not_spill(fmt: str, tmp_path: Path) -> None:
     _, prefill = _gpu_test_variants()
     names = _kept(PREFILL, fmt, prefill)
-    assert any(n.endswith("/E1") for n in names) and any(n.endswith("/E0") for n in names)
+    assert all(any(n.endswith(e) for n in names) for e in ("/E0", "/E1", "/E2"))
     table = census(PREFILL, fmt, names, tmp_path)
     spilling = {name: row for name, row in table.items() if row["spills"]}
     assert not spilling, spilling
+    serialized = sorted(name for name, row in table.items() if row["wgmma_serialized"])
+    assert not serialized, serialized  # the wgmma engines keep their groups in flight
 
 
 @pytest.mark.slow

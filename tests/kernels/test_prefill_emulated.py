@@ -1,5 +1,6 @@
 """tb-prefill's GPU source run on the CPU: tests/kernels/emu/tb_portability.h emulates the execution model
-(threads as coroutines, barriers, ldmatrix / mma.sync / MFMA operand layouts as the vendors document them),
+(threads as coroutines, barriers, ldmatrix / mma.sync / MFMA / wgmma operand layouts as the vendors document
+them, wgmma run late at the wait_group that retires it, mbarrier phases),
 so the exact prefill.hip the H200 and the AMD GPUs compile is checked for parity here, on every machine:
 tails in M and N, split-K, every pipeline depth, every format, both vendors' paths.
 
@@ -75,7 +76,7 @@ def build(tmp: Path, fmt: str, variant_name: str, backend: str = "cuda", arch: s
     if backend == "rocm":
         mfma = {"gfx906": 0, "gfx90a": 16}.get(arch, 32)
         vendor = ["-DTB_EMU_AMD=1", f"-DTB_EMU_MFMA={mfma}", "-DTB_PERM_STYLE=2"]
-    layout = "TbpWgLayout" if p["engine"] == 1 else "TbpLayout"
+    layout = {0: "TbpLayout", 1: "TbpWgLayout", 2: "TbpWsLayout"}[p["engine"]]
     smem = f"{layout}<{p['n_tile']},{p['m_tile']},{p['kb']}>::smem({p['stages']})"
     out = tmp / f"emu_{fmt}_{symbol}_{backend}_{arch}.so"
     # the emulator's tb_portability.h must win even over tb_formats.h's own directory: both in one folder
@@ -171,6 +172,43 @@ def test_wgmma_path_fast(tmp_path: Path) -> None:
     check_wgmma(build(tmp_path, "Q4_K", "N64/M64/W4x1/K4/S3/SK1/MB1/E1"), 72, 512, 21)
 
 
+WS_CASES = [
+    # engine 2 (warp-specialised wgmma: producer warpgroup, mbarrier ring, consumers with a group in flight):
+    # every consumer geometry (1 / 2 / 4 warpgroups x 1 / 2 m64 tiles) in each bench format, tails in n and m,
+    # split-K, the ring wrapping several times (k / (32 kb) / split_k stages > stages)
+    ("Q4_0", "N256/M64/W4x2/K4/S3/SK1/MB1/E2", 300, 1024, 70),
+    ("Q4_0", "N64/M128/W4x1/K4/S3/SK2/MB1/E2", 100, 1536, 37),
+    ("Q4_0", "N256/M64/W4x4/K4/S4/SK2/MB1/E2", 270, 1536, 100),
+    ("Q4_0", "N128/M128/W4x2/K4/S4/SK1/MB1/E2", 130, 768, 129),
+    ("Q4_0", "N128/M128/W4x1/K4/S3/SK1/MB1/E2", 140, 1024, 60),
+    ("Q8_0", "N128/M128/W4x2/K4/S4/SK2/MB1/E2", 150, 1536, 37),
+    ("Q8_0", "N256/M64/W4x4/K4/S3/SK1/MB1/E2", 200, 768, 130),
+    ("Q8_0", "N128/M128/W4x1/K4/S4/SK2/MB1/E2", 136, 1024, 20),
+    ("Q4_K", "N128/M128/W4x1/K4/S3/SK1/MB1/E2", 130, 1024, 129),
+    ("Q4_K", "N256/M64/W4x4/K4/S4/SK2/MB1/E2", 260, 1536, 21),
+    ("Q4_K", "N128/M128/W4x2/K4/S3/SK2/MB1/E2", 200, 768, 64),
+    ("Q4_K", "N64/M128/W4x1/K4/S4/SK1/MB1/E2", 70, 1280, 90),
+    ("Q6_K", "N64/M128/W4x1/K4/S3/SK1/MB1/E2", 90, 768, 40),
+    ("Q5_1", "N128/M128/W4x2/K4/S3/SK1/MB1/E2", 72, 512, 50),
+    ("IQ4_XS", "N256/M64/W4x2/K4/S4/SK1/MB1/E2", 260, 768, 64),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("fmt", "variant", "n", "k", "m"), WS_CASES, ids=[f"{c[0]}-{c[1]}" for c in WS_CASES]
+)
+def test_warp_specialised_path_passes_parity(
+    tmp_path: Path, fmt: str, variant: str, n: int, k: int, m: int
+) -> None:
+    check_wgmma(build(tmp_path, fmt, variant), n, k, m)
+
+
+def test_warp_specialised_path_fast(tmp_path: Path) -> None:
+    """The default-run case of engine 2: Q4_K, two consumers of two m64 tiles, tails, the ring wrapping."""
+    check_wgmma(build(tmp_path, "Q4_K", "N256/M64/W4x2/K4/S3/SK1/MB1/E2"), 270, 1024, 70)
+
+
 @pytest.mark.parametrize("fmt", ["Q4_0", "Q4_K"])
 def test_nvidia_path_fast(tmp_path: Path, fmt: str) -> None:
     """The default-run subset: one symmetric and one K-quant format, tails in both N and M."""
@@ -184,6 +222,7 @@ def test_kernel_shared_memory_equals_the_manifest(tmp_path: Path, fmt: str) -> N
         "N128/M64/W4x2/K4/S3/SK1/MB1/E0",
         "N64/M128/W2x2/K8/S3/SK1/MB1/E0",
         "N128/M128/W4x2/K4/S3/SK1/MB1/E1",
+        "N256/M64/W4x4/K4/S3/SK1/MB1/E2",
     ):
         emu = build(tmp_path, fmt, name)
         values = PACKAGE.bindings(emu.variant, 4096, 4096, 512, emu.fmt, emu.device)

@@ -88,10 +88,21 @@ def test_prefill_spaces() -> None:
     assert len(cuda) == 156 and cuda[0].name == "N64/M64/W2x2/K4/S3/SK1/MB1/E0"
     # the wgmma engine: one m64 weight tile per warpgroup of 4 warps, m_tile tokens (the wgmma N), 1 block/SM
     wgmma = [v.params for v in every if v.params["engine"] == 1]
-    assert len(wgmma) == 54 and len(every) == 210  # 4 warpgroups only at kb 4 (NVRTC census)
+    assert len(wgmma) == 54  # 4 warpgroups only at kb 4 (NVRTC census)
     for p in wgmma:
         assert p["warps_n"] == 4 and p["n_tile"] == 64 * p["warps_m"] and p["min_blocks"] == 1
         assert p["m_tile"] >= 64 and p["warps_m"] * p["m_tile"] <= 256 and p["stages"] >= 3
+    # the warp-specialised engine: 1 / 2 / 4 consumer warpgroups of 1 / 2 m64 tiles; 128 accumulators per
+    # thread with one consumer (255 registers), 64 with more (168 / 96 registers: no setmaxnreg)
+    ws = [v.params for v in every if v.params["engine"] == 2]
+    assert len(ws) == 20 and len(every) == 230
+    for p in ws:
+        tiles = p["n_tile"] // (64 * p["warps_m"])
+        assert tiles in (1, 2) and tiles * p["m_tile"] * p["warps_m"] <= 256
+        assert (p["kb"], p["min_blocks"], p["warps_n"]) == (4, 1, 4) and p["stages"] in (3, 4)
+    assert {(p["n_tile"], p["m_tile"], p["warps_m"]) for p in ws} == {
+        (64, 128, 1), (128, 128, 1), (128, 128, 2), (256, 64, 2), (256, 64, 4),
+    }  # fmt: skip
     # NVIDIA warp tiles are 32 or 64 wide in both directions; 4 or 8 warps
     for v in cuda:
         p = v.params
@@ -113,6 +124,11 @@ def test_prefill_spaces() -> None:
     rocm_invalid = {p["point"]: p["rule"] for p in PREFILL.invalid_points("rocm")}
     assert "backend == 'cuda'" in rocm_invalid["N64/M64/W4x1/K4/S2/SK1/MB1/E1"]
     assert "warps_m * m_tile <= 256" in invalid["N256/M128/W4x4/K4/S3/SK1/MB1/E1"]
+    assert "backend == 'cuda'" in rocm_invalid["N128/M128/W4x2/K4/S2/SK1/MB1/E2"]
+    assert "64 * warps_m" in invalid["N256/M128/W4x1/K4/S3/SK1/MB1/E2"]  # 4 m64 tiles, 256 accumulators
+    assert "16384" in invalid["N256/M128/W4x2/K4/S3/SK1/MB1/E2"]  # 128 accumulators at 168 registers
+    assert "16384" in invalid["N256/M128/W4x4/K4/S3/SK1/MB1/E2"]  # 64 accumulators at 96: spills
+    assert "kb == 4" in invalid["N128/M128/W4x2/K8/S3/SK1/MB1/E2"]
 
 
 def test_prefill_point_rules_carry_reasons() -> None:

@@ -19,6 +19,8 @@ PTXAS_VERBOSE = "--ptxas-options=-v"
 _ENTRY = re.compile(r"Compiling entry function '(\S+)'")
 _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _USED = re.compile(r"Used (\d+) registers")
+# ptxas' C7510-C7520 notes: it inserted waits between the asynchronous wgmma (each then runs alone)
+_SERIALIZED = re.compile(r"wgmma\.mma_async instructions are serialized due to .* in the function '(\S+)'")
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,7 @@ class KernelResources:
     stack_frame: int
     spill_stores: int
     spill_loads: int
+    wgmma_serialized: bool = False
 
     @property
     def spills(self) -> bool:
@@ -35,8 +38,10 @@ class KernelResources:
 
 
 def parse_ptxas_report(log: str) -> dict[str, KernelResources]:
-    """Per lowered entry name, ptxas' 'Used N registers' and its stack/spill line (ptxas -v through NVRTC)."""
+    """Per lowered entry name, ptxas' 'Used N registers' and its stack/spill line (ptxas -v through NVRTC),
+    and whether ptxas serialised its wgmma (a note naming the function, wherever it stands in the log)."""
     found: dict[str, KernelResources] = {}
+    serialized = set(_SERIALIZED.findall(log))
     entry: str | None = None
     frame = (0, 0, 0)
     for line in log.splitlines():
@@ -45,7 +50,7 @@ def parse_ptxas_report(log: str) -> dict[str, KernelResources]:
         elif (match := _FRAME.search(line)) and entry:
             frame = (int(match.group(1)), int(match.group(2)), int(match.group(3)))
         elif (match := _USED.search(line)) and entry:
-            found[entry] = KernelResources(int(match.group(1)), *frame)
+            found[entry] = KernelResources(int(match.group(1)), *frame, entry in serialized)
             entry = None
     return found
 
@@ -53,7 +58,8 @@ def parse_ptxas_report(log: str) -> dict[str, KernelResources]:
 def census(
     package: KernelPackage, format_name: str, variant_names: list[str], artifact_dir: Path
 ) -> dict[str, dict[str, int | bool]]:
-    """Per variant name: registers, stack frame, spill bytes, ``spills`` (NVRTC at the backend's options)."""
+    """Per variant name: registers, stack frame, spill bytes, ``spills``, ``wgmma_serialized`` (NVRTC at the
+    backend's options)."""
     from workers.backends import cuda  # imports cuda-python lazily: only where NVRTC is installed
 
     backend = cuda.CudaBackend(artifact_dir, options=(*cuda.BASE_OPTIONS, PTXAS_VERBOSE))

@@ -23,10 +23,11 @@
  *   NVIDIA [K/32][Ms/16][8][TBP_REC] words (rows g, g+8 of each 16-row group together: dx, ci [, sx]),
  *   AMD    [K/32][4][Ms] words (dx, ci, sx planes).
  *   dx = amax / 127, ci = bits(1.5*2^23) - OFF * xsum, sx = dx * xsum.
- * Launch: block = (32|64) * warps_n * warps_m threads, grid = (ceil(N/BN), ceil(M/BM), SK) (engine 1: x and y
- * swapped), dynamic shared memory (NVIDIA) / static LDS (AMD) sized as the manifest's [derived] smem.
+ * Launch: block = (32|64) * warps_n * warps_m threads (engine 2: + 128, its producer warpgroup), grid =
+ * (ceil(N/BN), ceil(M/BM), SK) (engines 1, 2: x and y swapped), dynamic shared memory (NVIDIA) / static LDS
+ * (AMD) sized as the manifest's [derived] smem.
  * Exported symbols: tb_prefill_n{BN}_m{BM}_wn{WN}_wm{WM}_kb{KB}_s{ST}_sk{SK}_mb{MB}_e{ENG}, tb_prefill_prep_sk{1,2,4}
- * (engine 1: prelaunch grid.y = 2, fp16 activations; prefill_wgmma.h).
+ * (engines 1, 2: prelaunch grid.y = 2, fp16 activations; prefill_wgmma.h, prefill_ws.h).
  */
 #include "tb_portability.h"
 #include "tb_formats.h"
@@ -265,7 +266,12 @@ struct TbpCopy {
     int dst[ITEMS];
     bool ok[ITEMS], live[ITEMS];
     TB_DEV_MEMBER void init(const tb_u8 *base, int row0, int limit, tb_size row_bytes, int dst_off, int dst_stride) {
-        const int c = TB_TID % CPR, r0 = TB_TID / CPR;
+        init_t(TB_TID, base, row0, limit, row_bytes, dst_off, dst_stride);
+    }
+    /* tid: the thread's index among the THREADS copying threads (E2: inside the producer warpgroup) */
+    TB_DEV_MEMBER void init_t(int tid, const tb_u8 *base, int row0, int limit, tb_size row_bytes, int dst_off,
+                              int dst_stride) {
+        const int c = tid % CPR, r0 = tid / CPR;
 #pragma unroll
         for (int j = 0; j < ITEMS; ++j) {
             const int r = r0 + j * STEP;
@@ -317,6 +323,7 @@ TB_DEV void tbp_decode_stage(const tb_u8 *stage, float *wsc, int s, int n0, int 
 
 #if defined(TB_CUDA) || defined(TB_EMU_NV)
 #include "prefill_wgmma.h"
+#include "prefill_ws.h"
 #endif
 
 template <int BN, int BM, int WN_, int WM_, int KB, int ST, int SK>
@@ -581,22 +588,26 @@ TB_DEV void tbp_nv_body(TB_PREFILL_PARAMS) {
 /* MB = the second __launch_bounds__ argument (minimum resident workgroups per SM): 2 caps registers at 128
  * for 8 warps, so two workgroups (16 warps) hide latency and halve the wave-quantisation loss, at the
  * price of a few spilled registers for the bigger formats; the tuner measures both */
-/* ENG = 0: mma.sync (tbp_nv_body); 1: wgmma (prefill_wgmma.h: warps_m warpgroups, BN = 64 * WM, BT = BM) */
+/* ENG = 0: mma.sync (tbp_nv_body); 1: wgmma (prefill_wgmma.h: warps_m warpgroups, BN = 64 * WM, BT = BM);
+ * 2: warp-specialised wgmma (prefill_ws.h: warps_m consumer warpgroups + 1 producer warpgroup, BN = 64 * WM * R) */
 template <int BN, int BM, int WN, int WM, int KB, int ST, int SK, int ENG>
 TB_DEV void tbp_nv_variant(TB_PREFILL_PARAMS) {
 #if defined(TB_CUDA) || defined(TB_EMU_NV)
     if constexpr (ENG == 1) {
         tbp_wg_body<BN, BM, WM, KB, ST, SK>(TB_PREFILL_ARGS);
         return;
+    } else if constexpr (ENG == 2) {
+        tbp_ws_body<BN, BM, WM, KB, ST, SK>(TB_PREFILL_ARGS);
+        return;
     } else
 #endif
     {
-        static_assert(ENG == 0, "the wgmma engine is CUDA-only");
+        static_assert(ENG == 0, "the wgmma engines are CUDA-only");
         tbp_nv_body<BN, BM, WN, WM, KB, ST, SK>(TB_PREFILL_ARGS);
     }
 }
 #define TB_PREFILL_VARIANT(BN, BM, WN, WM, KB, ST, SK, MB, ENG)                                            \
-    extern "C" __global__ TB_LAUNCH_BOUNDS(32 * WN * WM, MB) void                                          \
+    extern "C" __global__ TB_LAUNCH_BOUNDS(32 * WN * WM + (ENG == 2 ? 128 : 0), MB) void                   \
         tb_prefill_n##BN##_m##BM##_wn##WN##_wm##WM##_kb##KB##_s##ST##_sk##SK##_mb##MB##_e##ENG(              \
             TB_PREFILL_PARAMS) {                                                                           \
         tbp_nv_variant<BN, BM, WN, WM, KB, ST, SK, ENG>(TB_PREFILL_ARGS);                                  \

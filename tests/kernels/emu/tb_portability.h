@@ -7,7 +7,10 @@
  * warp/wave) switch to the next thread. Warp-level operations follow the vendors' documented operand
  * layouts, independently of the kernels' own index math:
  *   -DTB_EMU_NV   warp 32: ldmatrix .x1/.x2/.x4 (m8n8 b16), mma.sync m16n8k32 / m16n8k16 s8.s8.s32,
- *                 cp.async (a plain copy with zero fill), shuffles
+ *                 cp.async (a plain copy with zero fill), shuffles; sm_90a: wgmma m64nNk16 f16 run LATE, at
+ *                 the wait_group that retires its commit group (so a kernel that reuses a stage before waiting
+ *                 reads the new bytes and fails parity), mbarriers with phases (init / arrive / try_wait.parity,
+ *                 cp.async.mbarrier.arrive.noinc)
  *   -DTB_EMU_AMD  wave 64: v_mfma_i32_16x16x32_i8 (-DTB_EMU_MFMA=32), v_mfma_i32_16x16x16i8 (=16),
  *                 or no MFMA (gfx906: sdot4 only, =0); shuffles (ds_bpermute)
  * Only what the prefill kernels use is here. PTX ISA "Matrix Fragments for mma.m16n8k32" and AMD's
@@ -20,7 +23,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
+#include <map>
 #include <vector>
 #include <ucontext.h>
 
@@ -46,7 +51,25 @@ typedef unsigned long long tb_size;
 #define TB_WAVE 32
 #endif
 
+typedef unsigned long long tb_u64;
+
 namespace tbemu {
+/* one wgmma.mma_async of a warpgroup, as issued: every lane's A registers and accumulator pointer (the
+ * accumulators are the threads' own arrays, alive for the whole kernel), B read from shared memory when run */
+struct WgOp {
+    int n = 0;
+    unsigned long long desc = 0;
+    tb_u32 a[4][32][4];
+    float *d[4][32];
+};
+struct WgQueue {
+    std::vector<WgOp> open;               /* issued since the last commit_group */
+    std::deque<std::vector<WgOp>> groups; /* committed, not yet retired by a wait_group */
+};
+struct MBar {
+    int expected = 0, pending = 0;
+    unsigned phase = 0; /* completed phases */
+};
 struct Thread {
     ucontext_t ctx;
     std::vector<char> stack;
@@ -59,6 +82,8 @@ struct Block {
     unsigned bar_count = 0, bar_gen = 0;
     unsigned wcount[32] = {0}, wgen[32] = {0};
     unsigned gcount[8] = {0}, ggen[8] = {0}; /* warpgroups (4 warps) */
+    WgQueue wgq[8];
+    std::map<size_t, MBar> mbar; /* by shared-memory offset */
     /* per-warp exchange scratch: lane -> up to 8 words and one pointer */
     tb_u32 xw[32][64][8];
     const unsigned char *xp[32][64];
@@ -423,11 +448,38 @@ TB_DEV tb_u32 tbp_saddr(const void *p) {
     return (tb_u32)((const unsigned char *)p - tbemu::block->smem.data());
 }
 TB_DEV void tbp_wg_fence(void) {}
-TB_DEV void tbp_wg_commit(void) {}
-template <int N>
-TB_DEV void tbp_wg_wait(void) {}
 TB_DEV void tbp_fence_async_smem(void) {}
 TB_DEV void tbp_keep(float &) {}
+
+/* D += A . B of one queued wgmma: the PTX layouts above, B as shared memory holds it NOW */
+inline void tbemu_wg_run(const tbemu::WgOp &op) {
+    using namespace tbemu;
+    const unsigned long long dsc = op.desc;
+    const size_t start = (size_t)(dsc & 0x3FFFu) << 4, lbo = (size_t)((dsc >> 16) & 0x3FFFu) << 4,
+                 sbo = (size_t)((dsc >> 32) & 0x3FFFu) << 4;
+    for (int w = 0; w < 4; ++w)
+        for (int l = 0; l < 32; ++l) {
+            const int g = l / 4, t = l % 4;
+            float *d = op.d[w][l];
+            for (int i = 0; i < op.n / 8; ++i)
+                for (int e = 0; e < 4; ++e) {
+                    const int row = 16 * w + g + 8 * (e >> 1), col = 8 * i + 2 * t + (e & 1);
+                    double s = 0.0;
+                    for (int kk = 0; kk < 16; ++kk) {
+                        const int r16 = row % 16, aw = row / 16;
+                        const int al = 4 * (r16 % 8) + (kk % 8) / 2, areg = (r16 >= 8 ? 1 : 0) + (kk >= 8 ? 2 : 0);
+                        const float av = tbemu_h2f(op.a[aw][al][areg] >> (16 * (kk & 1)));
+                        tb_u16 bh;
+                        memcpy(&bh, block->smem.data() + start + (size_t)(col / 8) * sbo + (size_t)(kk / 8) * lbo +
+                                        (size_t)(col % 8) * 16 + (size_t)(kk % 8) * 2,
+                               2);
+                        s += (double)av * (double)tb_h2f(bh);
+                    }
+                    d[4 * i + e] += (float)s;
+                }
+        }
+}
+/* wgmma.mma_async: every thread of the warpgroup leaves its operands; the last one to arrive queues the op */
 template <int N>
 TB_DEV void tbp_wgmma(float *d, const tb_u32 *a, unsigned long long desc) {
     using namespace tbemu;
@@ -435,28 +487,100 @@ TB_DEV void tbp_wgmma(float *d, const tb_u32 *a, unsigned long long desc) {
     tb_u32 *x = block->xw[w][l];
     x[0] = a[0], x[1] = a[1], x[2] = a[2], x[3] = a[3];
     x[4] = (tb_u32)desc, x[5] = (tb_u32)(desc >> 32);
+    block->xp[w][l] = (const unsigned char *)d;
     group_sync();
-    const int lead = 4 * wg; /* the warpgroup's first warp: its descriptor (all lanes pass the same) */
-    const unsigned long long dsc = (unsigned long long)block->xw[lead][0][4] |
-                                   ((unsigned long long)block->xw[lead][0][5] << 32);
-    const size_t start = (size_t)(dsc & 0x3FFFu) << 4, lbo = (size_t)((dsc >> 16) & 0x3FFFu) << 4,
-                 sbo = (size_t)((dsc >> 32) & 0x3FFFu) << 4;
-    const int g = l / 4, t = l % 4;
-    for (int i = 0; i < N / 8; ++i)
-        for (int e = 0; e < 4; ++e) {
-            const int row = 16 * (w % 4) + g + 8 * (e >> 1), col = 8 * i + 2 * t + (e & 1);
-            double s = 0.0;
-            for (int kk = 0; kk < 16; ++kk) {
-                const int r16 = row % 16, aw = 4 * wg + row / 16;
-                const int al = 4 * (r16 % 8) + (kk % 8) / 2, areg = (r16 >= 8 ? 1 : 0) + (kk >= 8 ? 2 : 0);
-                const float av = tbemu_h2f(block->xw[aw][al][areg] >> (16 * (kk & 1)));
-                tb_u16 bh;
-                memcpy(&bh, block->smem.data() + start + (size_t)(col / 8) * sbo + (size_t)(kk / 8) * lbo +
-                                (size_t)(col % 8) * 16 + (size_t)(kk % 8) * 2,
-                       2);
-                s += (double)av * (double)tb_h2f(bh);
+    if (tid % 128 == 0) {
+        WgOp op;
+        op.n = N;
+        /* the warpgroup's first warp: its descriptor (all lanes pass the same) */
+        op.desc = (unsigned long long)x[4] | ((unsigned long long)x[5] << 32);
+        for (int ww = 0; ww < 4; ++ww)
+            for (int ll = 0; ll < 32; ++ll) {
+                memcpy(op.a[ww][ll], block->xw[4 * wg + ww][ll], 16);
+                op.d[ww][ll] = (float *)block->xp[4 * wg + ww][ll];
             }
-            d[4 * i + e] += (float)s;
-        }
+        block->wgq[wg].open.push_back(op);
+    }
     group_sync();
 }
+TB_DEV void tbp_wg_commit(void) {
+    using namespace tbemu;
+    const int wg = tid / 128;
+    group_sync();
+    if (tid % 128 == 0) {
+        WgQueue &q = block->wgq[wg];
+        q.groups.push_back(std::move(q.open));
+        q.open.clear();
+    }
+    group_sync();
+}
+/* wgmma.wait_group N: the oldest groups run until at most N remain pending */
+template <int N>
+TB_DEV void tbp_wg_wait(void) {
+    using namespace tbemu;
+    const int wg = tid / 128;
+    group_sync();
+    if (tid % 128 == 0) {
+        WgQueue &q = block->wgq[wg];
+        if (!q.open.empty()) {
+            fprintf(stderr, "emu: wgmma.wait_group with uncommitted wgmma ops\n");
+            abort();
+        }
+        while (q.groups.size() > (size_t)N) {
+            for (const WgOp &op : q.groups.front()) tbemu_wg_run(op);
+            q.groups.pop_front();
+        }
+    }
+    group_sync();
+}
+
+/* ---- NVIDIA sm_90: mbarrier (phase parity) ------------------------------------------------------------ */
+inline tbemu::MBar &tbemu_mbar(const void *bar) {
+    using namespace tbemu;
+    const size_t off = (size_t)((const unsigned char *)bar - block->smem.data());
+    auto it = block->mbar.find(off);
+    if (it == block->mbar.end() || it->second.expected == 0) {
+        fprintf(stderr, "emu: mbarrier at shared offset %zu used before mbarrier.init\n", off);
+        abort();
+    }
+    return it->second;
+}
+TB_DEV void tbp_mbar_init(tb_u64 *bar, int count) {
+    tbemu::MBar b;
+    b.expected = b.pending = count;
+    tbemu::block->mbar[(size_t)((unsigned char *)bar - tbemu::block->smem.data())] = b;
+}
+TB_DEV void tbp_mbar_fence_init(void) {}
+TB_DEV void tbp_mbar_arrive(tb_u64 *bar) {
+    tbemu::MBar &b = tbemu_mbar(bar);
+    if (--b.pending == 0) {
+        ++b.phase;
+        b.pending = b.expected;
+    }
+}
+/* try_wait.parity P succeeds once the phase of parity P has completed: the current phase's parity is not P */
+TB_DEV void tbp_mbar_wait(tb_u64 *bar, tb_u32 parity) {
+    long turns = 0; /* every other thread ran once per turn: a phase that never completes is a deadlock */
+    while ((tbemu_mbar(bar).phase & 1u) == (parity & 1u)) {
+        if (++turns > 1000000L) {
+            fprintf(stderr, "emu: thread %d waits forever on the mbarrier at shared offset %zu (parity %u)\n",
+                    tbemu::tid, (size_t)((unsigned char *)bar - tbemu::block->smem.data()), parity);
+            abort();
+        }
+        tbemu::yield();
+    }
+}
+/* cp.async copies land at once here: the arrival is immediate */
+TB_DEV void tbp_cp_async_mbar_arrive(tb_u64 *bar) { tbp_mbar_arrive(bar); }
+TB_DEV void tbp_cp_wait_all(void) {}
+TB_DEV void tbp_pin(tb_u32 &) {}
+/* shfl.sync.idx: lane src's v */
+TB_DEV tb_u32 tbp_shfl_idx(tb_u32 v, int src) {
+    using namespace tbemu;
+    block->xw[wave()][lane()][0] = v;
+    warp_sync();
+    const tb_u32 r = block->xw[wave()][src & (TB_WAVE - 1)][0];
+    warp_sync();
+    return r;
+}
+TB_DEV void tbp_pin(tb_u64 &) {}

@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# K2W (issue 18: tb-prefill's warp-specialised wgmma engine E2 beside the E0 / E1 winners of 2026-12-01-c): ONE
+# self-contained device run on ONE GPU, <= 300 s, all output under $OUT. From the repository root, .whl carried:
+#   GPU=0 bash bench/device_k2w.sh [date-tag]        (CUDA_VISIBLE_DEVICES=${GPU:-0})
+#   DRY=1 bash bench/device_k2w.sh                   (no GPU: prints the stage commands only)
+#   E2=V1,V2 ... narrows the E2 list (default: the whole E2 space, 20 variants); FORMATS=Q4_0 narrows stages 1-3
+# Device time is saved by compiling HERE first (the same NVRTC 13.0.88 wheel; the cache is content-addressed:
+# source, headers, options, names, toolchain), then carrying the cache:
+#   STAGES=compile ART=.cubins PY=.venv/bin/python bash bench/device_k2w.sh      (no GPU, ~4 min on 2 cores)
+#   ART=.cubins GPU=0 bash bench/device_k2w.sh                                  (device; carry .whl .cubins)
+# Stages (each time-boxed, the boxes add up to 300 s; a later one still runs when an earlier one fails):
+#   1. NVRTC (sm_90a) cache warmed in parallel: Q4_0 / Q8_0 / Q4_K x (the list each format's rules keep, its SK1
+#      subset, the smoke list): the exact units of stages 2 and 3
+#   2. smoke, one process: each format's list on a small point (n 1000, k 1024, m 200) from the cache of stage
+#      1: parity per variant; a crash or a hang (an mbarrier wait that never ends) drops E2 from stage 3, a
+#      variant failing parity is dropped from it
+#   3. bench/prefill_roofline.py: 18 points, E0 / E1 winners + E2, cuBLAS fp16 in the same run; per engine best
+#      (the JSON is rewritten after every point: a timeout keeps what was measured)
+#   4. ncu of the best E2 at Q4_0 GateUp M=2048 (the E1 best when E2 did not run), in the time that is left;
+#      alone, on a roofline JSON brought back into the tree (<= 90 s):
+#      STAGES=ncu JSON=bench/results/prefill-roofline-h200-TAG.json ART=.cubins GPU=0 bash bench/device_k2w.sh TAG
+set -u
+PY=${PY:-python3}
+STAGES=${STAGES:-compile,smoke,roofline,ncu}
+want() { [[ ",$STAGES," == *",$1,"* ]]; }
+tag=${1:-$(date -u +%F)-k2w}
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+export CUDA_VISIBLE_DEVICES=${GPU:-0}
+run() { if [ -n "${DRY:-}" ]; then echo "DRY: $*"; else "$@"; fi; }
+t0=$(date +%s)
+left() { echo $(( 300 - ($(date +%s) - t0) )); }
+[ "$STAGES" = compile ] || run $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+  .whl/*.whl > "$OUT/k2w-pip.log" 2>&1 || { echo "pip failed"; tail -5 "$OUT/k2w-pip.log"; }
+export PYTHONPATH=/tmp/site:$PWD
+ART=$(realpath -m "${ART:-/tmp/tb-prefill-k2w-artifacts}")
+mkdir -p "$ART"
+export TUNEBASE_CUDA_ARTIFACTS=$ART
+log="$OUT/k2w-prefill-h200-$tag.log"
+{
+  echo "# device: $(nvidia-smi --query-gpu=index,name,uuid,driver_version,clocks.sm --format=csv,noheader \
+    2>/dev/null | tr '\n' ';') CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"
+  echo "# date: $(date -u +%FT%TZ)"
+  echo "# command: STAGES=$STAGES ART=${ART:-} E2=${E2:-} FORMATS=${FORMATS:-} GPU=${GPU:-0} bash bench/device_k2w.sh $tag"
+  echo "# commit: $(git rev-parse HEAD 2>/dev/null)"
+} > "$log"
+el() { echo "# t=$(( $(date +%s) - t0 ))s $*" | tee -a "$log"; }
+
+# E0 / E1: the engines' fastest variants on some point of bench/results/prefill-roofline-h200-2026-12-01-c.json
+e0="N64/M64/W2x2/K8/S3/SK2/MB1/E0,N128/M64/W4x2/K4/S3/SK2/MB2/E0,N64/M128/W2x4/K4/S3/SK1/MB2/E0"
+e0="$e0,N128/M128/W4x2/K4/S3/SK1/MB1/E0,N128/M128/W4x2/K4/S3/SK4/MB1/E0"
+e1="N256/M64/W4x4/K4/S3/SK1/MB1/E1,N128/M128/W4x2/K4/S4/SK2/MB1/E1"
+e2=${E2:-$($PY -c "
+from kernels.packages.loader import builtin_packages
+print(','.join(v.name for v in builtin_packages()['tb-prefill'].space('cuda') if v.params['engine'] == 2))")}
+formats=${FORMATS:-Q4_0,Q8_0,Q4_K}
+export K2W_BENCH="$e0,$e1,$e2" K2W_FORMATS="$formats"
+echo "# E2 variants: $e2" >> "$log"
+
+lists="$OUT/k2w-lists.json"
+if want compile; then
+el "stage 1: warm the NVRTC cache (sm_90a) in $ART"
+# the exact units stages 2 and 3 build (one NVRTC unit per format and variant list, in list order): the runner
+# drops the variants a point's rules reject (e.g. MB2 for the K-quants, E2 S4 where its stages overflow shared
+# memory), so each format's list is what its rules keep at the bench shapes, the SK1 subset (M >= 1024) and the
+# smoke shape
+run timeout "${COMPILE_TIMEOUT:-90}" $PY - "$lists" >> "$log" 2>&1 <<'EOF'
+import json, os, sys
+from pathlib import Path
+import bench.prefill_roofline as b
+from kernels.formats.registry import FORMATS
+from kernels.packages.loader import builtin_packages
+from kernels.packages.package import DeviceFacts
+package = builtin_packages()["tb-prefill"]
+h200 = DeviceFacts("cuda", "sm_90", 132, 32)
+space = {v.name: v for v in package.space("cuda")}
+bench = os.environ["K2W_BENCH"].split(",")
+def kept(fmt, names, n, k, m):
+    return [v for v in names if not package.point_problems(package.bindings(space[v], n, k, m, FORMATS[fmt], h200))]
+lists = {}
+for f in os.environ["K2W_FORMATS"].split(","):
+    full = kept(f, bench, 17408, 5120, 128)
+    # "raw": bench/prefill_roofline.py warms the list it is given, before the runner filters it
+    lists[f] = {"bench": full, "sk1": [v for v in full if "/SK1/" in v], "smoke": kept(f, bench, 1000, 1024, 200),
+                "raw": bench}
+    assert full == kept(f, bench, 12288, 5120, 2048), f"{f}: the shapes keep different variants"
+Path(sys.argv[1]).write_text(json.dumps(lists, indent=1))
+jobs = [(f, names) for f, by in lists.items() for names in {tuple(v): v for v in by.values()}.values()]
+for f, by in lists.items():
+    print("kept", f, {key: len(v) for key, v in by.items()})
+for r in b.warm_cache(Path(os.environ["TUNEBASE_CUDA_ARTIFACTS"]), jobs, os.cpu_count() or 8):
+    print("compile", r["format"], r["ok"], r["seconds"], "s", r["log"][-1500:])
+EOF
+echo "# rc=$?" >> "$log"
+grep -E "^(kept|compile)" "$log"
+fi
+
+variants="$e0,$e1,$e2"
+if want smoke; then
+el "stage 2: smoke (each format's kept list, n 1000 k 1024 m 200, parity only)"
+run timeout -k 10 45 $PY - "$lists" > "$OUT/k2w-smoke.log" 2>&1 <<'EOF'
+import json, os, sys
+from pathlib import Path
+from workers.backends.base import TaskSpec
+from workers.backends.cuda import CudaBackend
+lists = json.loads(Path(sys.argv[1]).read_text())
+backend = CudaBackend(Path(os.environ["TUNEBASE_CUDA_ARTIFACTS"]))
+for fmt, by in lists.items():
+    spec = TaskSpec(arch="sm_90", phase="prefill", format=fmt, shape="smoke", n=1000, k=1024, m=200,
+                    variants=tuple(by["smoke"]), min_dispatches=1, max_dispatches=1, warmup=0, kernel="tb-prefill")
+    for r in backend.run_task(spec).results:
+        ok = r.error is None and r.parity is not None and r.parity.passed
+        print("smoke", fmt, r.variant, "PASS" if ok else "FAIL", json.dumps({"error": (r.error or "")[:200],
+              "rel_l2": None if r.parity is None else r.parity.rel_l2}), flush=True)
+print("smoke done")
+EOF
+rc=$?
+echo "## smoke rc=$rc" >> "$log"; cat "$OUT/k2w-smoke.log" >> "$log"
+grep -c " PASS " "$OUT/k2w-smoke.log" | sed 's/^/smoke passes: /'; grep " FAIL " "$OUT/k2w-smoke.log" | head -8
+if [ -z "${DRY:-}" ]; then
+  if [ $rc -ne 0 ] || ! grep -q "^smoke done" "$OUT/k2w-smoke.log"; then
+    variants="$e0,$e1"; el "smoke crashed or hung (rc=$rc): stage 3 runs E0 + E1 only"
+  else
+    bad=$(grep " FAIL " "$OUT/k2w-smoke.log" | awk '{print $3}' | sort -u | tr '\n' ' ')
+    for v in $bad; do variants=$(tr ',' '\n' <<< "$variants" | grep -vxF "$v" | paste -sd,); done
+    [ -n "$bad" ] && el "dropped after failing parity: $bad"
+  fi
+fi
+fi
+
+json=${JSON:-$OUT/prefill-roofline-h200-$tag.json}
+if want roofline; then
+el "stage 3: roofline"
+box=$(( $(left) - 40 ))
+run timeout -k 10 $(( box > 60 ? box : 60 )) $PY bench/prefill_roofline.py --artifacts "$ART" --dispatches 5 --warmup 2 \
+  --jobs 16 --formats "$formats" --variants "$variants" --out "$json" > "$OUT/prefill-roofline-h200-$tag.log" 2>&1
+echo "# rc=$?" >> "$log"
+tail -25 "$OUT/prefill-roofline-h200-$tag.log"
+fi
+
+if want ncu; then
+el "stage 4: ncu"
+eng=$(grep -q "/E2" <<< "$variants" && echo E2 || echo E1)
+box=$(( $(left) ))
+[ "$STAGES" = ncu ] && box=${NCU_TIMEOUT:-90}
+if [ -f "$json" ] && [ "$box" -gt 20 ]; then
+  run env TUNEBASE_CUPTI=0 timeout -k 5 "$box" ncu --kernel-name regex:tb_prefill_n --launch-count 1 \
+    --section SpeedOfLight --section ComputeWorkloadAnalysis --section SchedulerStats --section WarpStateStats \
+    --section InstructionStats --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
+    $PY bench/prefill_ncu.py --json "$json" --point Q4_0,GateUp,2048 --artifacts "$ART" --engine "$eng" \
+    > "$OUT/ncu-prefill-q4_0-gateup-m2048-$eng-h200-$tag.log" 2>&1
+  echo "# ncu rc=$?" >> "$log"
+  grep -E "\"variant\"|Duration|Issue Slots|Issued Ipc|Eligible|No Eligible|Registers|Achieved Occupancy|Compute \(SM\)|Memory Throughput|L2 Cache Throughput|DRAM Throughput|Stall" \
+    "$OUT/ncu-prefill-q4_0-gateup-m2048-$eng-h200-$tag.log" | head -25
+fi
+fi
+el "done"

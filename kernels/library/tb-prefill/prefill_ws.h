@@ -1,0 +1,336 @@
+/*
+ * tb-prefill's warp-specialised wgmma engine (sm_90a, variants E2).
+ *
+ * Why: E1 (prefill_wgmma.h) is latency-bound on the H200 (ncu, Q4_0 GateUp M=2048: tensor pipe 26 %, 66 % of
+ * cycles with no eligible warp): every warp copies, decodes the stage's scales, meets two block barriers per
+ * stage and drains its wgmma groups (wait_group 0) before the next stage. Here the roles are split:
+ *   - one PRODUCER warpgroup (the last one) copies raw true-bytes weight tiles and fp16 activation tiles into an ST-stage shared-memory ring with
+ *     cp.async, and signals each stage with cp.async.mbarrier.arrive.noinc on the stage's FULL mbarrier;
+ *   - WG CONSUMER warpgroups wait on FULL, dequantise their weight rows straight into
+ *     wgmma's A registers (scales and mins folded in, decoded in-lane from the raw scale bytes: no decoded-scale
+ *     pass, no block barrier) and issue wgmma m64nBTk16 from them, one commit group per 32-block, keeping the
+ *     previous block's group in flight while the next block dequantises (wait_group 1, never 0 in the loop);
+ *     when the first group of stage s has been committed and waited to 1, every group of stage s - 1 is done
+ *     and each consumer thread arrives on that stage's EMPTY mbarrier, which the producer waits on before
+ *     refilling it. The only block barrier is the one after the mbarrier init.
+ * Tile: a consumer warpgroup owns R = BN / (64 WG) m64 weight tiles (R = 2: two wgmma per k16 sharing the
+ * activation descriptor), so BN = 256 with two consumers: the fp16 activations, the bulk of the L2 traffic
+ * (BT * 64 bytes per 32-block against BN * ~18 for 4-bit weights), are re-read N / BN times.
+ * Registers: no setmaxnreg. Two consumers (384 threads) get 168 registers, one consumer (256 threads) 255. With
+ * setmaxnreg (producer .dec 48, consumers .inc 224) NVRTC 13.0.88 serialises every wgmma of the kernel (ptxas
+ * C7513: "non wgmma instructions defining input registers of a wgmma between start and end of the pipeline
+ * stage"), the same source without it compiles clean; so two consumers hold at most 64 accumulators each
+ * (n_tile 128 x 128 tokens, or 256 x 64), and the 128-accumulator tiles run with one consumer.
+ * SASS (ptxas 13.0.88, nvdisasm): per 32-block a consumer warp issues WARPGROUP.ARRIVE, its HGMMA pair(s) on
+ * double-buffered A registers and WARPGROUP.DEPBAR.LE gsb0 1; one DEPBAR 0 after the loop. The scales: each lane
+ * of a quad decodes block t's for its rows once per stage, the others fetch them with shfl.idx (decoded per
+ * lane and block, Q4_K's 6-bit scales had been ~40 % of its instructions): a stage's loop body is ~264 SASS
+ * instructions for Q4_0, ~357 for Q4_K (538 before), N256/M64/W4x4: ~66 / ~89 per block and warp. There the
+ * 16 consumer warps issue 16 x 89 / 4 = 356 cycles per scheduler against 256 tensor cycles per block (m64n64
+ * tiles): Q4_K is issue-bound at 64 tokens; 128-token tiles (W4x2, W4x1) halve the issue per tensor cycle.
+ * Operand layouts, the k permutation of the fp16 activations and D's layout are E1's (prefill_wgmma.h).
+ */
+#pragma once
+
+#if defined(TB_CUDA)
+TB_DEV void tbp_mbar_init(tb_u64 *bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(tbp_saddr(bar)), "r"(count) : "memory");
+}
+/* the inits visible to the other threads' mbarrier operations (then one block barrier) */
+TB_DEV void tbp_mbar_fence_init(void) { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+TB_DEV void tbp_mbar_arrive(tb_u64 *bar) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(tbp_saddr(bar)) : "memory");
+}
+/* wait until the phase of parity `parity` has completed (try_wait suspends for a while before it fails) */
+TB_DEV void tbp_mbar_wait(tb_u64 *bar, tb_u32 parity) {
+    tb_u32 done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(tbp_saddr(bar)), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+/* one arrival on `bar` once every cp.async this thread issued so far has landed (the init count has it) */
+TB_DEV void tbp_cp_async_mbar_arrive(tb_u64 *bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(tbp_saddr(bar)) : "memory");
+}
+TB_DEV void tbp_cp_wait_all(void) { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+/* lane src's v (src inside the warp) */
+TB_DEV tb_u32 tbp_shfl_idx(tb_u32 v, int src) { return __shfl_sync(0xffffffffu, v, src); }
+/* the value is computed here, in program order with the volatile asm around it (no code motion past it) */
+TB_DEV void tbp_pin(tb_u32 &v) { asm volatile("" : "+r"(v)); }
+TB_DEV void tbp_pin(tb_u64 &v) { asm volatile("" : "+l"(v)); }
+#endif /* (TB_EMU_NV: tests/kernels/emu/tb_portability.h emulates these, the mbarrier phases included) */
+
+/* E2 shared memory: ST stages laid out as E1's (TbpWgLayout: fp16 activations, then qs / qh / raw sc), then
+ * the FULL and EMPTY mbarriers of every stage (8 bytes each); no decoded-scale area */
+template <int BN, int BT, int KB>
+struct TbpWsLayout {
+    using W = TbpWgLayout<BN, BT, KB>;
+    static constexpr int STAGE = W::STAGE;
+    static constexpr int smem(int stages) { return stages * STAGE + 16 * stages; }
+};
+
+/* the producer's share of one part's stage copy: ROWS rows of CPR chunks of CH bytes over PT threads, the
+ * addresses recomputed per stage (TbpCopy keeps one 64-bit pointer per item, live across the whole loop) */
+template <int ROWS, int CPR, int CH, int PT>
+TB_DEV void tbp_ws_copy(tb_u8 *dst, int dst_stride, const tb_u8 *base, int row0, int limit, tb_size row_bytes,
+                        tb_size off, int pt) {
+    static_assert(PT % CPR == 0, "chunks per row divide the producer threads");
+    constexpr int STEP = PT / CPR, ITEMS = (ROWS + STEP - 1) / STEP;
+    const int c = pt % CPR, r0 = pt / CPR;
+    const tb_u8 *src = base + (tb_size)(row0 + r0) * row_bytes + off + (tb_size)(c * CH);
+    dst += r0 * dst_stride + c * CH;
+#pragma unroll 2
+    for (int j = 0; j < ITEMS; ++j) {
+        const int r = r0 + j * STEP;
+        if (ROWS % STEP != 0 && r >= ROWS) break;
+        const bool ok = row0 + r < limit;
+        tbp_cp_async<CH>(dst + j * STEP * dst_stride, ok ? src + (tb_size)(j * STEP) * row_bytes : base, ok ? CH : 0);
+    }
+}
+
+/* one weight row's two unpacked words (logical k 4t.. and 16+4t..) -> fp16 A registers of row half f:
+ * a[0] = k16 half 0 (lo word), a[1] = half 1 (hi word), as E1 builds them; dl2 / dh2 the scales of the two
+ * halves, m2 the min (f16x2, both halves alike) */
+TB_DEV void tbp_ws_dequant(tb_u32 lo, tb_u32 hi, tb_u32 dl2, tb_u32 dh2, tb_u32 m2, tb_u32 os2, tb_u32 neg2, int f,
+                           tb_u32 (*a)[4]) {
+    a[0][f] = tbp_h2_fma(tbp_i8x2_to_h2(lo, 0, os2, neg2), dl2, m2);
+    a[0][2 + f] = tbp_h2_fma(tbp_i8x2_to_h2(lo, 1, os2, neg2), dl2, m2);
+    a[1][f] = tbp_h2_fma(tbp_i8x2_to_h2(hi, 0, os2, neg2), dh2, m2);
+    a[1][2 + f] = tbp_h2_fma(tbp_i8x2_to_h2(hi, 1, os2, neg2), dh2, m2);
+}
+
+/* BN = 64 * WG * R weight rows, BT tokens (the wgmma N), WG consumer warpgroups (+ 1 producer), KB blocks per
+ * stage, ST stages, SK split-K */
+template <int BN, int BT, int WG, int KB, int ST, int SK>
+TB_DEV void tbp_ws_body(TB_PREFILL_PARAMS) {
+#if TBP_HAVE_WGMMA
+    using L = TbpWgLayout<BN, BT, KB>;
+    using S = TbpStage<KB>;
+    constexpr int R = BN / (64 * WG);
+    constexpr int PT = 128; /* producer threads */
+    static_assert(BN == 64 * WG * R && (R == 1 || R == 2), "one or two m64 weight tiles per consumer warpgroup");
+    static_assert(BT % 32 == 0 && BT <= 256 && R * BT <= 256, "wgmma N; R * BT / 2 accumulators per thread");
+    static_assert(KB == 4, "the 4 lanes of a quad decode the stage's 4 blocks' scales, one each");
+    static_assert(SK <= 2, "every split has a stage: ceil(s / 2) and s - ceil(s / 2) >= 1 for s >= 2 stages");
+    TBP_DYN_SMEM
+    tb_u8 *smem = tbp_smem;
+    tb_u64 *full = (tb_u64 *)(smem + ST * L::STAGE), *empty = full + ST;
+
+    const int tid = TB_TID, warp = tid >> 5, wg = warp >> 2;
+    const int n0 = TB_BID_Y * BN, m0 = TB_BID_X * BT; /* token tiles along x, as E1 */
+    const int nst_all = (k >> 5) / KB;
+    const int per = (nst_all + SK - 1) / SK;
+    const int s_begin = TBP_BID_Z * per;
+    const int nst = (nst_all - s_begin) < per ? (nst_all - s_begin) : per;
+    const TbpRows rows = tbp_rows(k);
+
+    if (tid == 0) {
+        for (int s = 0; s < ST; ++s) {
+            tbp_mbar_init(full + s, PT);          /* one noinc cp.async arrival per producer thread */
+            tbp_mbar_init(empty + s, 128 * WG);   /* one arrival per consumer thread */
+        }
+        tbp_mbar_fence_init();
+    }
+    tb_sync();
+
+    if (wg == WG) { /* ---------------------------------------- producer ------------------------------------ */
+        const int pt = tid - 128 * WG;
+        /* activation chunks: thread pt copies chunk c of token r8 of 8-token groups rg0, rg0 + XG, ... (8
+         * consecutive threads = the 8 token rows of one core matrix: conflict-free stores) */
+        constexpr int CPT = KB * 4, XG = PT / 8 / CPT, XIT = BT / 8 / XG;
+        static_assert((PT / 8) % CPT == 0 && (BT / 8) % XG == 0, "activation chunks per producer thread");
+        const int r8 = pt & 7, c = (pt >> 3) % CPT, rg0 = (pt >> 3) / CPT;
+        const tb_u16 *xh = (const tb_u16 *)ws;
+        for (int it = 0; it < nst; ++it) {
+            const int buf = it % ST;
+            tbp_mbar_wait(empty + buf, ((tb_u32)(it / ST) & 1u) ^ 1u); /* the first round passes at once */
+            tb_u8 *stage = smem + buf * L::STAGE;
+            const int b0 = (s_begin + it) * KB;
+            {
+                const tb_u16 *xs0 = xh + (tb_size)(m0 + 8 * rg0 + r8) * (tb_size)k + (tb_size)b0 * 32u + 8u * (tb_size)c;
+                tb_u8 *xd = stage + rg0 * L::SBO + c * 128 + r8 * 16;
+#pragma unroll 4
+                for (int j = 0; j < XIT; ++j) {
+                    const bool ok = m0 + 8 * (rg0 + j * XG) + r8 < m;
+                    tbp_cp_async<16>(xd + j * XG * L::SBO, ok ? xs0 + (tb_size)(8 * j * XG) * (tb_size)k : xh, ok ? 16 : 0);
+                }
+            }
+            tbp_ws_copy<BN, S::QS / 16, 16, PT>(stage + L::OFF_QS, S::QS_STRIDE, qs, n0, n, rows.qs_row,
+                                                (tb_size)b0 * TBP_QS_BPB, pt);
+#if TBP_QH_BPB
+            constexpr int HCH = S::QH >= 16 ? 16 : S::QH;
+            tbp_ws_copy<BN, S::QH / HCH, HCH, PT>(stage + L::OFF_QH, S::QH_STRIDE, qh, n0, n, rows.qh_row,
+                                                  (tb_size)b0 * TBP_QH_BPB, pt);
+#endif
+#if defined(TB_FMT_Q6_K)
+            for (int i = pt; i < BN * 5; i += PT) {
+                const int r = i / 5, c = i % 5, row = n0 + r;
+                int valid = 0;
+                const tb_u8 *src = sc;
+                if (row < n) {
+                    const tb_size off = tbp_sc_offset(rows, (tb_size)row, b0);
+                    const tb_size from = (off & ~(tb_size)3) + 4u * (tb_size)c, end = off + 18u;
+                    valid = from >= end ? 0 : (end - from >= 4u ? 4 : (int)(end - from));
+                    src = valid ? sc + from : sc;
+                }
+                tbp_cp_async<4>(stage + L::OFF_SC + r * S::SC_STRIDE + 4 * c, src, valid);
+            }
+#else
+            tbp_ws_copy<BN, S::SC / S::SC_CHUNK, S::SC_CHUNK, PT>(stage + L::OFF_SC, S::SC_STRIDE, sc, n0, n, rows.sc_row,
+                                                                  tbp_sc_offset(rows, 0, b0), pt);
+#endif
+            tbp_cp_async_mbar_arrive(full + buf);
+        }
+        tbp_cp_wait_all();
+        return;
+    }
+
+    /* ------------------------------------------------ consumers ------------------------------------------ */
+    const int lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int wrow = 16 * (warp & 3) + (lane & 15); /* ldmatrix.x2 row address inside an m64 tile */
+    const int r_g = 16 * (warp & 3) + g;            /* this lane's rows r_g, r_g + 8 of an m64 tile */
+    const tb_u32 os2 = tbp_h2_pack(TBP_OPERAND_SCALE, TBP_OPERAND_SCALE);
+    const tb_u32 neg2 = tbp_h2_pack(-1152.0f * TBP_OPERAND_SCALE, -1152.0f * TBP_OPERAND_SCALE);
+
+    float acc[R][BT / 2];
+#pragma unroll
+    for (int rr = 0; rr < R; ++rr)
+#pragma unroll
+        for (int i = 0; i < BT / 2; ++i) acc[rr][i] = 0.0f;
+
+    /* at least one stage per split (split_k <= 2 and k / (32 kb) >= split_k: the manifest's rules): a do-while,
+     * so no path skips the wgmma loop; ptxas serialises every wgmma (C7515, C7518) where the zeroed
+     * accumulators of such a path meet the loop's at the final wait */
+    int it = 0;
+    do {
+        const int buf = it % ST;
+        tbp_mbar_wait(full + buf, (tb_u32)(it / ST) & 1u);
+        tbp_fence_async_smem(); /* the cp.async (generic proxy) bytes, seen by wgmma's async proxy */
+        const tb_u8 *stage = smem + buf * L::STAGE;
+        const tb_u32 xs = tbp_saddr(stage);
+        const int b0 = (s_begin + it) * KB;
+        /* the scales of this lane's rows in block t of the stage, as f16x2 (scale of the lo / hi 16-half, min);
+         * block kb's are lane kb's of the quad: each (row, block) decoded once, not by all 4 lanes per block
+         * (the K-quants' 6-bit scale decode was ~40 % of a block's instructions) */
+        tb_u32 qd[R][2][3];
+#pragma unroll
+        for (int rr = 0; rr < R; ++rr)
+#pragma unroll
+            for (int f = 0; f < 2; ++f) {
+                const int r = 64 * (R * wg + rr) + r_g + 8 * f;
+                int delta = 0;
+#if defined(TB_FMT_Q6_K)
+                delta = (int)(tbp_sc_offset(rows, (tb_size)(n0 + r), b0) & 3u);
+#endif
+                float sv[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                tbp_decode_scale(stage + L::OFF_SC + r * S::SC_STRIDE, t, b0 + t, delta, sv);
+                const float dlo = sv[0] * (1.0f / TBP_OPERAND_SCALE); /* exact: a power of two */
+                const float dhi = (TBP_NSC == 4 ? sv[2] : sv[0]) * (1.0f / TBP_OPERAND_SCALE);
+                const float mw = TBP_ASYM ? sv[2] : 0.0f;
+                qd[rr][f][0] = tbp_h2_pack(dlo, dlo);
+                qd[rr][f][1] = tbp_h2_pack(dhi, dhi);
+                qd[rr][f][2] = tbp_h2_pack(mw, mw);
+            }
+
+#pragma unroll
+        for (int kg = 0; kg < KB; kg += TBP_G) {
+            tb_u32 w[R][2][TBP_QS_CHUNKS];
+#if TBP_QH_CHUNKS
+            tb_u32 h[R][2][2];
+#endif
+#pragma unroll
+            for (int rr = 0; rr < R; ++rr) {
+                const int tr = 64 * (R * wg + rr);
+                const tb_u8 *sq = stage + L::OFF_QS + (tr + wrow) * S::QS_STRIDE;
+#pragma unroll
+                for (int c = 0; c < TBP_QS_CHUNKS; ++c)
+                    tbp_ldsm2(w[rr][0][c], w[rr][1][c], sq + 16 * (kg * TBP_QS_CHUNKS / TBP_G + c));
+#if TBP_QH_CHUNKS
+                const tb_u8 *sh = stage + L::OFF_QH + (tr + wrow) * S::QH_STRIDE;
+#pragma unroll
+                for (int c = 0; c < 2; ++c) tbp_ldsm2(h[rr][0][c], h[rr][1][c], sh + 16 * (kg / 2 + c));
+#endif
+            }
+#pragma unroll
+            for (int j = 0; j < TBP_G; ++j) {
+                const int kb = kg + j;
+                tb_u32 a[R][2][4]; /* per m64 tile: k16 halves 0 (lo words) and 1 (hi words) of the block */
+#pragma unroll
+                for (int rr = 0; rr < R; ++rr) {
+#pragma unroll
+                    for (int f = 0; f < 2; ++f) {
+                        const int r = 64 * (R * wg + rr) + r_g + 8 * f;
+                        tb_u32 hw[2] = {0u, 0u};
+#if defined(TB_FMT_Q5_0) || defined(TB_FMT_Q5_1)
+                        hw[0] = *(const tb_u32 *)(stage + L::OFF_QH + r * S::QH_STRIDE + 4 * kb);
+#elif TBP_QH_CHUNKS
+                        hw[0] = h[rr][f][0];
+                        hw[1] = h[rr][f][1];
+#endif
+                        tb_u32 lo, hi;
+                        tbp_unpack(w[rr][f], hw, j, t, lo, hi);
+                        const int src = (lane & ~3) | kb; /* the quad lane holding block kb's scales */
+                        const tb_u32 dl2 = tbp_shfl_idx(qd[rr][f][0], src);
+                        const tb_u32 dh2 = TBP_NSC == 4 ? tbp_shfl_idx(qd[rr][f][1], src) : dl2;
+                        const tb_u32 m2 = TBP_ASYM ? tbp_shfl_idx(qd[rr][f][2], src) : 0u;
+                        tbp_ws_dequant(lo, hi, dl2, dh2, m2, os2, neg2, f, a[rr]);
+                    }
+                }
+                /* descriptors and A registers complete BEFORE the fence: ptxas serialises every wgmma (C7513) when a
+                 * non-wgmma instruction defines one of their inputs between the fence and the wgmma */
+                tb_u64 desc[2];
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf) {
+                    desc[hf] = tbp_wg_desc(xs + (tb_u32)((4 * kb + 2 * hf) * 128), 128u, L::SBO);
+                    tbp_pin(desc[hf]);
+                }
+#pragma unroll
+                for (int rr = 0; rr < R; ++rr)
+#pragma unroll
+                    for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+                        for (int q = 0; q < 4; ++q) tbp_pin(a[rr][hf][q]);
+                tbp_wg_fence();
+#pragma unroll
+                for (int rr = 0; rr < R; ++rr)
+#pragma unroll
+                    for (int hf = 0; hf < 2; ++hf) tbp_wgmma<BT>(acc[rr], a[rr][hf], desc[hf]);
+                tbp_wg_commit();
+                tbp_wg_wait<1>(); /* the previous block's group is done; this one runs on */
+                if (kb == 0 && it > 0) tbp_mbar_arrive(empty + (it - 1) % ST); /* stage it - 1 fully read */
+            }
+        }
+    } while (++it < nst);
+    tbp_wg_wait<0>();
+#pragma unroll
+    for (int rr = 0; rr < R; ++rr)
+#pragma unroll
+        for (int i = 0; i < BT / 2; ++i) tbp_keep(acc[rr][i]);
+
+#pragma unroll
+    for (int rr = 0; rr < R; ++rr) {
+#pragma unroll
+        for (int i = 0; i < BT / 8; ++i) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int row = n0 + 64 * (R * wg + rr) + r_g + 8 * (e >> 1);
+                const int tok = m0 + 8 * i + 2 * t + (e & 1);
+                if (row >= n || tok >= m) continue;
+                float *yp = y + (tb_size)tok * (tb_size)n + (tb_size)row;
+                if (SK > 1)
+                    tbp_red_add(yp, acc[rr][4 * i + e]);
+                else
+                    *yp = acc[rr][4 * i + e];
+            }
+        }
+    }
+#else
+    (void)qs, (void)qh, (void)sc, (void)x, (void)y, (void)ws, (void)m, (void)n, (void)k;
+#if defined(TB_CUDA)
+    __trap(); /* built without sm_90a: the E2 variants need wgmma, mbarrier and setmaxnreg */
+#endif
+#endif
+}
