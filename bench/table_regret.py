@@ -62,11 +62,10 @@ from service.tables.collapse import collapse_aliases  # noqa: E402
 from service.tables.fallback import aspect_class, pick_rule  # noqa: E402
 from service.tables.metrics import percentile  # noqa: E402
 from service.tables.model import MeasuredPoint  # noqa: E402
-from service.tables.policy import Fallback, fit_policy  # noqa: E402
+from service.tables.policy import Fallback, Fits, fit_policy  # noqa: E402
 from service.tables.surrogate import (  # noqa: E402
     Geometry,
     complete_variants,
-    fit_models,
     geometry_for,
     model_answer,
 )
@@ -75,7 +74,7 @@ from service.tables.versions import alias_points, build_table  # noqa: E402
 MEAN_TARGET, P95_TARGET = 0.01, 0.03
 IN_SAMPLE_MAX, IN_SAMPLE_MEAN = 0.02, 0.005
 UNMEASURED = 1.0
-Answerer = Callable[[Sequence[MeasuredPoint], Geometry | None], Callable[[MeasuredPoint], str | None]]
+Answerer = Callable[[Fits], Callable[[MeasuredPoint], str | None]]
 
 
 def regret(p: MeasuredPoint, variant: str) -> float:
@@ -94,9 +93,10 @@ def fallback_answer(fit: Fallback) -> Callable[[MeasuredPoint], str | None]:
     return lambda p: fit.answer(p.codebook, p.m, p.n, p.k)
 
 
-def modal_answer(train: Sequence[MeasuredPoint], _: Geometry | None) -> Callable[[MeasuredPoint], str | None]:
+def modal_answer(fits: Fits) -> Callable[[MeasuredPoint], str | None]:
     """The segments fitted on regret, each re-labelled with its most frequent training winner."""
-    rules = fit_policy(train, ("segments",)).rules
+    train = fits.points
+    rules = fit_policy(train, ("segments",), fits.geometry, fits).rules
 
     def answer(p: MeasuredPoint) -> str | None:
         group = rules.get((p.codebook, p.m, aspect_class(p.n, p.k)))
@@ -112,14 +112,15 @@ def modal_answer(train: Sequence[MeasuredPoint], _: Geometry | None) -> Callable
     return answer
 
 
+# Each policy answers from one Fits of the training shapes (service.tables.policy.Fits): the
+# component fits (segments, per-codebook trees, surrogate trees, time models) and the inner held-out
+# scores are made once per held-out shape and shared, not refitted per policy.
 POLICIES: dict[str, Answerer] = {
-    "segments": lambda train, g: fallback_answer(fit_policy(train, ("segments",), g)),
-    "tree": lambda train, g: fallback_answer(fit_policy(train, ("tree",), g)),
-    "surrogate": lambda train, g: fallback_answer(fit_policy(train, ("surrogate",), g)),
-    "surrogate_model_argmin_not_emitted": lambda train, g: model_answer(
-        fit_models(train, g), complete_variants(train)
-    ),
-    "chosen": lambda train, g: fallback_answer(fit_policy(train, geometry=g)),
+    "segments": lambda f: fallback_answer(fit_policy(f.points, ("segments",), f.geometry, f)),
+    "tree": lambda f: fallback_answer(fit_policy(f.points, ("tree",), f.geometry, f)),
+    "surrogate": lambda f: fallback_answer(fit_policy(f.points, ("surrogate",), f.geometry, f)),
+    "surrogate_model_argmin_not_emitted": lambda f: model_answer(f.models, complete_variants(f.points)),
+    "chosen": lambda f: fallback_answer(fit_policy(f.points, geometry=f.geometry, fits=f)),
     "modal_winner_baseline": modal_answer,
 }
 
@@ -135,8 +136,9 @@ def loso(points: Sequence[MeasuredPoint], geometry: Geometry | None = None) -> d
     for n, k in shapes:
         train = [p for p in points if (p.n, p.k) != (n, k)]
         held = [p for p in points if (p.n, p.k) == (n, k)]
+        fits = Fits(train, geometry)  # built from the training shapes only; the held-out shape never enters
         for name, fit in POLICIES.items():
-            answer = fit(train, geometry)
+            answer = fit(fits)
             for p in held:
                 variant = answer(p)
                 if variant is None:

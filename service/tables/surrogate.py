@@ -139,7 +139,10 @@ class TimeModel:
         rows = np.arange(len(pairs))
         self.design[rows, 3 * self.var] = 1.0
         self.design[rows, 3 * nv + np.array([c for _, _, c, _, _ in pairs]) * nv + self.var] = 1.0
-        if geometry:
+        if isinstance(geometry, KbTwGeometry):  # vectorised: one matrix over the points' N
+            geo = geometry.matrix(self.variants, np.array([p.n for p in points]))
+            self.design[:, 3 * nv + nc * nv :] = geo[self.point, self.var]
+        elif geometry:
             self.design[:, 3 * nv + nc * nv :] = [
                 geometry(v, points[i].n, points[i].k) for i, _, _, v, _ in pairs
             ]
@@ -149,6 +152,7 @@ class TimeModel:
         self.ridge[3 * nv : 3 * nv + nc * nv] = CODEBOOK_RIDGE
         self._cache: dict[tuple[float, float], np.ndarray] = {}
         self._geo_cache: dict[tuple[int, int], np.ndarray] = {}
+        self._exact_geo: tuple[tuple[int, ...], np.ndarray] | None = None  # KB/TW covariates at the grid's N
 
     def predict(self, n: int, k: int, spread: float = 0.0) -> dict[int, dict[str, float]]:
         """Predicted time (us) of every variant per codebook at (n, k).
@@ -196,6 +200,12 @@ class TimeModel:
         for i, n in enumerate(ns):
             qn = min(max(round(math.log2(n) / GRID_STEP) * GRID_STEP, lo), hi)
             snapped.setdefault(qn, []).append(i)
+        covariates = None
+        if isinstance(self.geometry, KbTwGeometry):  # independent of K: once per grid, not per K
+            key = tuple(int(n) for n in ns)
+            if self._exact_geo is None or self._exact_geo[0] != key:
+                self._exact_geo = (key, self.geometry.matrix(self.variants, np.array(key)))
+            covariates = self._exact_geo[1]
         for qn, rows in snapped.items():
             beta = self._cache.get((qn, qk))
             if beta is None:
@@ -203,8 +213,8 @@ class TimeModel:
             at = np.array([ns[i] for i in rows])
             if self.geometry is None:
                 geo = np.zeros((len(rows), nv))
-            elif isinstance(self.geometry, KbTwGeometry):
-                geo = self.geometry.matrix(self.variants, at) @ beta[3 * nv + nc * nv :]
+            elif covariates is not None:
+                geo = covariates[rows] @ beta[3 * nv + nc * nv :]
             else:
                 geo = np.array([self._covariates(int(n), k) for n in at]) @ beta[3 * nv + nc * nv :]
             for c, cb in enumerate(self.codebooks):
@@ -227,7 +237,7 @@ class TimeModel:
         d2 = dn * dn + dk * dk
         weight = np.exp(-(d2 - d2.min()) / (2 * BANDWIDTH * BANDWIDTH))  # nearest shape 1: never all zero
         keep = weight[self.point] >= MIN_WEIGHT
-        a = self.design[keep].copy()
+        a = self.design[keep]  # fancy indexing: already a copy
         rows = np.arange(len(a))
         pt, var = self.point[keep], self.var[keep]
         a[rows, 3 * var + 1] = dn[pt]

@@ -149,13 +149,10 @@ def split_threshold(a: int, b: int) -> int:
 
 def regret_matrix(points: Sequence[MeasuredPoint], variants: Sequence[str]) -> np.ndarray:
     """points x variants regret for fitting (ties 0, missing MISSING_COST)."""
-    from service.tables.fallback import point_regret
+    from service.tables.fallback import regret_rows
 
-    out = np.empty((len(points), len(variants)), dtype=np.float64)
-    for i, p in enumerate(points):
-        for j, v in enumerate(variants):
-            r = point_regret(p, v)
-            out[i, j] = MISSING_COST if math.isinf(r) else r
+    out = regret_rows(points, variants)
+    out[np.isinf(out)] = MISSING_COST
     return out
 
 
