@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -103,42 +103,59 @@ def _fit_segments(
     first = [0]
     for w in works:
         first.append(first[-1] + len(by_work[w]))
-    # _best_variant over every row range at once: regret and presence matrices (rows x variants)
+    # every segment's variant at once: regret and presence matrices (rows x variants)
     names = sorted({p.winner for p in rows} | {v for p in rows if p.times_us is not None for v in p.times_us})
+    col = {v: x for x, v in enumerate(names)}
     regret = regret_rows(rows, names)
-    present = np.array(
-        [[v == p.winner or (p.times_us is not None and v in p.times_us) for v in names] for p in rows]
-    )
+    present = np.zeros_like(regret, dtype=bool)
+    won = np.zeros(regret.shape, dtype=np.int64)
+    for r, p in enumerate(rows):
+        present[r, col[p.winner]] = True
+        won[r, col[p.winner]] = 1
+        if p.times_us is not None:
+            present[r, [col[v] for v in p.times_us]] = True
     timed = np.array([p.times_us is not None for p in rows])
-
-    cache: dict[tuple[int, int], _Segment] = {}
+    n_works = len(works)
+    choice = np.zeros((n_works, n_works + 1), dtype=np.int64)  # [i, j]: variant of works[i:j]
+    seg_worst = np.zeros((n_works, n_works + 1))
+    seg_mean = np.zeros((n_works, n_works + 1))
+    for i in range(n_works):
+        lo = first[i]
+        ends = np.array(first[i + 1 :]) - lo - 1  # last row of works[i:j], j = i+1..
+        worst = np.maximum.accumulate(regret[lo:], axis=0)[ends]
+        mean = np.cumsum(regret[lo:], axis=0)[ends] / (ends + 1)[:, None]
+        wins = np.cumsum(won[lo:], axis=0)[ends]
+        # least worst, then mean, then most wins, then the first name (the names are sorted)
+        tied = np.logical_or.accumulate(present[lo:], axis=0)[ends]
+        for key, best_of in ((worst, np.min), (mean, np.min), (wins, np.max)):
+            fill = np.inf if best_of is np.min else -1
+            target = best_of(np.where(tied, key, fill), axis=1)
+            tied &= key == target[:, None]
+        c = np.argmax(tied, axis=1)
+        choice[i, i + 1 :] = c
+        seg_worst[i, i + 1 :] = worst[np.arange(len(c)), c]
+        seg_mean[i, i + 1 :] = mean[np.arange(len(c)), c]
+    worst_of, mean_of = seg_worst.tolist(), seg_mean.tolist()
 
     def segment(i: int, j: int) -> _Segment:
-        if (i, j) not in cache:
-            lo, hi = first[i], first[j]
-            sub = regret[lo:hi]
-            worst, mean = sub.max(axis=0), sub.sum(axis=0) / (hi - lo)
-            wins = Counter(p.winner for p in rows[lo:hi])
-            candidates = np.flatnonzero(present[lo:hi].any(axis=0))
-            keys = [(float(worst[x]), float(mean[x]), -wins[names[x]], names[x], int(x)) for x in candidates]
-            c = min(keys)[-1]
-            t = sub[timed[lo:hi], c]
-            cache[(i, j)] = _Segment(
-                names[c], float(worst[c]), float(mean[c]),
-                float(t.max()) if t.size else None, float(t.mean()) if t.size else None,
-            )  # fmt: skip
-        return cache[(i, j)]
+        lo, hi = first[i], first[j]
+        c = int(choice[i, j])
+        t = regret[lo:hi][timed[lo:hi], c]
+        return _Segment(
+            names[c], worst_of[i][j], mean_of[i][j],
+            float(t.max()) if t.size else None, float(t.mean()) if t.size else None,
+        )  # fmt: skip
 
     def count(i: int, j: int) -> int:
-        return sum(len(by_work[w]) for w in works[i:j])
+        return first[j] - first[i]
 
     best: tuple[tuple[float, float, int], tuple[int, ...]] | None = None
     for n_cuts in range(min(max_segments - 1, len(works) - 1) + 1):
         for cuts in itertools.combinations(range(1, len(works)), n_cuts):
             bounds = (0, *cuts, len(works))
-            worst = max(segment(i, j).worst for i, j in itertools.pairwise(bounds))
-            total = sum(segment(i, j).mean * count(i, j) for i, j in itertools.pairwise(bounds))
-            score = (worst, total / len(points), len(bounds) - 1)
+            worst_r = max(worst_of[i][j] for i, j in itertools.pairwise(bounds))
+            total = sum(mean_of[i][j] * count(i, j) for i, j in itertools.pairwise(bounds))
+            score = (worst_r, total / len(points), len(bounds) - 1)
             if best is None or score < best[0]:
                 best = (score, bounds)
     assert best is not None
