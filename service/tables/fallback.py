@@ -153,9 +153,9 @@ def _fit_segments(
     for n_cuts in range(min(max_segments - 1, len(works) - 1) + 1):
         for cuts in itertools.combinations(range(1, len(works)), n_cuts):
             bounds = (0, *cuts, len(works))
-            worst_r = max(worst_of[i][j] for i, j in itertools.pairwise(bounds))
+            worst_cut = max(worst_of[i][j] for i, j in itertools.pairwise(bounds))
             total = sum(mean_of[i][j] * count(i, j) for i, j in itertools.pairwise(bounds))
-            score = (worst_r, total / len(points), len(bounds) - 1)
+            score = (worst_cut, total / len(points), len(bounds) - 1)
             if best is None or score < best[0]:
                 best = (score, bounds)
     assert best is not None

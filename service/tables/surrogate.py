@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from service.tables.model import MeasuredPoint
-from service.tables.tree import FallbackTree, RoundsFeature, fit_tree
+from service.tables.tree import MISSING_COST, FallbackTree, RoundsFeature, fit_tree_matrix
 
 BANDWIDTH = 1.2  # octaves of N and K: chosen by leave-one-shape-out on the H200 sweep (1.0-1.5 within 0.1%)
 SLOPE_RIDGE = 0.01  # shrinks the per-variant slopes where few neighbours carry weight
@@ -44,10 +44,13 @@ EXACT_N_STEP = 1 / 16  # octaves between grid values of N when labels are exact 
 CELL_SAMPLES = 8  # N values a grid label averages over (one grid step wide)
 GRID_BEYOND_N = 4.0  # octaves of N above the largest measured (LM heads lie far beyond the layers)
 TREE_DEPTH = 14
+ADD_RISES = False
 MIN_GAIN = 0.001  # a tree split must lower its node's mean predicted regret by this much
 
 # (variant, n, k) -> covariates; None: no geometry known, the model interpolates times alone.
 Geometry = Callable[[str, int, int], tuple[float, ...]]
+# One labelled stretch of a synthetic grid: (M, N values, K, variants, N x variants predicted times).
+GridBlock = tuple[int, np.ndarray, int, tuple[str, ...], np.ndarray]
 
 
 class KbTwGeometry:
@@ -160,7 +163,7 @@ class TimeModel:
         self.ridge[3 * nv : 3 * nv + nc * nv] = CODEBOOK_RIDGE
         self._cache: dict[tuple[float, float], np.ndarray] = {}
         self._geo_cache: dict[tuple[int, int], np.ndarray] = {}
-        self._exact_geo: tuple[tuple[int, ...], np.ndarray] | None = None  # KB/TW covariates at the grid's N
+        self._exact_geo: dict[tuple[int, ...], np.ndarray] = {}  # KB/TW covariates at a grid's N
 
     def predict(self, n: int, k: int, spread: float = 0.0) -> dict[int, dict[str, float]]:
         """Predicted time (us) of every variant per codebook at (n, k).
@@ -211,9 +214,9 @@ class TimeModel:
         covariates = None
         if isinstance(self.geometry, KbTwGeometry):  # independent of K: once per grid, not per K
             key = tuple(int(n) for n in ns)
-            if self._exact_geo is None or self._exact_geo[0] != key:
-                self._exact_geo = (key, self.geometry.matrix(self.variants, np.array(key)))
-            covariates = self._exact_geo[1]
+            covariates = self._exact_geo.get(key)
+            if covariates is None:
+                covariates = self._exact_geo[key] = self.geometry.matrix(self.variants, np.array(key))
         for qn, rows in snapped.items():
             beta = self._cache.get((qn, qk))
             if beta is None:
@@ -314,6 +317,74 @@ def grid_values(values: Sequence[int], below: float, above: float, step: float =
     return sorted(grid)
 
 
+def rounds_rises(geometry: KbTwGeometry, variants: Sequence[str], lo: int, hi: int) -> list[int]:
+    """Every N in [lo, hi] at which one of ``variants`` launches one more round than at N - 1.
+
+    Such windows of extra rounds are often only a few N wide (KB8/TW24 on the H200: 5097..5148), far
+    narrower than any log-spaced grid step, so a grid alone may hold no label inside them and the tree
+    never learns to leave the variant there; with these N in the grid, every window is labelled."""
+    if hi < lo:
+        return []
+    ns = np.arange(max(1, lo - 1), hi + 1, dtype=np.int64)
+    out: set[int] = set()
+    for feature in geometry.features(variants):
+        rounds = RoundsFeature.parse(feature)
+        assert rounds is not None
+        per = max(1, rounds.tw * rounds.cus // rounds.kb)
+        rows_per_wave = np.maximum(1, -(-ns // per))
+        blocks = -(-ns // (rows_per_wave * rounds.rows)) * rounds.kb
+        r = -(-blocks // (rounds.cus * rounds.resident))
+        out.update(int(n) for n in ns[1:][r[1:] > r[:-1]] if n >= lo)
+    return sorted(out)
+
+
+def _grid_labels(
+    models: dict[int, TimeModel],
+    allowed: dict[int, tuple[str, ...]],
+    ns: Sequence[int],
+    ks: Sequence[int],
+    exact: bool,
+) -> dict[int, list[GridBlock]]:
+    """Per codebook, blocks (M, N values, K, variants, N x variants predicted times) of the grid."""
+    out: dict[int, list[GridBlock]] = {cb: [] for cb in allowed}
+    for m, model in models.items():
+        for k in ks:
+            if exact:
+                labels = model.predict_exact(ns, k)
+            else:
+                cells = [model.predict(n, k, GRID_STEP) for n in ns]
+                labels = {
+                    cb: np.array([[c[cb][v] for v in model.variants] for c in cells])
+                    for cb in model.codebooks
+                }
+            for cb, times in labels.items():
+                keep = [j for j, v in enumerate(model.variants) if v in set(allowed.get(cb, ()))]
+                if keep:
+                    variants = tuple(model.variants[j] for j in keep)
+                    out.setdefault(cb, []).append((m, np.asarray(ns), k, variants, times[:, keep]))
+    return out
+
+
+def _grid_tree(cb: int, blocks: list[GridBlock], extra: Sequence[str]) -> FallbackTree:
+    """The regret tree of one codebook's labelled grid (fit_tree's rule, built from the arrays)."""
+    names = sorted({v for *_, variants, _ in blocks for v in variants})
+    col = {v: j for j, v in enumerate(names)}
+    parts, bases, winners = [], [], np.zeros(len(names), dtype=np.int64)
+    for m, ns, k, variants, times in blocks:
+        regret = np.full((len(ns), len(names)), MISSING_COST)
+        cols = [col[v] for v in variants]  # variants are sorted, so the first minimum is the name tie-break
+        regret[:, cols] = times / times.min(axis=1, keepdims=True) - 1.0
+        parts.append(regret)
+        bases.append(np.column_stack([np.full(len(ns), m), ns, np.full(len(ns), k)]).astype(np.int64))
+        np.add.at(winners, np.array(cols)[np.argmin(times, axis=1)], 1)
+    wins = {names[j]: int(c) for j, c in enumerate(winners) if c}
+    root = fit_tree_matrix(
+        np.concatenate(parts), names, np.concatenate(bases), wins, TREE_DEPTH, 1,
+        min_gain=MIN_GAIN, grow_through=True, extra_features=extra,
+    )  # fmt: skip
+    return FallbackTree(cb, tuple(sorted({b[0] for b in blocks})), root, TREE_DEPTH, 1)
+
+
 def fit_surrogate_trees(
     points: Sequence[MeasuredPoint], geometry: Geometry | None
 ) -> dict[int, FallbackTree]:
@@ -321,38 +392,27 @@ def fit_surrogate_trees(
 
     With a KbTwGeometry the grid is dense in N (EXACT_N_STEP octaves), labelled at each exact N, and
     the tree may also split on the launch rounds (RoundsFeature) of every variant that wins somewhere
-    on the grid: the quantisation stays in the labels and the tree can follow it. Otherwise (no known
-    geometry) labels are cell means on the GRID_STEP grid and the tree reads M, N, K only."""
+    on the grid: the quantisation stays in the labels and the tree can follow it. The grid then also
+    holds every N at which one of those winners' rounds rise (rounds_rises), labelled alike, so each
+    narrow window of an extra round carries labels. Otherwise (no known geometry) labels are cell
+    means on the GRID_STEP grid and the tree reads M, N, K only."""
     models = fit_models(points, geometry)
     allowed = complete_variants(points)
     exact = isinstance(geometry, KbTwGeometry)
     ns = grid_values([p.n for p in points], 1.0, GRID_BEYOND_N, EXACT_N_STEP if exact else GRID_STEP)
     ks = grid_values([p.k for p in points], 1.0, 1.0)
-    synthetic: dict[int, list[MeasuredPoint]] = {cb: [] for cb in allowed}
-    for m, model in models.items():
-        for k in ks:
-            if exact:
-                labels = model.predict_exact(ns, k)
-                per_n = [
-                    (n, {cb: dict(zip(model.variants, labels[cb][i].tolist(), strict=True)) for cb in labels})
-                    for i, n in enumerate(ns)
-                ]
-            else:
-                per_n = [(n, model.predict(n, k, GRID_STEP)) for n in ns]
-            for n, by_cb in per_n:
-                for cb, times in by_cb.items():
-                    kept = {v: times[v] for v in allowed.get(cb, ()) if v in times}
-                    if kept:
-                        winner = min(kept, key=lambda v: (kept[v], v))
-                        synthetic[cb].append(MeasuredPoint(cb, m, n, k, "grid", winner, kept))
+    labelled = _grid_labels(models, allowed, ns, ks, exact)
     trees: dict[int, FallbackTree] = {}
-    for cb, grid in synthetic.items():
-        if not grid:
+    for cb, blocks in labelled.items():
+        if not blocks:
             continue
-        ms = tuple(sorted({p.m for p in grid}))
-        extra = (
-            geometry.features(sorted({p.winner for p in grid})) if isinstance(geometry, KbTwGeometry) else []
-        )
-        root = fit_tree(grid, TREE_DEPTH, 1, min_gain=MIN_GAIN, grow_through=True, extra_features=extra)
-        trees[cb] = FallbackTree(cb, ms, root, TREE_DEPTH, 1)
+        extra: list[str] = []
+        if isinstance(geometry, KbTwGeometry):
+            won = sorted({b[3][j] for b in blocks for j in np.unique(np.argmin(b[4], axis=1)).tolist()})
+            extra = geometry.features(won)
+            rises = sorted(set(rounds_rises(geometry, won, ns[0], ns[-1])) - set(ns))
+            if rises and ADD_RISES:
+                more = _grid_labels(models, {cb: allowed[cb]}, rises, ks, exact)
+                blocks = blocks + more.get(cb, [])
+        trees[cb] = _grid_tree(cb, blocks, extra)
     return trees
