@@ -44,7 +44,7 @@ EXACT_N_STEP = 1 / 16  # octaves between grid values of N when labels are exact 
 CELL_SAMPLES = 8  # N values a grid label averages over (one grid step wide)
 GRID_BEYOND_N = 4.0  # octaves of N above the largest measured (LM heads lie far beyond the layers)
 TREE_DEPTH = 14
-ADD_RISES = False
+ADD_RISES = True
 MIN_GAIN = 0.001  # a tree split must lower its node's mean predicted regret by this much
 
 # (variant, n, k) -> covariates; None: no geometry known, the model interpolates times alone.
@@ -331,6 +331,8 @@ def rounds_rises(geometry: KbTwGeometry, variants: Sequence[str], lo: int, hi: i
         rounds = RoundsFeature.parse(feature)
         assert rounds is not None
         per = max(1, rounds.tw * rounds.cus // rounds.kb)
+        if -(-per // rounds.rows) * rounds.kb <= rounds.cus * rounds.resident:
+            continue  # at most ceil(per / rows) groups of kb blocks: never a second round
         rows_per_wave = np.maximum(1, -(-ns // per))
         blocks = -(-ns // (rows_per_wave * rounds.rows)) * rounds.kb
         r = -(-blocks // (rounds.cus * rounds.resident))
@@ -410,7 +412,8 @@ def fit_surrogate_trees(
         if isinstance(geometry, KbTwGeometry):
             won = sorted({b[3][j] for b in blocks for j in np.unique(np.argmin(b[4], axis=1)).tolist()})
             extra = geometry.features(won)
-            rises = sorted(set(rounds_rises(geometry, won, ns[0], ns[-1])) - set(ns))
+            top = min(ns[-1], 2 * max(p.n for p in points))  # the measured range and one octave beyond
+            rises = sorted(set(rounds_rises(geometry, won, ns[0], top)) - set(ns))
             if rises and ADD_RISES:
                 more = _grid_labels(models, {cb: allowed[cb]}, rises, ks, exact)
                 blocks = blocks + more.get(cb, [])
