@@ -158,6 +158,7 @@ class TimeModel:
             [3 * self.var, 3 * self.var + 1, 3 * self.var + 2, cb_col, *([g] * len(pairs) for g in geo_cols)]
         ).astype(np.int64)
         self.geo_values = self.design[:, geo_cols]
+        self._pairs = np.triu_indices(self.columns.shape[1])
         self.ridge = np.full(self.width, 1e-6)  # every column, so an all-zero one (a flat covariate) solves
         self.ridge[1 : 3 * nv : 3] = self.ridge[2 : 3 * nv : 3] = SLOPE_RIDGE
         self.ridge[3 * nv : 3 * nv + nc * nv] = CODEBOOK_RIDGE
@@ -259,9 +260,11 @@ class TimeModel:
         cols = self.columns[keep]
         w = weight[pt]
         # A^T W A and A^T W y from the non-zeros alone (the dense product spent ~2 ms per query on zeros)
-        pair_index = (cols[:, :, None] * self.width + cols[:, None, :]).ravel()
-        pair_value = (values[:, :, None] * (values * w[:, None])[:, None, :]).ravel()
-        normal = np.bincount(pair_index, pair_value, self.width * self.width).reshape(self.width, self.width)
+        a, b = self._pairs  # each unordered pair of a row's non-zeros once; mirrored below
+        pair_index = (cols[:, a] * self.width + cols[:, b]).ravel()
+        pair_value = (values[:, a] * (values[:, b] * w[:, None])).ravel()
+        half = np.bincount(pair_index, pair_value, self.width * self.width).reshape(self.width, self.width)
+        normal = half + np.triu(half, 1).T + np.tril(half, -1).T
         rhs = np.bincount(cols.ravel(), (values * (w * self.log_t[keep])[:, None]).ravel(), self.width)
         return np.asarray(np.linalg.solve(normal + np.diag(self.ridge), rhs))
 
