@@ -44,7 +44,6 @@ EXACT_N_STEP = 1 / 16  # octaves between grid values of N when labels are exact 
 CELL_SAMPLES = 8  # N values a grid label averages over (one grid step wide)
 GRID_BEYOND_N = 4.0  # octaves of N above the largest measured (LM heads lie far beyond the layers)
 TREE_DEPTH = 14
-ADD_RISES = True
 MIN_GAIN = 0.001  # a tree split must lower its node's mean predicted regret by this much
 
 # (variant, n, k) -> covariates; None: no geometry known, the model interpolates times alone.
@@ -417,7 +416,7 @@ def fit_surrogate_trees(
             extra = geometry.features(won)
             top = min(ns[-1], 2 * max(p.n for p in points))  # the measured range and one octave beyond
             rises = sorted(set(rounds_rises(geometry, won, ns[0], top)) - set(ns))
-            if rises and ADD_RISES:
+            if rises:
                 more = _grid_labels(models, {cb: allowed[cb]}, rises, ks, exact)
                 blocks = blocks + more.get(cb, [])
         trees[cb] = _grid_tree(cb, blocks, extra)
