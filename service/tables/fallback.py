@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -91,7 +91,15 @@ class _Segment:
 def _fit_segments(
     codebook: int, m: int, aspect: str, points: Sequence[MeasuredPoint], max_segments: int
 ) -> tuple[FallbackRule, ...]:
-    """Best segmentation with at most `max_segments` segments (worst, then mean, then fewer).
+    """Best segmentation with at most `max_segments` segments (worst, then mean, then fewer)."""
+    return _fit_segmentations(codebook, m, aspect, points, max_segments)[-1]
+
+
+def _fit_segmentations(
+    codebook: int, m: int, aspect: str, points: Sequence[MeasuredPoint], max_segments: int
+) -> list[tuple[FallbackRule, ...]]:
+    """_fit_segments for every limit 1..max_segments at once (one pass over the cuts: the best with
+    at most s segments is the best of the first s cut counts), entry s - 1 for limit s.
 
     A segment takes the variant minimising worst-then-mean regret over its points; ties go to the
     modal winner, then the name. Only variants seen at a segment's points (as winner or timed) compete."""
@@ -150,17 +158,34 @@ def _fit_segments(
         return first[j] - first[i]
 
     best: tuple[tuple[float, float, int], tuple[int, ...]] | None = None
-    for n_cuts in range(min(max_segments - 1, len(works) - 1) + 1):
-        for cuts in itertools.combinations(range(1, len(works)), n_cuts):
+    chosen: list[tuple[int, ...]] = []  # per limit 1..max_segments, the best bounds
+    for n_cuts in range(max_segments):
+        for cuts in itertools.combinations(range(1, len(works)), n_cuts):  # none once n_cuts >= works
             bounds = (0, *cuts, len(works))
             worst_cut = max(worst_of[i][j] for i, j in itertools.pairwise(bounds))
             total = sum(mean_of[i][j] * count(i, j) for i, j in itertools.pairwise(bounds))
             score = (worst_cut, total / len(points), len(bounds) - 1)
             if best is None or score < best[0]:
                 best = (score, bounds)
-    assert best is not None
-    bounds = best[1]
+        assert best is not None
+        chosen.append(best[1])
+    built: dict[tuple[int, ...], tuple[FallbackRule, ...]] = {}
+    for bounds in chosen:
+        if bounds not in built:
+            built[bounds] = _rules(codebook, m, aspect, works, bounds, segment, count)
+    return [built[bounds] for bounds in chosen]
 
+
+def _rules(
+    codebook: int,
+    m: int,
+    aspect: str,
+    works: Sequence[int],
+    bounds: tuple[int, ...],
+    segment: Callable[[int, int], _Segment],
+    count: Callable[[int, int], int],
+) -> tuple[FallbackRule, ...]:
+    """The rules of one segmentation (adjacent segments of one variant merged)."""
     rules: list[FallbackRule] = []
     for idx, (i, j) in enumerate(itertools.pairwise(bounds)):
         seg = segment(i, j)
@@ -211,17 +236,24 @@ def shape_folds(points: Sequence[MeasuredPoint]) -> list[list[int]]:
 
 def cv_regret(points: Sequence[MeasuredPoint], max_segments: int) -> float | None:
     """Mean held-out regret of fitting with at most `max_segments` (None if < 2 shapes)."""
+    return cv_regrets(points, max_segments)[-1]
+
+
+def cv_regrets(points: Sequence[MeasuredPoint], max_segments: int) -> list[float | None]:
+    """cv_regret for every limit 1..max_segments, each fold's training points prepared once."""
     folds = shape_folds(points)
     if len(folds) < 2:
-        return None
-    held: list[float] = []
+        return [None] * max_segments
+    held: list[list[float]] = [[] for _ in range(max_segments)]
     for fold in folds:
         out = set(fold)
         train = [p for i, p in enumerate(points) if i not in out]
         p0 = points[fold[0]]
-        rules = _fit_segments(p0.codebook, p0.m, "cv", train, max_segments)
-        held += [_held_out_regret(points[i], pick_rule(rules, points[i].work_items).variant) for i in fold]
-    return sum(held) / len(held)
+        for s, rules in enumerate(_fit_segmentations(p0.codebook, p0.m, "cv", train, max_segments)):
+            held[s] += [
+                _held_out_regret(points[i], pick_rule(rules, points[i].work_items).variant) for i in fold
+            ]
+    return [sum(h) / len(h) for h in held]
 
 
 def choose_segments(
@@ -231,8 +263,7 @@ def choose_segments(
     distinct = len({p.work_items for p in points})
     limit = max(1, min(max_segments, distinct))
     scored: list[tuple[float, int]] = []
-    for s in range(1, limit + 1):
-        score = cv_regret(points, s)
+    for s, score in enumerate(cv_regrets(points, limit), start=1):
         if score is None:
             return 1, None
         scored.append((round(score, 12), s))
