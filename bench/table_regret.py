@@ -13,6 +13,10 @@ GPU run; the JSON names the file, the devices and what it holds. Host (CPU) data
    regret = worst-alias time(answer) / time(best achievable) - 1 from the measured medians; a variant
    not measured (or failing parity) at the held-out point costs 100%; a point the policy cannot answer
    is "uncovered" and reported both left out and charged 100%. Targets: mean <= 1%, p95 <= 3%.
+   Per held-out shape one service.tables.policy.Fits of the other shapes is shared by every policy
+   (each component fit and inner held-out score made once), and nothing of the held-out shape enters
+   it (tests/tables/test_table_regret_loso.py). ``--held-out-shapes NxK,...`` holds out only those
+   (a quick look; the JSON says subset and claims no target).
 2. The final table (all data, the generator's own path, compiled and replayed): in-sample metrics and
    each codebook's fallback policy.
 3. A Llaminar decode trainer CSV written from the same recording (bench/trainer_csv.py: the trainer's
