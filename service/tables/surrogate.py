@@ -369,6 +369,32 @@ def _grid_labels(
     return out
 
 
+def _rise_blocks(
+    models: dict[int, TimeModel],
+    cb: int,
+    allowed: Sequence[str],
+    blocks: Sequence[GridBlock],
+    rises: dict[str, list[int]],
+) -> list[GridBlock]:
+    """Labels at the N where a variant's rounds rise, per (M, K) of the grid only where that variant
+    wins at a neighbouring grid N: the windows that can change an answer, not every window of every
+    variant (those would crowd the grid's small N and pull the tree's splits there)."""
+    out: list[GridBlock] = []
+    for m, ns, k, variants, times in blocks:
+        winners = np.array(variants)[np.argmin(times, axis=1)]
+        grid = set(ns.tolist())
+        picked: set[int] = set()
+        for v, at in rises.items():
+            for n in at:
+                i = int(np.searchsorted(ns, n))
+                near = winners[max(0, i - 1) : i + 1]
+                if n not in grid and (near == v).any():
+                    picked.add(n)
+        if picked:
+            out += _grid_labels({m: models[m]}, {cb: tuple(allowed)}, sorted(picked), [k], True).get(cb, [])
+    return out
+
+
 def _grid_tree(cb: int, blocks: list[GridBlock], extra: Sequence[str]) -> FallbackTree:
     """The regret tree of one codebook's labelled grid (fit_tree's rule, built from the arrays)."""
     names = sorted({v for *_, variants, _ in blocks for v in variants})
@@ -397,9 +423,10 @@ def fit_surrogate_trees(
     With a KbTwGeometry the grid is dense in N (EXACT_N_STEP octaves), labelled at each exact N, and
     the tree may also split on the launch rounds (RoundsFeature) of every variant that wins somewhere
     on the grid: the quantisation stays in the labels and the tree can follow it. The grid then also
-    holds every N at which one of those winners' rounds rise (rounds_rises), labelled alike, so each
-    narrow window of an extra round carries labels. Otherwise (no known geometry) labels are cell
-    means on the GRID_STEP grid and the tree reads M, N, K only."""
+    holds, per (M, K), each N at which a winner's rounds rise (rounds_rises) next to grid N where that
+    variant wins, labelled alike, so each narrow window of an extra round that matters carries labels.
+    Otherwise (no known geometry) labels are cell means on the GRID_STEP grid and the tree reads M, N,
+    K only."""
     models = fit_models(points, geometry)
     allowed = complete_variants(points)
     exact = isinstance(geometry, KbTwGeometry)
@@ -415,9 +442,7 @@ def fit_surrogate_trees(
             won = sorted({b[3][j] for b in blocks for j in np.unique(np.argmin(b[4], axis=1)).tolist()})
             extra = geometry.features(won)
             top = min(ns[-1], 2 * max(p.n for p in points))  # the measured range and one octave beyond
-            rises = sorted(set(rounds_rises(geometry, won, ns[0], top)) - set(ns))
-            if rises:
-                more = _grid_labels(models, {cb: allowed[cb]}, rises, ks, exact)
-                blocks = blocks + more.get(cb, [])
+            rises = {v: rounds_rises(geometry, [v], ns[0], top) for v in won}
+            blocks = blocks + _rise_blocks(models, cb, allowed[cb], blocks, rises)
         trees[cb] = _grid_tree(cb, blocks, extra)
     return trees

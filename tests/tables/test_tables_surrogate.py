@@ -176,9 +176,10 @@ def test_rounds_rises_are_exactly_where_a_variant_launches_one_more_round() -> N
 def test_surrogate_grid_labels_every_rounds_rise_and_the_tree_leaves_those_windows(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Measured in one KB8 window (5120) only. The labelled grid must hold every N at which KB8's rounds
-    rise (windows 1-2% of N wide, narrower than the grid's 1/16-octave step: on the H200 sweep a region
-    where none was sampled cost 53-61% held out), and the tree must answer KB4 in each window."""
+    """Measured in one KB8 window (5120) only. KB8 wins everywhere outside its windows, so the labelled
+    grid must hold every N at which KB8's rounds rise (windows 1-2% of N wide, narrower than the grid's
+    1/16-octave step: on the H200 sweep a region where none was sampled cost 53-61% held out), and the
+    tree must answer KB4 in each window."""
     from service.tables import surrogate
 
     labelled: dict[int, set[int]] = {}
