@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,6 +56,29 @@ def point_regret(point: MeasuredPoint, variant: str) -> float:
     return t / min(point.times_us.values()) - 1.0
 
 
+def regret_rows(points: Sequence[MeasuredPoint], names: Sequence[str]) -> np.ndarray:
+    """points x names of point_regret (inf where not parity-passing), one pass per point's own times
+    instead of one call per cell: the fitting loops build this for every fold."""
+    col = {v: j for j, v in enumerate(names)}
+    out = np.full((len(points), len(names)), math.inf, dtype=np.float64)
+    for i, p in enumerate(points):
+        if p.times_us is None:
+            out[i] = 1.0
+            if p.winner in col:
+                out[i, col[p.winner]] = 0.0
+        else:
+            best = min(p.times_us.values())
+            for v, t in p.times_us.items():
+                j = col.get(v)
+                if j is not None:
+                    out[i, j] = t / best - 1.0
+        for v in p.ties:
+            j = col.get(v)
+            if j is not None:
+                out[i, j] = 0.0
+    return out
+
+
 @dataclass(frozen=True)
 class _Segment:
     variant: str
@@ -68,7 +91,15 @@ class _Segment:
 def _fit_segments(
     codebook: int, m: int, aspect: str, points: Sequence[MeasuredPoint], max_segments: int
 ) -> tuple[FallbackRule, ...]:
-    """Best segmentation with at most `max_segments` segments (worst, then mean, then fewer).
+    """Best segmentation with at most `max_segments` segments (worst, then mean, then fewer)."""
+    return _fit_segmentations(codebook, m, aspect, points, max_segments)[-1]
+
+
+def _fit_segmentations(
+    codebook: int, m: int, aspect: str, points: Sequence[MeasuredPoint], max_segments: int
+) -> list[tuple[FallbackRule, ...]]:
+    """_fit_segments for every limit 1..max_segments at once (one pass over the cuts: the best with
+    at most s segments is the best of the first s cut counts), entry s - 1 for limit s.
 
     A segment takes the variant minimising worst-then-mean regret over its points; ties go to the
     modal winner, then the name. Only variants seen at a segment's points (as winner or timed) compete."""
@@ -80,47 +111,81 @@ def _fit_segments(
     first = [0]
     for w in works:
         first.append(first[-1] + len(by_work[w]))
-    # _best_variant over every row range at once: regret and presence matrices (rows x variants)
+    # every segment's variant at once: regret and presence matrices (rows x variants)
     names = sorted({p.winner for p in rows} | {v for p in rows if p.times_us is not None for v in p.times_us})
-    regret = np.array([[point_regret(p, v) for v in names] for p in rows], dtype=np.float64)
-    present = np.array(
-        [[v == p.winner or (p.times_us is not None and v in p.times_us) for v in names] for p in rows]
-    )
+    col = {v: x for x, v in enumerate(names)}
+    regret = regret_rows(rows, names)
+    present = np.zeros_like(regret, dtype=bool)
+    won = np.zeros(regret.shape, dtype=np.int64)
+    for r, p in enumerate(rows):
+        present[r, col[p.winner]] = True
+        won[r, col[p.winner]] = 1
+        if p.times_us is not None:
+            present[r, [col[v] for v in p.times_us]] = True
     timed = np.array([p.times_us is not None for p in rows])
-
-    cache: dict[tuple[int, int], _Segment] = {}
+    n_works = len(works)
+    choice = np.zeros((n_works, n_works + 1), dtype=np.int64)  # [i, j]: variant of works[i:j]
+    seg_worst = np.zeros((n_works, n_works + 1))
+    seg_mean = np.zeros((n_works, n_works + 1))
+    for i in range(n_works):
+        lo = first[i]
+        ends = np.array(first[i + 1 :]) - lo - 1  # last row of works[i:j], j = i+1..
+        worst = np.maximum.accumulate(regret[lo:], axis=0)[ends]
+        mean = np.cumsum(regret[lo:], axis=0)[ends] / (ends + 1)[:, None]
+        wins = np.cumsum(won[lo:], axis=0)[ends]
+        # least worst, then mean, then most wins, then the first name (the names are sorted)
+        tied = np.logical_or.accumulate(present[lo:], axis=0)[ends]
+        for key, best_of in ((worst, np.min), (mean, np.min), (wins, np.max)):
+            fill = np.inf if best_of is np.min else -1
+            target = best_of(np.where(tied, key, fill), axis=1)
+            tied &= key == target[:, None]
+        c = np.argmax(tied, axis=1)
+        choice[i, i + 1 :] = c
+        seg_worst[i, i + 1 :] = worst[np.arange(len(c)), c]
+        seg_mean[i, i + 1 :] = mean[np.arange(len(c)), c]
+    worst_of, mean_of = seg_worst.tolist(), seg_mean.tolist()
 
     def segment(i: int, j: int) -> _Segment:
-        if (i, j) not in cache:
-            lo, hi = first[i], first[j]
-            sub = regret[lo:hi]
-            worst, mean = sub.max(axis=0), sub.sum(axis=0) / (hi - lo)
-            wins = Counter(p.winner for p in rows[lo:hi])
-            candidates = np.flatnonzero(present[lo:hi].any(axis=0))
-            keys = [(float(worst[x]), float(mean[x]), -wins[names[x]], names[x], int(x)) for x in candidates]
-            c = min(keys)[-1]
-            t = sub[timed[lo:hi], c]
-            cache[(i, j)] = _Segment(
-                names[c], float(worst[c]), float(mean[c]),
-                float(t.max()) if t.size else None, float(t.mean()) if t.size else None,
-            )  # fmt: skip
-        return cache[(i, j)]
+        lo, hi = first[i], first[j]
+        c = int(choice[i, j])
+        t = regret[lo:hi][timed[lo:hi], c]
+        return _Segment(
+            names[c], worst_of[i][j], mean_of[i][j],
+            float(t.max()) if t.size else None, float(t.mean()) if t.size else None,
+        )  # fmt: skip
 
     def count(i: int, j: int) -> int:
-        return sum(len(by_work[w]) for w in works[i:j])
+        return first[j] - first[i]
 
     best: tuple[tuple[float, float, int], tuple[int, ...]] | None = None
-    for n_cuts in range(min(max_segments - 1, len(works) - 1) + 1):
-        for cuts in itertools.combinations(range(1, len(works)), n_cuts):
+    chosen: list[tuple[int, ...]] = []  # per limit 1..max_segments, the best bounds
+    for n_cuts in range(max_segments):
+        for cuts in itertools.combinations(range(1, len(works)), n_cuts):  # none once n_cuts >= works
             bounds = (0, *cuts, len(works))
-            worst = max(segment(i, j).worst for i, j in itertools.pairwise(bounds))
-            total = sum(segment(i, j).mean * count(i, j) for i, j in itertools.pairwise(bounds))
-            score = (worst, total / len(points), len(bounds) - 1)
+            worst_cut = max(worst_of[i][j] for i, j in itertools.pairwise(bounds))
+            total = sum(mean_of[i][j] * count(i, j) for i, j in itertools.pairwise(bounds))
+            score = (worst_cut, total / len(points), len(bounds) - 1)
             if best is None or score < best[0]:
                 best = (score, bounds)
-    assert best is not None
-    bounds = best[1]
+        assert best is not None
+        chosen.append(best[1])
+    built: dict[tuple[int, ...], tuple[FallbackRule, ...]] = {}
+    for bounds in chosen:
+        if bounds not in built:
+            built[bounds] = _rules(codebook, m, aspect, works, bounds, segment, count)
+    return [built[bounds] for bounds in chosen]
 
+
+def _rules(
+    codebook: int,
+    m: int,
+    aspect: str,
+    works: Sequence[int],
+    bounds: tuple[int, ...],
+    segment: Callable[[int, int], _Segment],
+    count: Callable[[int, int], int],
+) -> tuple[FallbackRule, ...]:
+    """The rules of one segmentation (adjacent segments of one variant merged)."""
     rules: list[FallbackRule] = []
     for idx, (i, j) in enumerate(itertools.pairwise(bounds)):
         seg = segment(i, j)
@@ -171,17 +236,24 @@ def shape_folds(points: Sequence[MeasuredPoint]) -> list[list[int]]:
 
 def cv_regret(points: Sequence[MeasuredPoint], max_segments: int) -> float | None:
     """Mean held-out regret of fitting with at most `max_segments` (None if < 2 shapes)."""
+    return cv_regrets(points, max_segments)[-1]
+
+
+def cv_regrets(points: Sequence[MeasuredPoint], max_segments: int) -> list[float | None]:
+    """cv_regret for every limit 1..max_segments, each fold's training points prepared once."""
     folds = shape_folds(points)
     if len(folds) < 2:
-        return None
-    held: list[float] = []
+        return [None] * max_segments
+    held: list[list[float]] = [[] for _ in range(max_segments)]
     for fold in folds:
         out = set(fold)
         train = [p for i, p in enumerate(points) if i not in out]
         p0 = points[fold[0]]
-        rules = _fit_segments(p0.codebook, p0.m, "cv", train, max_segments)
-        held += [_held_out_regret(points[i], pick_rule(rules, points[i].work_items).variant) for i in fold]
-    return sum(held) / len(held)
+        for s, rules in enumerate(_fit_segmentations(p0.codebook, p0.m, "cv", train, max_segments)):
+            held[s] += [
+                _held_out_regret(points[i], pick_rule(rules, points[i].work_items).variant) for i in fold
+            ]
+    return [sum(h) / len(h) for h in held]
 
 
 def choose_segments(
@@ -191,8 +263,7 @@ def choose_segments(
     distinct = len({p.work_items for p in points})
     limit = max(1, min(max_segments, distinct))
     scored: list[tuple[float, int]] = []
-    for s in range(1, limit + 1):
-        score = cv_regret(points, s)
+    for s, score in enumerate(cv_regrets(points, limit), start=1):
         if score is None:
             return 1, None
         scored.append((round(score, 12), s))

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from service.tables.fallback import (
     UNMEASURED_PENALTY,
+    FallbackFit,
     GroupKey,
     RuleMap,
     _held_out_regret,
@@ -34,6 +35,7 @@ from service.tables.fallback import (
 from service.tables.model import FallbackRule, MeasuredPoint
 from service.tables.surrogate import (
     Geometry,
+    TimeModel,
     complete_variants,
     fit_models,
     fit_surrogate_trees,
@@ -201,34 +203,95 @@ def surrogate_held_out(
     return regrets
 
 
+class Fits:
+    """Every component fit over one training set, each made once on first use: a caller answering
+    several policies from the same points (bench/table_regret.py's leave-one-shape-out: segments,
+    tree, surrogate and the chosen mix per held-out shape) shares them instead of refitting. The
+    held-out scores are memoised too. Pure functions of ``points`` and ``geometry``; nothing else
+    enters, so sharing changes no answer."""
+
+    def __init__(self, points: Sequence[MeasuredPoint], geometry: Geometry | None = None) -> None:
+        self.points = tuple(points)
+        self.geometry = geometry
+        self._segments: FallbackFit | None = None
+        self._trees: dict[int, FallbackTree] = {}
+        self._surrogate: dict[int, FallbackTree] | None = None
+        self._models: dict[int, TimeModel] | None = None
+        self._scores: dict[tuple[int, str], float | None] = {}
+        self._groups: dict[int, list[MeasuredPoint]] | None = None
+
+    @property
+    def groups(self) -> dict[int, list[MeasuredPoint]]:
+        if self._groups is None:
+            self._groups = by_codebook(self.points)
+        return self._groups
+
+    @property
+    def segments(self) -> FallbackFit:
+        if self._segments is None:
+            self._segments = fit_fallback_cv(self.points)
+        return self._segments
+
+    def tree(self, codebook: int) -> FallbackTree:
+        if codebook not in self._trees:
+            self._trees[codebook] = fit_tree_cv(self.groups[codebook])
+        return self._trees[codebook]
+
+    @property
+    def surrogate_trees(self) -> dict[int, FallbackTree]:
+        if self._surrogate is None:
+            self._surrogate = fit_surrogate_trees(self.points, self.geometry)
+        return self._surrogate
+
+    @property
+    def models(self) -> dict[int, TimeModel]:
+        if self._models is None:
+            self._models = fit_models(self.points, self.geometry)
+        return self._models
+
+    def score(self, codebook: int, policy: str) -> float | None:
+        """Held-out mean regret of ``policy`` on the codebook's points (None: < 2 shape folds)."""
+        if (codebook, policy) not in self._scores:
+            group = self.groups[codebook]
+            held = (
+                surrogate_held_out(self.points, group, self.geometry)
+                if policy == "surrogate"
+                else held_out_regrets(group, policy)
+            )
+            self._scores[(codebook, policy)] = None if held is None else sum(held) / len(held)
+        return self._scores[(codebook, policy)]
+
+
 def fit_policy(
-    points: Sequence[MeasuredPoint], policies: Sequence[str] = POLICIES, geometry: Geometry | None = None
+    points: Sequence[MeasuredPoint],
+    policies: Sequence[str] = POLICIES,
+    geometry: Geometry | None = None,
+    fits: Fits | None = None,
 ) -> Fallback:
     """Fit the fallback; each codebook takes the policy (of ``policies``) with the lowest held-out regret.
 
     ``geometry``: launch-geometry covariates for the surrogate's time model (None: times alone). The
-    surrogate needs per-variant times at every point; without them it is not a candidate."""
+    surrogate needs per-variant times at every point; without them it is not a candidate.
+    ``fits``: component fits of these same points to reuse (Fits; made here when None)."""
     unknown = set(policies) - set(POLICIES)
     if unknown or not policies:
         raise ValueError(f"policies must be a non-empty subset of {POLICIES}, got {list(policies)}")
+    if fits is None:
+        fits = Fits(points, geometry)
+    elif fits.points != tuple(points) or fits.geometry is not geometry:
+        raise ValueError("fits were made from other points or another geometry")
     timed = all(p.times_us for p in points)
     if "surrogate" in policies and not timed:
         policies = tuple(p for p in policies if p != "surrogate") or ("segments",)
-    segments = fit_fallback_cv(points)
-    surrogate_trees: dict[int, FallbackTree] | None = None
+    segments = fits.segments
     rules: RuleMap = {}
     trees: dict[int, FallbackTree] = {}
     choices: dict[int, PolicyChoice] = {}
-    for cb, group in by_codebook(points).items():
+    for cb, group in fits.groups.items():
         scores: dict[str, float | None] = dict.fromkeys(POLICIES)
         if len(policies) > 1:
             for policy in policies:
-                held = (
-                    surrogate_held_out(points, group, geometry)
-                    if policy == "surrogate"
-                    else held_out_regrets(group, policy)
-                )
-                scores[policy] = None if held is None else sum(held) / len(held)
+                scores[policy] = fits.score(cb, policy)
         chosen = policies[0]
         if len(policies) > 1:
             known = [(v, POLICIES.index(p), p) for p, v in scores.items() if p in policies and v is not None]
@@ -243,11 +306,9 @@ def fit_policy(
             scores["surrogate"],
         )  # fmt: skip
         if chosen == "tree":
-            trees[cb] = fit_tree_cv(group)
+            trees[cb] = fits.tree(cb)
         elif chosen == "surrogate":
-            if surrogate_trees is None:
-                surrogate_trees = fit_surrogate_trees(points, geometry)
-            trees[cb] = surrogate_trees[cb]
+            trees[cb] = fits.surrogate_trees[cb]
         else:
             rules.update({key: r for key, r in segments.rules.items() if key[0] == cb})
     return Fallback(rules, trees, choices, segments.cv_regret)

@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from service.tables.model import MeasuredPoint
-from service.tables.tree import FallbackTree, RoundsFeature, fit_tree
+from service.tables.tree import MISSING_COST, FallbackTree, RoundsFeature, fit_tree_matrix
 
 BANDWIDTH = 1.2  # octaves of N and K: chosen by leave-one-shape-out on the H200 sweep (1.0-1.5 within 0.1%)
 SLOPE_RIDGE = 0.01  # shrinks the per-variant slopes where few neighbours carry weight
@@ -48,6 +48,8 @@ MIN_GAIN = 0.001  # a tree split must lower its node's mean predicted regret by 
 
 # (variant, n, k) -> covariates; None: no geometry known, the model interpolates times alone.
 Geometry = Callable[[str, int, int], tuple[float, ...]]
+# One labelled stretch of a synthetic grid: (M, N values, K, variants, N x variants predicted times).
+GridBlock = tuple[int, np.ndarray, int, tuple[str, ...], np.ndarray]
 
 
 class KbTwGeometry:
@@ -139,16 +141,29 @@ class TimeModel:
         rows = np.arange(len(pairs))
         self.design[rows, 3 * self.var] = 1.0
         self.design[rows, 3 * nv + np.array([c for _, _, c, _, _ in pairs]) * nv + self.var] = 1.0
-        if geometry:
+        if isinstance(geometry, KbTwGeometry):  # vectorised: one matrix over the points' N
+            geo = geometry.matrix(self.variants, np.array([p.n for p in points]))
+            self.design[:, 3 * nv + nc * nv :] = geo[self.point, self.var]
+        elif geometry:
             self.design[:, 3 * nv + nc * nv :] = [
                 geometry(v, points[i].n, points[i].k) for i, _, _, v, _ in pairs
             ]
         self.log_t = np.log([t for *_, t in pairs])
+        # Each row has at most 4 + ng non-zeros (intercept, two slopes, codebook offset, covariates):
+        # their columns, for assembling the normal equations sparsely in _solve.
+        cb_col = 3 * nv + np.array([c for _, _, c, _, _ in pairs], dtype=np.int64) * nv + self.var
+        geo_cols = np.arange(3 * nv + nc * nv, self.width)
+        self.columns = np.column_stack(
+            [3 * self.var, 3 * self.var + 1, 3 * self.var + 2, cb_col, *([g] * len(pairs) for g in geo_cols)]
+        ).astype(np.int64)
+        self.geo_values = self.design[:, geo_cols]
+        self._pairs = np.triu_indices(self.columns.shape[1])
         self.ridge = np.full(self.width, 1e-6)  # every column, so an all-zero one (a flat covariate) solves
         self.ridge[1 : 3 * nv : 3] = self.ridge[2 : 3 * nv : 3] = SLOPE_RIDGE
         self.ridge[3 * nv : 3 * nv + nc * nv] = CODEBOOK_RIDGE
         self._cache: dict[tuple[float, float], np.ndarray] = {}
         self._geo_cache: dict[tuple[int, int], np.ndarray] = {}
+        self._exact_geo: dict[tuple[int, ...], np.ndarray] = {}  # KB/TW covariates at a grid's N
 
     def predict(self, n: int, k: int, spread: float = 0.0) -> dict[int, dict[str, float]]:
         """Predicted time (us) of every variant per codebook at (n, k).
@@ -196,6 +211,12 @@ class TimeModel:
         for i, n in enumerate(ns):
             qn = min(max(round(math.log2(n) / GRID_STEP) * GRID_STEP, lo), hi)
             snapped.setdefault(qn, []).append(i)
+        covariates = None
+        if isinstance(self.geometry, KbTwGeometry):  # independent of K: once per grid, not per K
+            key = tuple(int(n) for n in ns)
+            covariates = self._exact_geo.get(key)
+            if covariates is None:
+                covariates = self._exact_geo[key] = self.geometry.matrix(self.variants, np.array(key))
         for qn, rows in snapped.items():
             beta = self._cache.get((qn, qk))
             if beta is None:
@@ -203,8 +224,8 @@ class TimeModel:
             at = np.array([ns[i] for i in rows])
             if self.geometry is None:
                 geo = np.zeros((len(rows), nv))
-            elif isinstance(self.geometry, KbTwGeometry):
-                geo = self.geometry.matrix(self.variants, at) @ beta[3 * nv + nc * nv :]
+            elif covariates is not None:
+                geo = covariates[rows] @ beta[3 * nv + nc * nv :]
             else:
                 geo = np.array([self._covariates(int(n), k) for n in at]) @ beta[3 * nv + nc * nv :]
             for c, cb in enumerate(self.codebooks):
@@ -227,13 +248,24 @@ class TimeModel:
         d2 = dn * dn + dk * dk
         weight = np.exp(-(d2 - d2.min()) / (2 * BANDWIDTH * BANDWIDTH))  # nearest shape 1: never all zero
         keep = weight[self.point] >= MIN_WEIGHT
-        a = self.design[keep].copy()
-        rows = np.arange(len(a))
-        pt, var = self.point[keep], self.var[keep]
-        a[rows, 3 * var + 1] = dn[pt]
-        a[rows, 3 * var + 2] = dk[pt]
-        aw = a * weight[pt][:, None]
-        return np.asarray(np.linalg.solve(aw.T @ a + np.diag(self.ridge), aw.T @ self.log_t[keep]))
+        pt = self.point[keep]
+        n_rows = len(pt)
+        values = np.empty((n_rows, self.columns.shape[1]))  # the non-zeros of each kept design row
+        values[:, 0] = 1.0
+        values[:, 1] = dn[pt]
+        values[:, 2] = dk[pt]
+        values[:, 3] = 1.0
+        values[:, 4:] = self.geo_values[keep]
+        cols = self.columns[keep]
+        w = weight[pt]
+        # A^T W A and A^T W y from the non-zeros alone (the dense product spent ~2 ms per query on zeros)
+        a, b = self._pairs  # each unordered pair of a row's non-zeros once; mirrored below
+        pair_index = (cols[:, a] * self.width + cols[:, b]).ravel()
+        pair_value = (values[:, a] * (values[:, b] * w[:, None])).ravel()
+        half = np.bincount(pair_index, pair_value, self.width * self.width).reshape(self.width, self.width)
+        normal = half + np.triu(half, 1).T + np.tril(half, -1).T
+        rhs = np.bincount(cols.ravel(), (values * (w * self.log_t[keep])[:, None]).ravel(), self.width)
+        return np.asarray(np.linalg.solve(normal + np.diag(self.ridge), rhs))
 
 
 def complete_variants(points: Sequence[MeasuredPoint]) -> dict[int, tuple[str, ...]]:
@@ -287,6 +319,102 @@ def grid_values(values: Sequence[int], below: float, above: float, step: float =
     return sorted(grid)
 
 
+def rounds_rises(geometry: KbTwGeometry, variants: Sequence[str], lo: int, hi: int) -> list[int]:
+    """Every N in [lo, hi] at which one of ``variants`` launches one more round than at N - 1.
+
+    Such windows of extra rounds are often only a few N wide (KB8/TW24 on the H200: 5097..5148), far
+    narrower than any log-spaced grid step, so a grid alone may hold no label inside them and the tree
+    never learns to leave the variant there; with these N in the grid, every window is labelled."""
+    if hi < lo:
+        return []
+    ns = np.arange(max(1, lo - 1), hi + 1, dtype=np.int64)
+    out: set[int] = set()
+    for feature in geometry.features(variants):
+        rounds = RoundsFeature.parse(feature)
+        assert rounds is not None
+        per = max(1, rounds.tw * rounds.cus // rounds.kb)
+        if -(-per // rounds.rows) * rounds.kb <= rounds.cus * rounds.resident:
+            continue  # at most ceil(per / rows) groups of kb blocks: never a second round
+        rows_per_wave = np.maximum(1, -(-ns // per))
+        blocks = -(-ns // (rows_per_wave * rounds.rows)) * rounds.kb
+        r = -(-blocks // (rounds.cus * rounds.resident))
+        out.update(int(n) for n in ns[1:][r[1:] > r[:-1]] if n >= lo)
+    return sorted(out)
+
+
+def _grid_labels(
+    models: dict[int, TimeModel],
+    allowed: dict[int, tuple[str, ...]],
+    ns: Sequence[int],
+    ks: Sequence[int],
+    exact: bool,
+) -> dict[int, list[GridBlock]]:
+    """Per codebook, blocks (M, N values, K, variants, N x variants predicted times) of the grid."""
+    out: dict[int, list[GridBlock]] = {cb: [] for cb in allowed}
+    for m, model in models.items():
+        for k in ks:
+            if exact:
+                labels = model.predict_exact(ns, k)
+            else:
+                cells = [model.predict(n, k, GRID_STEP) for n in ns]
+                labels = {
+                    cb: np.array([[c[cb][v] for v in model.variants] for c in cells])
+                    for cb in model.codebooks
+                }
+            for cb, times in labels.items():
+                keep = [j for j, v in enumerate(model.variants) if v in set(allowed.get(cb, ()))]
+                if keep:
+                    variants = tuple(model.variants[j] for j in keep)
+                    out.setdefault(cb, []).append((m, np.asarray(ns), k, variants, times[:, keep]))
+    return out
+
+
+def _rise_blocks(
+    models: dict[int, TimeModel],
+    cb: int,
+    allowed: Sequence[str],
+    blocks: Sequence[GridBlock],
+    rises: dict[str, list[int]],
+) -> list[GridBlock]:
+    """Labels at the N where a variant's rounds rise, per (M, K) of the grid only where that variant
+    wins at a neighbouring grid N: the windows that can change an answer, not every window of every
+    variant (those would crowd the grid's small N and pull the tree's splits there)."""
+    out: list[GridBlock] = []
+    for m, ns, k, variants, times in blocks:
+        winners = np.array(variants)[np.argmin(times, axis=1)]
+        grid = set(ns.tolist())
+        picked: set[int] = set()
+        for v, at in rises.items():
+            for n in at:
+                i = int(np.searchsorted(ns, n))
+                near = winners[max(0, i - 1) : i + 1]
+                if n not in grid and (near == v).any():
+                    picked.add(n)
+        if picked:
+            out += _grid_labels({m: models[m]}, {cb: tuple(allowed)}, sorted(picked), [k], True).get(cb, [])
+    return out
+
+
+def _grid_tree(cb: int, blocks: list[GridBlock], extra: Sequence[str]) -> FallbackTree:
+    """The regret tree of one codebook's labelled grid (fit_tree's rule, built from the arrays)."""
+    names = sorted({v for *_, variants, _ in blocks for v in variants})
+    col = {v: j for j, v in enumerate(names)}
+    parts, bases, winners = [], [], np.zeros(len(names), dtype=np.int64)
+    for m, ns, k, variants, times in blocks:
+        regret = np.full((len(ns), len(names)), MISSING_COST)
+        cols = [col[v] for v in variants]  # variants are sorted, so the first minimum is the name tie-break
+        regret[:, cols] = times / times.min(axis=1, keepdims=True) - 1.0
+        parts.append(regret)
+        bases.append(np.column_stack([np.full(len(ns), m), ns, np.full(len(ns), k)]).astype(np.int64))
+        np.add.at(winners, np.array(cols)[np.argmin(times, axis=1)], 1)
+    wins = {names[j]: int(c) for j, c in enumerate(winners) if c}
+    root = fit_tree_matrix(
+        np.concatenate(parts), names, np.concatenate(bases), wins, TREE_DEPTH, 1,
+        min_gain=MIN_GAIN, grow_through=True, extra_features=extra,
+    )  # fmt: skip
+    return FallbackTree(cb, tuple(sorted({b[0] for b in blocks})), root, TREE_DEPTH, 1)
+
+
 def fit_surrogate_trees(
     points: Sequence[MeasuredPoint], geometry: Geometry | None
 ) -> dict[int, FallbackTree]:
@@ -294,38 +422,27 @@ def fit_surrogate_trees(
 
     With a KbTwGeometry the grid is dense in N (EXACT_N_STEP octaves), labelled at each exact N, and
     the tree may also split on the launch rounds (RoundsFeature) of every variant that wins somewhere
-    on the grid: the quantisation stays in the labels and the tree can follow it. Otherwise (no known
-    geometry) labels are cell means on the GRID_STEP grid and the tree reads M, N, K only."""
+    on the grid: the quantisation stays in the labels and the tree can follow it. The grid then also
+    holds, per (M, K), each N at which a winner's rounds rise (rounds_rises) next to grid N where that
+    variant wins, labelled alike, so each narrow window of an extra round that matters carries labels.
+    Otherwise (no known geometry) labels are cell means on the GRID_STEP grid and the tree reads M, N,
+    K only."""
     models = fit_models(points, geometry)
     allowed = complete_variants(points)
     exact = isinstance(geometry, KbTwGeometry)
     ns = grid_values([p.n for p in points], 1.0, GRID_BEYOND_N, EXACT_N_STEP if exact else GRID_STEP)
     ks = grid_values([p.k for p in points], 1.0, 1.0)
-    synthetic: dict[int, list[MeasuredPoint]] = {cb: [] for cb in allowed}
-    for m, model in models.items():
-        for k in ks:
-            if exact:
-                labels = model.predict_exact(ns, k)
-                per_n = [
-                    (n, {cb: dict(zip(model.variants, labels[cb][i].tolist(), strict=True)) for cb in labels})
-                    for i, n in enumerate(ns)
-                ]
-            else:
-                per_n = [(n, model.predict(n, k, GRID_STEP)) for n in ns]
-            for n, by_cb in per_n:
-                for cb, times in by_cb.items():
-                    kept = {v: times[v] for v in allowed.get(cb, ()) if v in times}
-                    if kept:
-                        winner = min(kept, key=lambda v: (kept[v], v))
-                        synthetic[cb].append(MeasuredPoint(cb, m, n, k, "grid", winner, kept))
+    labelled = _grid_labels(models, allowed, ns, ks, exact)
     trees: dict[int, FallbackTree] = {}
-    for cb, grid in synthetic.items():
-        if not grid:
+    for cb, blocks in labelled.items():
+        if not blocks:
             continue
-        ms = tuple(sorted({p.m for p in grid}))
-        extra = (
-            geometry.features(sorted({p.winner for p in grid})) if isinstance(geometry, KbTwGeometry) else []
-        )
-        root = fit_tree(grid, TREE_DEPTH, 1, min_gain=MIN_GAIN, grow_through=True, extra_features=extra)
-        trees[cb] = FallbackTree(cb, ms, root, TREE_DEPTH, 1)
+        extra: list[str] = []
+        if isinstance(geometry, KbTwGeometry):
+            won = sorted({b[3][j] for b in blocks for j in np.unique(np.argmin(b[4], axis=1)).tolist()})
+            extra = geometry.features(won)
+            top = min(ns[-1], 2 * max(p.n for p in points))  # the measured range and one octave beyond
+            rises = {v: rounds_rises(geometry, [v], ns[0], top) for v in won}
+            blocks = blocks + _rise_blocks(models, cb, allowed[cb], blocks, rises)
+        trees[cb] = _grid_tree(cb, blocks, extra)
     return trees

@@ -149,13 +149,10 @@ def split_threshold(a: int, b: int) -> int:
 
 def regret_matrix(points: Sequence[MeasuredPoint], variants: Sequence[str]) -> np.ndarray:
     """points x variants regret for fitting (ties 0, missing MISSING_COST)."""
-    from service.tables.fallback import point_regret
+    from service.tables.fallback import regret_rows
 
-    out = np.empty((len(points), len(variants)), dtype=np.float64)
-    for i, p in enumerate(points):
-        for j, v in enumerate(variants):
-            r = point_regret(p, v)
-            out[i, j] = MISSING_COST if math.isinf(r) else r
+    out = regret_rows(points, variants)
+    out[np.isinf(out)] = MISSING_COST
     return out
 
 
@@ -193,17 +190,45 @@ def fit_tree(
     names = sorted(
         variants or {v for p in points if p.times_us for v in p.times_us} | {p.winner for p in points}
     )
-    matrix = regret_matrix(points, names)
-    names_f = (*FEATURES, *extra_features)
-    base = np.array([[p.m, p.n, p.k] for p in points], dtype=np.int64)
-    columns = [base[:, i] for i in range(len(FEATURES))]
-    for name in extra_features:  # these read N only: one evaluation per distinct N
-        at = {n: feature_value(name, 1, int(n), 1) for n in np.unique(base[:, 1]).tolist()}
-        columns.append(np.array([at[p.n] for p in points], dtype=np.int64))
-    features = np.stack(columns, axis=1)
     wins: dict[str, int] = {}
     for p in points:
         wins[p.winner] = wins.get(p.winner, 0) + 1
+    return fit_tree_matrix(
+        regret_matrix(points, names),
+        names,
+        np.array([[p.m, p.n, p.k] for p in points], dtype=np.int64),
+        wins,
+        max_depth,
+        min_leaf,
+        min_gain,
+        grow_through,
+        extra_features,
+    )
+
+
+def fit_tree_matrix(
+    matrix: np.ndarray,
+    names: Sequence[str],
+    base: np.ndarray,
+    wins: dict[str, int],
+    max_depth: int,
+    min_leaf: int,
+    min_gain: float = 0.0,
+    grow_through: bool = False,
+    extra_features: Sequence[str] = (),
+) -> TreeNode:
+    """fit_tree over arrays: ``matrix`` points x ``names`` fitting regret (MISSING_COST where absent),
+    ``base`` points x (M, N, K), ``wins`` how many points each variant wins (leaf ties). For synthetic
+    grids (service.tables.surrogate), which are labelled as arrays and need no per-point records."""
+    if len(matrix) == 0:
+        raise ValueError("a tree needs at least one point")
+    names_f = (*FEATURES, *extra_features)
+    columns = [base[:, i] for i in range(len(FEATURES))]
+    distinct_n, n_index = np.unique(base[:, 1], return_inverse=True)
+    for name in extra_features:  # these read N only: one evaluation per distinct N
+        at = np.array([feature_value(name, 1, int(n), 1) for n in distinct_n.tolist()], dtype=np.int64)
+        columns.append(at[n_index])
+    features = np.stack(columns, axis=1)
 
     def grow(rows: np.ndarray, depth: int) -> TreeNode:
         cost = matrix[rows].sum(axis=0)
@@ -239,7 +264,7 @@ def fit_tree(
             return node  # the grown subtree does not pay for itself
         return TreeNode(None, names_f[f], threshold, left, right, len(rows), node.regret, node.best)
 
-    return grow(np.arange(len(points)), 0)
+    return grow(np.arange(len(matrix)), 0)
 
 
 def _cost(node: TreeNode) -> float:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
+import pytest
 
 from service.tables import PointTimes, TableChoice, generate_table
 from service.tables.model import MeasuredPoint
@@ -18,7 +20,7 @@ from service.tables.surrogate import (
     kbtw_geometry,
     model_answer,
 )
-from service.tables.tree import fit_tree
+from service.tables.tree import FallbackTree, fit_tree
 
 A, B, C = "KB1/TW24", "KB4/TW24", "KB16/TW24"
 NS = (256, 640, 1536, 4096, 10240)
@@ -157,3 +159,44 @@ def test_surrogate_tree_splits_on_rounds_and_the_tables_replay_it() -> None:
         table = generate_table(choices, times, "sm_90", ["7"], dialect, policies=("surrogate",))
         assert any("replay reproduces" in c for c in table.checks), table.checks
         assert "rounds_kb8_tw24_cu132_r8_b3" in table.text or "KbTwRounds(n, 8, 24" in table.text
+
+
+def test_rounds_rises_are_exactly_where_a_variant_launches_one_more_round() -> None:
+    from service.tables.surrogate import rounds_rises
+    from service.tables.tree import RoundsFeature
+
+    geo = kbtw_geometry(132, 32)
+    rises = rounds_rises(geo, ["KB1/TW24", "KB8/TW24"], 256, 20000)
+    kb8 = RoundsFeature(8, 24, 132, 8, 3)
+    assert rises == [n for n in range(256, 20001) if kb8.value(n) > kb8.value(n - 1)]
+    assert 5097 in rises and 5096 not in rises  # 5097..5148: KB8/TW24's second round (400 > 396 blocks)
+    assert rounds_rises(geo, ["KB1/TW24", "KB4/TW24"], 256, 20000) == []  # never more than one round
+
+
+def test_surrogate_grid_labels_every_rounds_rise_and_the_tree_leaves_those_windows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Measured in one KB8 window (5120) only. KB8 wins everywhere outside its windows, so the labelled
+    grid must hold every N at which KB8's rounds rise (windows 1-2% of N wide, narrower than the grid's
+    1/16-octave step: on the H200 sweep a region where none was sampled cost 53-61% held out), and the
+    tree must answer KB4 in each window."""
+    from service.tables import surrogate
+
+    labelled: dict[int, set[int]] = {}
+    grid_tree = surrogate._grid_tree
+
+    def spy(cb: int, blocks: list[surrogate.GridBlock], extra: Sequence[str]) -> FallbackTree:
+        labelled[cb] = {int(n) for b in blocks for n in b[1]}
+        return grid_tree(cb, blocks, extra)
+
+    monkeypatch.setattr(surrogate, "_grid_tree", spy)
+    ns = (3000, 4096, 5120, 6144, 8192, 12288)
+    pts = points(cliff, (1,), ns, (4096, 16384))
+    tree = fit_surrogate_trees(pts, kbtw_geometry(132, 32))[0]
+    windows = surrogate.rounds_rises(kbtw_geometry(132, 32), ["KB8/TW24"], 3000, 12000)
+    assert len(windows) >= 15 and set(windows) <= labelled[0]
+    for n in windows:
+        probe = MeasuredPoint(0, 1, n, 8192, "probe", "KB4/TW24", cliff(1, n, 8192))
+        assert regret(probe, tree.answer(1, n, 8192) or "") == 0.0, n
+    probe = MeasuredPoint(0, 1, 7000, 8192, "probe", "KB8/TW24", cliff(1, 7000, 8192))
+    assert tree.answer(1, 7000, 8192) == "KB8/TW24" and regret(probe, "KB8/TW24") == 0.0  # one round: KB8

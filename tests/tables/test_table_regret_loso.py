@@ -1,0 +1,104 @@
+"""bench/table_regret.py's leave-one-shape-out must not see the held-out shape: its answers there may not
+depend on that shape's own measurements."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from service.tables.model import MeasuredPoint
+from service.tables.surrogate import kbtw_geometry
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench"))
+
+import table_regret  # noqa: E402
+
+VARIANTS = ("KB1/TW24", "KB4/TW24", "KB8/TW24", "KB16/TW24")
+NS = (1024, 3000, 5120, 8192, 12288)
+KS = (2048, 8192)
+HELD = [(5120, 8192), (3000, 2048)]
+
+
+def times(m: int, n: int, k: int) -> dict[str, float]:
+    """KB/TW-like times: split-K pays off as K/N grows; KB8 loses 60% in its second-round windows."""
+    geo = kbtw_geometry(132, 32)
+    out = {}
+    for v in VARIANTS:
+        kb = int(v.split("/")[0][2:])
+        extra = 0.6 if geo(v, n, k)[0] > 0.3 else 0.0
+        out[v] = n * k / 1e6 * (1.0 + 0.05 * abs(kb - 4 * k / n)) * (1.0 + extra) * (1 + 0.1 * m)
+    return out
+
+
+def measured() -> list[MeasuredPoint]:
+    out = []
+    for m in (1, 2):
+        for n in NS:
+            for k in KS:
+                t = times(m, n, k)
+                out.append(MeasuredPoint(0, m, n, k, f"S{n}x{k}", min(t, key=t.__getitem__), t))
+    return out
+
+
+def perturbed(points: Sequence[MeasuredPoint], shape: tuple[int, int]) -> list[MeasuredPoint]:
+    """The held-out shape's slowest variant made 100x faster than its best: a different winner there."""
+    out = []
+    for p in points:
+        if (p.n, p.k) == shape and p.times_us:
+            t = dict(p.times_us)
+            slow = max(t, key=t.__getitem__)
+            t[slow] = min(t.values()) / 100
+            p = dataclasses.replace(p, winner=slow, times_us=t)
+        out.append(p)
+    return out
+
+
+Answers = dict[tuple[str, int, int, int], str | None]  # (policy, M, N, K) -> variant
+
+
+def answers(points: Sequence[MeasuredPoint], policies: dict[str, table_regret.Answerer]) -> Answers:
+    geometry = kbtw_geometry(132, 32)
+    return {
+        (name, p.m, p.n, p.k): variant
+        for _, name, p, variant in table_regret.held_out_answers(points, geometry, policies, HELD)
+    }
+
+
+def nearest(points: Sequence[MeasuredPoint]) -> Callable[[MeasuredPoint], str | None]:
+    def answer(q: MeasuredPoint) -> str | None:
+        same = [p for p in points if p.m == q.m]
+        return min(same, key=lambda p: (abs(p.n - q.n) + abs(p.k - q.k), p.n, p.k)).winner
+
+    return answer
+
+
+def test_held_out_answers_never_depend_on_the_held_out_shapes_times() -> None:
+    base = measured()
+    before = answers(base, table_regret.POLICIES)
+    assert {name for name, *_ in before} == set(table_regret.POLICIES)
+    for shape in HELD:
+        after = answers(perturbed(base, shape), table_regret.POLICIES)
+        at_shape = [key for key in before if key[2:] == shape]  # other held-out shapes train on it
+        assert len(at_shape) == 2 * len(table_regret.POLICIES)
+        changed = {key: (before[key], after[key]) for key in at_shape if before[key] != after[key]}
+        assert not changed, f"held-out {shape}: answers moved with its own times: {changed}"
+
+
+def test_the_check_sees_a_policy_that_does_look_at_the_held_out_shape() -> None:
+    """Negative control: a nearest-neighbour answer fitted on the Fits' training points passes; the same
+    answer over every point (the held-out shape included) moves with the perturbation."""
+    base = measured()
+    for shape in HELD:
+        moved = perturbed(base, shape)
+        honest = {"nearest": lambda fits: nearest(fits.points)}
+
+        def at(found: Answers) -> Answers:
+            return {key: v for key, v in found.items() if key[2:] == shape}  # noqa: B023
+
+        assert at(answers(base, honest)) == at(answers(moved, honest))
+        leak_base = answers(base, {"nearest": lambda fits: nearest(base)})
+        leak_moved = answers(moved, {"nearest": lambda fits: nearest(moved)})  # noqa: B023
+        assert at(leak_base) != at(leak_moved)
