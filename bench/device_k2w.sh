@@ -3,7 +3,9 @@
 # self-contained device run on ONE GPU, <= 300 s, all output under $OUT. From the repository root, .whl carried:
 #   GPU=0 bash bench/device_k2w.sh [date-tag]        (CUDA_VISIBLE_DEVICES=${GPU:-0})
 #   DRY=1 bash bench/device_k2w.sh                   (no GPU: prints the stage commands only)
-#   E2=V1,V2 ... narrows the E2 list (default: the whole E2 space, 20 variants); FORMATS=Q4_0 narrows stages 1-3
+#   E2=V1,V2 ... narrows the E2 list (default: the whole E2 space, 24 variants since k2x: + 4 stream-K SK0);
+#   FORMATS=Q4_0 narrows stages 1-3. K2X (the stream-K schedule, SK0) runs this same script:
+#   ART=.cubins GPU=0 bash bench/device_k2w.sh 2026-12-01-k2x
 # Device time is saved by compiling HERE first (the same NVRTC 13.0.88 wheel; the cache is content-addressed:
 # source, headers, options, names, toolchain), then carrying the cache:
 #   STAGES=compile ART=.cubins PY=.venv/bin/python bash bench/device_k2w.sh      (no GPU, ~4 min on 2 cores)
@@ -82,7 +84,9 @@ lists = {}
 for f in os.environ["K2W_FORMATS"].split(","):
     full = kept(f, bench, 17408, 5120, 128)
     # "raw": bench/prefill_roofline.py warms the list it is given, before the runner filters it
-    lists[f] = {"bench": full, "sk1": [v for v in full if "/SK1/" in v], "smoke": kept(f, bench, 1000, 1024, 200),
+    # "sk1": what bench/prefill_roofline.py keeps at M >= 1024 (SK1 and E2's stream-K SK0)
+    lists[f] = {"bench": full, "sk1": [v for v in full if "/SK1/" in v or "/SK0/" in v],
+                "smoke": kept(f, bench, 1000, 1024, 200),
                 "raw": bench}
     assert full == kept(f, bench, 12288, 5120, 2048), f"{f}: the shapes keep different variants"
 Path(sys.argv[1]).write_text(json.dumps(lists, indent=1))

@@ -191,6 +191,14 @@ WS_CASES = [
     ("Q6_K", "N64/M128/W4x1/K4/S3/SK1/MB1/E2", 90, 768, 40),
     ("Q5_1", "N128/M128/W4x2/K4/S3/SK1/MB1/E2", 72, 512, 50),
     ("IQ4_XS", "N256/M64/W4x2/K4/S4/SK1/MB1/E2", 260, 768, 64),
+    # stream-K (SK0) on the emulator's 4 "SMs" (G = 4): shares that start and end mid-tile, mid-K, the ring
+    # wrapping across segments; whole waves run tile by tile first (T / G - 1 of them, all when G divides T)
+    ("Q4_0", "N256/M64/W4x2/K4/S3/SK0/MB1/E2", 300, 1280, 130),  # 2 x 3 tiles x 10 stages: 60 units, 15 each
+    ("Q8_0", "N256/M64/W4x2/K4/S4/SK0/MB1/E2", 600, 1536, 130),  # 9 tiles: 4 whole, then 5 x 12 = 60 units
+    ("Q4_K", "N256/M64/W4x4/K4/S4/SK0/MB1/E2", 260, 1792, 250),  # 8 tiles: 2 whole waves, no units
+    ("Q4_K", "N128/M128/W4x2/K4/S4/SK0/MB1/E2", 300, 1280, 129),  # 3 x 2 x 10: 60 units, 15 each
+    ("Q8_0", "N128/M128/W4x2/K4/S4/SK0/MB1/E2", 300, 768, 37),  # 3 tiles x 6: 18 units, 4 / 5 / 4 / 5
+    ("Q4_0", "N128/M128/W4x2/K4/S4/SK0/MB1/E2", 100, 256, 20),  # 1 x 2: 2 units, two workgroups idle
 ]
 
 
@@ -207,6 +215,14 @@ def test_warp_specialised_path_passes_parity(
 def test_warp_specialised_path_fast(tmp_path: Path) -> None:
     """The default-run case of engine 2: Q4_K, two consumers of two m64 tiles, tails, the ring wrapping."""
     check_wgmma(build(tmp_path, "Q4_K", "N256/M64/W4x2/K4/S3/SK1/MB1/E2"), 270, 1024, 70)
+
+
+def test_warp_specialised_stream_k_fast(tmp_path: Path) -> None:
+    """The default-run case of stream-K on the emulator's 4 "SMs": 3 x 3 tiles x 4 stages, one whole wave
+    (tiles 0-3) then 5 tiles' 20 units, 5 per workgroup, crossing tiles mid-K; Q4_0 with tails in N and M. A
+    share lost or added twice fails parity; a ring phase out of step across segments hangs (the emulator
+    aborts)."""
+    check_wgmma(build(tmp_path, "Q4_0", "N256/M64/W4x2/K4/S4/SK0/MB1/E2"), 600, 512, 150)
 
 
 @pytest.mark.parametrize("fmt", ["Q4_0", "Q4_K"])

@@ -95,7 +95,12 @@ def test_prefill_spaces() -> None:
     # the warp-specialised engine: 1 / 2 / 4 consumer warpgroups of 1 / 2 m64 tiles; 128 accumulators per
     # thread with one consumer (255 registers), 64 with more (168 / 96 registers: no setmaxnreg)
     ws = [v.params for v in every if v.params["engine"] == 2]
-    assert len(ws) == 20 and len(every) == 230
+    assert len(ws) == 24 and len(every) == 234
+    # stream-K (split_k 0): engine 2 only, 16384-weight tiles with 2 / 4 consumers (one spills: NVRTC census)
+    assert sorted(v.name for v in every if v.params["split_k"] == 0) == [
+        "N128/M128/W4x2/K4/S4/SK0/MB1/E2", "N256/M64/W4x2/K4/S3/SK0/MB1/E2",
+        "N256/M64/W4x2/K4/S4/SK0/MB1/E2", "N256/M64/W4x4/K4/S4/SK0/MB1/E2",
+    ]  # fmt: skip
     for p in ws:
         tiles = p["n_tile"] // (64 * p["warps_m"])
         assert tiles in (1, 2) and tiles * p["m_tile"] * p["warps_m"] <= 256
@@ -129,11 +134,19 @@ def test_prefill_spaces() -> None:
     assert "16384" in invalid["N256/M128/W4x2/K4/S3/SK1/MB1/E2"]  # 128 accumulators at 168 registers
     assert "16384" in invalid["N256/M128/W4x4/K4/S3/SK1/MB1/E2"]  # 64 accumulators at 96: spills
     assert "kb == 4" in invalid["N128/M128/W4x2/K8/S3/SK1/MB1/E2"]
+    assert "split_k >= 1" in invalid["N128/M128/W4x1/K4/S4/SK0/MB1/E2"]  # 255 registers + 144 bytes of spills
+    assert "split_k >= 1" in invalid["N128/M128/W4x2/K4/S3/SK0/MB1/E1"]
+    assert all(v.params["split_k"] >= 1 for b in ("rocm", "host") for v in PREFILL.space(b))
 
 
 def test_prefill_point_rules_carry_reasons() -> None:
     """Rules over the format, K, and the shared memory a variant needs are checked per task."""
     h200 = DeviceFacts("cuda", "sm_90", 132, 32)
+    # stream-K N256/M64/W4x2 spills (NVRTC census) where the format's unpack needs more registers
+    sk0 = PREFILL.parse("N256/M64/W4x2/K4/S4/SK0/MB1/E2", "cuda")
+    for fmt, ok in (("Q4_0", True), ("Q4_K", True), ("Q6_K", False), ("Q5_1", False)):
+        problems = PREFILL.point_problems(PREFILL.bindings(sk0, 4096, 4096, 128, FORMATS[fmt], h200))
+        assert (problems == []) is ok, (fmt, problems)
     q6 = PREFILL.bindings(
         PREFILL.parse("N128/M64/W4x2/K4/S3/SK1/MB1/E0", "cuda"), 4096, 5120, 512, FORMATS["Q6_K"], h200
     )
@@ -264,6 +277,20 @@ def test_prefill_wgmma_launch() -> None:
     (ws,) = [a for a in PREFILL.args_for("cuda") if a.role == "workspace"]
     assert parse(ws.size or "").evaluate_int(values) >= 2048 * 5120 * 2
     assert [a.role for a in PREFILL.args_for("host")] == ["weights"] * 3 + ["x", "y", "m", "n", "k"]
+
+
+def test_prefill_stream_k_launch() -> None:
+    """Engine 2's stream-K (SK0): one workgroup per SM (the device's cus) whatever the shape, and the
+    prelaunch zeroes y (pieces of tiles add into it) under its own symbol."""
+    v = PREFILL.parse("N256/M64/W4x2/K4/S4/SK0/MB1/E2", "cuda")
+    for m in (128, 2048):
+        values = PREFILL.bindings(v, 17408, 5120, m, FORMATS["Q4_0"], DeviceFacts("cuda", "sm_90", 132, 32))
+        assert PREFILL.point_problems(values) == []
+        assert PREFILL.geometry(values).grid == (132, 1, 1) and PREFILL.geometry(values).block == (384, 1, 1)
+        pre = PREFILL.prelaunch_geometry(values)
+        assert pre.grid == ((m * 17408 // 4 + 255) // 256, 2, 1)  # the y cells (M * N / 4 > M * K / 4)
+    assert PREFILL.prelaunch_symbol(v) == "tb_prefill_prep_sk0"
+    assert PREFILL.symbol(v) == "tb_prefill_n256_m64_wn4_wm2_kb4_s4_sk0_mb1_e2"
 
 
 @pytest.mark.parametrize("package", [DECODE, PREFILL], ids=lambda p: p.name)

@@ -26,7 +26,7 @@
  * Launch: block = (32|64) * warps_n * warps_m threads (engine 2: + 128, its producer warpgroup), grid =
  * (ceil(N/BN), ceil(M/BM), SK) (engines 1, 2: x and y swapped), dynamic shared memory (NVIDIA) / static LDS
  * (AMD) sized as the manifest's [derived] smem.
- * Exported symbols: tb_prefill_n{BN}_m{BM}_wn{WN}_wm{WM}_kb{KB}_s{ST}_sk{SK}_mb{MB}_e{ENG}, tb_prefill_prep_sk{1,2,4}
+ * Exported symbols: tb_prefill_n{BN}_m{BM}_wn{WN}_wm{WM}_kb{KB}_s{ST}_sk{SK}_mb{MB}_e{ENG}, tb_prefill_prep_sk{0,1,2,4}
  * (engines 1, 2: prelaunch grid.y = 2, fp16 activations; prefill_wgmma.h, prefill_ws.h).
  */
 #include "tb_portability.h"
@@ -95,6 +95,7 @@ TB_DEV float tbp_as_float(tb_i32 v) { return __int_as_float(v); }
 TB_DEV tb_i32 tbp_float_bits(float v) { return __float_as_int(v); }
 TB_DEV void tbp_red_add(float *p, float v) { atomicAdd(p, v); }
 #define TBP_BID_Z ((int)blockIdx.z)
+#define TBP_GRID_X ((int)gridDim.x) /* E2's stream-K schedule (SK0): the persistent workgroups' count */
 #define TBP_DYN_SMEM extern __shared__ __align__(16) tb_u8 tbp_smem[];
 #elif defined(TB_AMD)
 TB_DEV float tbp_as_float(tb_i32 v) { return __builtin_bit_cast(float, v); }
@@ -186,7 +187,7 @@ __device__ TB_FORCEINLINE void tbp_prep_body(TB_PREFILL_PARAMS) {
 #endif
         }
     }
-    if (SK > 1) {
+    if (SK != 1) { /* split-K, or stream-K (SK 0): partial tiles add into y */
         const tb_size cells = (tb_size)m * (tb_size)n;
         for (tb_size i = 4u * gt; i < 4u * gt + 4u && i < cells; ++i) y[i] = 0.0f;
     }
@@ -617,6 +618,7 @@ TB_DEV void tbp_nv_variant(TB_PREFILL_PARAMS) {
 
 #include "prefill_amd.h"
 
+TB_PREFILL_PREP(0)
 TB_PREFILL_PREP(1)
 TB_PREFILL_PREP(2)
 TB_PREFILL_PREP(4)

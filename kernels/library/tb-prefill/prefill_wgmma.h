@@ -192,7 +192,7 @@ __device__ TB_FORCEINLINE void tbp_prep_f16_body(TB_PREFILL_PARAMS) {
         o.y = tbp_h2_pack(v1.x, v1.y);
         *(uint2 *)((tb_u16 *)ws + e0) = o; /* 8-byte aligned: e0 is a multiple of 4 halves */
     }
-    if (SK > 1) {
+    if (SK != 1) { /* split-K, or E2 stream-K (SK 0) */
         const tb_size cells = (tb_size)m * (tb_size)n;
         for (tb_size i = 4u * gt; i < 4u * gt + 4u && i < cells; ++i) y[i] = 0.0f;
     }

@@ -103,7 +103,16 @@ TB_DEV void tbp_ws_dequant(tb_u32 lo, tb_u32 hi, tb_u32 dl2, tb_u32 dh2, tb_u32 
 }
 
 /* BN = 64 * WG * R weight rows, BT tokens (the wgmma N), WG consumer warpgroups (+ 1 producer), KB blocks per
- * stage, ST stages, SK split-K */
+ * stage, ST stages, SK split-K; SK = 0: stream-K. Why: one workgroup per SM (registers, shared memory), so a
+ * grid of T tiles runs in ceil(T / #SMs) waves (Q4_0 GateUp M=128, N256/M64: 136 tiles on 132 SMs = 2 waves,
+ * the second 3 % full). With SK 0 the grid is the SMs (G, the manifest's launch: cus), persistent: the first
+ * T / G - 1 whole waves (all T / G when G divides T) run tile by tile in the plain grid's order (token tiles
+ * fastest), then the work units (tile, stage), S = K / (32 KB) stages per tile, of the last G + T % G tiles are
+ * cut into one contiguous, even share per workgroup (+-1 unit; "data-parallel + stream-K"); a share crosses
+ * tile boundaries mid-K: each piece of a tile (a segment) is accumulated from zero and added into y (zeroed by
+ * the prelaunch kernel), a whole tile stored.
+ * Producer and consumers walk the same segments; the ring index runs on across them, so a segment's first
+ * stage releases the previous segment's last (its groups retired by the wait_group 0 before its epilogue). */
 template <int BN, int BT, int WG, int KB, int ST, int SK>
 TB_DEV void tbp_ws_body(TB_PREFILL_PARAMS) {
 #if TBP_HAVE_WGMMA
@@ -114,18 +123,45 @@ TB_DEV void tbp_ws_body(TB_PREFILL_PARAMS) {
     static_assert(BN == 64 * WG * R && (R == 1 || R == 2), "one or two m64 weight tiles per consumer warpgroup");
     static_assert(BT % 32 == 0 && BT <= 256 && R * BT <= 256, "wgmma N; R * BT / 2 accumulators per thread");
     static_assert(KB == 4, "the 4 lanes of a quad decode the stage's 4 blocks' scales, one each");
-    static_assert(SK <= 2, "every split has a stage: ceil(s / 2) and s - ceil(s / 2) >= 1 for s >= 2 stages");
+    static_assert(SK >= 0 && SK <= 2, "every split has a stage: ceil(s / 2) and s - ceil(s / 2) >= 1 for s >= 2 stages");
     TBP_DYN_SMEM
     tb_u8 *smem = tbp_smem;
     tb_u64 *full = (tb_u64 *)(smem + ST * L::STAGE), *empty = full + ST;
 
     const int tid = TB_TID, warp = tid >> 5, wg = warp >> 2;
-    const int n0 = TB_BID_Y * BN, m0 = TB_BID_X * BT; /* token tiles along x, as E1 */
     const int nst_all = (k >> 5) / KB;
-    const int per = (nst_all + SK - 1) / SK;
-    const int s_begin = TBP_BID_Z * per;
-    const int nst = (nst_all - s_begin) < per ? (nst_all - s_begin) : per;
     const TbpRows rows = tbp_rows(k);
+    /* seg(n0, m0, s_begin, nst, it0): this workgroup's segments, nst >= 1 stages each; it0 the ring index of
+     * the first */
+    auto walk = [&](auto &&seg) {
+        if constexpr (SK == 0) {
+            const int tiles_m = (m + BT - 1) / BT, tiles = tiles_m * ((n + BN - 1) / BN), g = TBP_GRID_X;
+            /* whole waves but the last full one run as the plain grid (tile w * g + x: the same L2 locality,
+             * whole tiles stored); the last full wave and the part-full one are shared out in units */
+            const int dp = tiles % g == 0 ? tiles : (tiles / g > 0 ? tiles / g - 1 : 0) * g;
+            int it0 = 0;
+            for (int tile = TB_BID_X; tile < dp; tile += g) {
+                seg((tile / tiles_m) * BN, (tile % tiles_m) * BT, 0, nst_all, it0);
+                it0 += nst_all;
+            }
+            /* (two call sites: one loop over both phases costs registers, N256/M64/W4x2 spilling at 168) */
+            const long long units = (long long)(tiles - dp) * (long long)nst_all;
+            int u = dp * nst_all + (int)(units * TB_BID_X / g);
+            const int u_end = dp * nst_all + (int)(units * (TB_BID_X + 1) / g);
+            while (u < u_end) {
+                const int tile = u / nst_all, s0 = u - tile * nst_all;
+                const int cnt = (nst_all - s0) < (u_end - u) ? (nst_all - s0) : (u_end - u);
+                seg((tile / tiles_m) * BN, (tile % tiles_m) * BT, s0, cnt, it0);
+                u += cnt;
+                it0 += cnt;
+            }
+        } else {
+            const int per = (nst_all + SK - 1) / SK;
+            const int s_begin = TBP_BID_Z * per;
+            const int nst = (nst_all - s_begin) < per ? (nst_all - s_begin) : per;
+            seg(TB_BID_Y * BN, TB_BID_X * BT, s_begin, nst, 0); /* token tiles along x, as E1 */
+        }
+    };
 
     if (tid == 0) {
         for (int s = 0; s < ST; ++s) {
@@ -144,11 +180,12 @@ TB_DEV void tbp_ws_body(TB_PREFILL_PARAMS) {
         static_assert((PT / 8) % CPT == 0 && (BT / 8) % XG == 0, "activation chunks per producer thread");
         const int r8 = pt & 7, c = (pt >> 3) % CPT, rg0 = (pt >> 3) / CPT;
         const tb_u16 *xh = (const tb_u16 *)ws;
-        for (int it = 0; it < nst; ++it) {
+        walk([&](const int n0, const int m0, const int s_begin, const int nst, const int it0) {
+        for (int it = it0; it < it0 + nst; ++it) {
             const int buf = it % ST;
             tbp_mbar_wait(empty + buf, ((tb_u32)(it / ST) & 1u) ^ 1u); /* the first round passes at once */
             tb_u8 *stage = smem + buf * L::STAGE;
-            const int b0 = (s_begin + it) * KB;
+            const int b0 = (s_begin + it - it0) * KB;
             {
                 const tb_u16 *xs0 = xh + (tb_size)(m0 + 8 * rg0 + r8) * (tb_size)k + (tb_size)b0 * 32u + 8u * (tb_size)c;
                 tb_u8 *xd = stage + rg0 * L::SBO + c * 128 + r8 * 16;
@@ -184,6 +221,7 @@ TB_DEV void tbp_ws_body(TB_PREFILL_PARAMS) {
 #endif
             tbp_cp_async_mbar_arrive(full + buf);
         }
+        });
         tbp_cp_wait_all();
         return;
     }
@@ -195,6 +233,7 @@ TB_DEV void tbp_ws_body(TB_PREFILL_PARAMS) {
     const tb_u32 os2 = tbp_h2_pack(TBP_OPERAND_SCALE, TBP_OPERAND_SCALE);
     const tb_u32 neg2 = tbp_h2_pack(-1152.0f * TBP_OPERAND_SCALE, -1152.0f * TBP_OPERAND_SCALE);
 
+    walk([&](const int n0, const int m0, const int s_begin, const int nst, const int it0) {
     float acc[R][BT / 2];
 #pragma unroll
     for (int rr = 0; rr < R; ++rr)
@@ -204,14 +243,14 @@ TB_DEV void tbp_ws_body(TB_PREFILL_PARAMS) {
     /* at least one stage per split (split_k <= 2 and k / (32 kb) >= split_k: the manifest's rules): a do-while,
      * so no path skips the wgmma loop; ptxas serialises every wgmma (C7515, C7518) where the zeroed
      * accumulators of such a path meet the loop's at the final wait */
-    int it = 0;
+    int it = it0;
     do {
         const int buf = it % ST;
         tbp_mbar_wait(full + buf, (tb_u32)(it / ST) & 1u);
         tbp_fence_async_smem(); /* the cp.async (generic proxy) bytes, seen by wgmma's async proxy */
         const tb_u8 *stage = smem + buf * L::STAGE;
         const tb_u32 xs = tbp_saddr(stage);
-        const int b0 = (s_begin + it) * KB;
+        const int b0 = (s_begin + it - it0) * KB;
         /* the scales of this lane's rows in block t of the stage, as f16x2 (scale of the lo / hi 16-half, min);
          * block kb's are lane kb's of the quad: each (row, block) decoded once, not by all 4 lanes per block
          * (the K-quants' 6-bit scale decode was ~40 % of a block's instructions) */
@@ -303,7 +342,7 @@ TB_DEV void tbp_ws_body(TB_PREFILL_PARAMS) {
                 if (kb == 0 && it > 0) tbp_mbar_arrive(empty + (it - 1) % ST); /* stage it - 1 fully read */
             }
         }
-    } while (++it < nst);
+    } while (++it < it0 + nst);
     tbp_wg_wait<0>();
 #pragma unroll
     for (int rr = 0; rr < R; ++rr)
@@ -320,13 +359,14 @@ TB_DEV void tbp_ws_body(TB_PREFILL_PARAMS) {
                 const int tok = m0 + 8 * i + 2 * t + (e & 1);
                 if (row >= n || tok >= m) continue;
                 float *yp = y + (tb_size)tok * (tb_size)n + (tb_size)row;
-                if (SK > 1)
+                if (SK > 1 || (SK == 0 && nst < nst_all)) /* SK 0: a piece of the tile */
                     tbp_red_add(yp, acc[rr][4 * i + e]);
                 else
                     *yp = acc[rr][4 * i + e];
             }
         }
     }
+    });
 #else
     (void)qs, (void)qh, (void)sc, (void)x, (void)y, (void)ws, (void)m, (void)n, (void)k;
 #if defined(TB_CUDA)

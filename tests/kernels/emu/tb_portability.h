@@ -89,7 +89,7 @@ struct Block {
     const unsigned char *xp[32][64];
 };
 inline Block *block = nullptr;
-inline int tid = 0, bx = 0, by = 0, bz = 0, grid_y = 1;
+inline int tid = 0, bx = 0, by = 0, bz = 0, grid_x = 1, grid_y = 1;
 inline ucontext_t sched;
 inline std::function<void()> body;
 
@@ -138,7 +138,7 @@ inline void launch(int gx, int gy, int gz, int threads, size_t shared_bytes, std
         abort();
     }
     body = fn;
-    grid_y = gy;
+    grid_x = gx, grid_y = gy;
     for (int z = 0; z < gz; ++z)
         for (int yb = 0; yb < gy; ++yb)
             for (int xb = 0; xb < gx; ++xb) {
@@ -186,6 +186,7 @@ inline tb_u32 ubyte(tb_u32 w, int i) { return (w >> (8 * i)) & 0xFFu; }
 #define TB_BID_Y (tbemu::by)
 #define TBP_BID_Z (tbemu::bz)
 #define TBP_GRID_Y (tbemu::grid_y)
+#define TBP_GRID_X (tbemu::grid_x)
 
 TB_DEV void tb_sync(void) { tbemu::block_sync(); }
 TB_DEV int tb_lane(void) { return tbemu::lane(); }
