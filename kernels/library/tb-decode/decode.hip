@@ -55,6 +55,15 @@
 #include "tb_formats.h"
 #include "tb_i8mma.h" /* RG16: int8 tensor-core operands, shared with tb-prefill */
 
+/* IQ4 on CUDA: x stored in LDS in the order of the nibble-order codebook lookup (tb_unpack_il): word i of
+ * a 32-block's run-0 slot holds x 4i, 16+4i, 4i+1, 17+4i, of its run-1 slot 4i+2, 18+4i, 4i+3, 19+4i
+ * (RG16 keeps its own layout) */
+#if (defined(TB_FMT_IQ4_NL) || defined(TB_FMT_IQ4_XS)) && TB_PERM_STYLE == 1
+#define TB_X_IL 1
+#else
+#define TB_X_IL 0
+#endif
+
 #define TB_THREADS 256
 #define TB_WAVES (TB_THREADS / TB_WAVE)
 /* static LDS bytes: x of the K slice for MX rows, 1.25 bytes per weight per row */
@@ -234,9 +243,16 @@ TB_DEV void tb_stage_x(const float *__restrict__ x, int m, int k, int b0, int nb
             sum += tb_shfl_xor(sum, 4);
             sum += tb_shfl_xor(sum, 2);
             sum += tb_shfl_xor(sum, 1);
+            tb_u32 word = (tb_u32)(q0 & 0xFF) | ((tb_u32)(q1 & 0xFF) << 8) | ((tb_u32)(q2 & 0xFF) << 16) |
+                          ((tb_u32)(q3 & 0xFF) << 24);
+#if TB_X_IL
+            if constexpr (!TC) { /* lane part holds x 4i.. of the block (i = part % 4) in run part / 4: pair it
+                                  * with the other run's lane (part ^ 4) byte by byte */
+                const tb_u32 other = __float_as_uint(tb_shfl_xor(__uint_as_float(word), 4));
+                word = part < 4 ? tb_prmt(word, other, 0x5140u) : tb_prmt(other, word, 0x7362u);
+            }
+#endif
             if (on) {
-                const tb_u32 word = (tb_u32)(q0 & 0xFF) | ((tb_u32)(q1 & 0xFF) << 8) | ((tb_u32)(q2 & 0xFF) << 16) |
-                                    ((tb_u32)(q3 & 0xFF) << 24);
                 if constexpr (TC) {
                     /* RG16: [block][row of M][lane quarter q][bytes 4q.., 16+4q..]: one 8-byte read per lane is
                      * its B fragment (b0, b1) of mma m16n8k32; the lanes of a fragment read 256 contiguous bytes */
@@ -365,7 +381,11 @@ struct tb_work {
         (void)bh;
         tb_chunk ch[RW];
 #pragma unroll
+#if TB_X_IL
+        for (int r = 0; r < RW; ++r) ch[r] = tb_unpack_il(q[r], mt[r], c);
+#else
         for (int r = 0; r < RW; ++r) ch[r] = tb_unpack(q[r], mt[r], c);
+#endif
 #pragma unroll
         for (int i = 0; i < MX; ++i) {
             if (i < m) { /* x of row i read once from LDS, used by all RW rows */
