@@ -56,8 +56,9 @@
 #include "tb_i8mma.h" /* RG16: int8 tensor-core operands, shared with tb-prefill */
 
 /* IQ4 on CUDA: x stored in LDS in the order of the nibble-order codebook lookup (tb_unpack_il): word i of
- * a 32-block's run-0 slot holds x 4i, 16+4i, 4i+1, 17+4i, of its run-1 slot 4i+2, 18+4i, 4i+3, 19+4i
- * (RG16 keeps its own layout) */
+ * a 32-block's run-0 slot holds x 4i, 16+4i, 4i+1, 17+4i, of its run-1 slot 4i+2, 18+4i, 4i+3, 19+4i; RG16:
+ * the B fragment words b0 / b1 of lane quarter t hold the same k order (an mma sums over k, so A and B
+ * permuted alike inside each lane's k-set give the same dots), A's words come from tb_iq4_lookup_il */
 #if (defined(TB_FMT_IQ4_NL) || defined(TB_FMT_IQ4_XS)) && TB_PERM_STYLE == 1
 #define TB_X_IL 1
 #else
@@ -246,8 +247,8 @@ TB_DEV void tb_stage_x(const float *__restrict__ x, int m, int k, int b0, int nb
             tb_u32 word = (tb_u32)(q0 & 0xFF) | ((tb_u32)(q1 & 0xFF) << 8) | ((tb_u32)(q2 & 0xFF) << 16) |
                           ((tb_u32)(q3 & 0xFF) << 24);
 #if TB_X_IL
-            if constexpr (!TC) { /* lane part holds x 4i.. of the block (i = part % 4) in run part / 4: pair it
-                                  * with the other run's lane (part ^ 4) byte by byte */
+            { /* lane part holds x 4i.. of the block (i = part % 4) in run part / 4: pair it with the other run's
+               * lane (part ^ 4) byte by byte (RG16: the same k order in the B fragment words as in A's) */
                 const tb_u32 other = __float_as_uint(tb_shfl_xor(__uint_as_float(word), 4));
                 word = part < 4 ? tb_prmt(word, other, 0x5140u) : tb_prmt(other, word, 0x7362u);
             }
@@ -830,7 +831,12 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
                     hw[0] = hq[h][2 * grp], hw[1] = hq[h][2 * grp + 1];
 #endif
                     tb_u32 lo, hi;
+#if TB_X_IL
+                    (void)jg;
+                    tb_iq4_lookup_il(q[h][grp], &lo, &hi);
+#else
                     tbp_unpack(&q[h][grp * TBP_QS_CHUNKS], hw, jg, t, lo, hi);
+#endif
                     a[h] = lo, a[2 + h] = hi;
                 }
                 const bool mine = g / MX == jc; /* columns jc * MX .. : x of this block */
