@@ -229,12 +229,19 @@ TB_FN tb_u32 tb_bytes_sub(tb_u32 v, tb_u32 c) { return ((v | 0x80808080u) - c) ^
  * nibbles with bit 3 set: the sign mode, discarded), w ^ 0x8888.. the upper one (the other way round), and a
  * third prmt picks the upper half-table's byte where bit 3 is set. 8 prmt + 5 ALU per word (sm_90a, NVRTC 13.0:
  * __byte_perm's selector masks and separate per-half selectors cost 9 ALU) */
-TB_FN void tb_iq4_lookup_il(tb_u32 w, tb_u32 *r0, tb_u32 *r1) {
+TB_FN void tb_iq4_lookup_il_t(tb_u32 w, tb_u32 t0, tb_u32 t2, tb_u32 *r0, tb_u32 *r1) {
     const tb_u32 wx = w ^ 0x88888888u;
     const tb_u32 sel = ((w >> 1) & 0x44444444u) | 0x32103210u;
-    *r0 = tb_prmt_raw(tb_prmt_raw(TB_IQ4_T0, TB_IQ4_T1, w), tb_prmt_raw(TB_IQ4_T2, TB_IQ4_T3, wx), sel);
-    *r1 = tb_prmt_raw(tb_prmt_raw(TB_IQ4_T0, TB_IQ4_T1, w >> 16), tb_prmt_raw(TB_IQ4_T2, TB_IQ4_T3, wx >> 16),
-                      sel >> 16);
+    *r0 = tb_prmt_raw(tb_prmt_raw(t0, TB_IQ4_T1, w), tb_prmt_raw(t2, TB_IQ4_T3, wx), sel);
+    *r1 = tb_prmt_raw(tb_prmt_raw(t0, TB_IQ4_T1, w >> 16), tb_prmt_raw(t2, TB_IQ4_T3, wx >> 16), sel >> 16);
+}
+TB_FN void tb_iq4_lookup_il(tb_u32 w, tb_u32 *r0, tb_u32 *r1) { tb_iq4_lookup_il_t(w, TB_IQ4_T0, TB_IQ4_T2, r0, r1); }
+/* TB_IQ4_T0 and TB_IQ4_T2 (the prmt operands that must sit in registers) as values ptxas cannot fold (zero: 0 at
+ * run time, e.g. a non-negative kernel argument >> 31; ptxas folds %laneid >> 5): given the constants it
+ * re-materialised them before every lookup (sm_90a NVRTC 13.0: ~3.5 moves per payload word) */
+TB_FN void tb_iq4_tables(tb_u32 zero, tb_u32 *t0, tb_u32 *t2) {
+    *t0 = TB_IQ4_T0 ^ zero;
+    *t2 = TB_IQ4_T2 ^ zero;
 }
 
 /* codebook values of the 4 low nibbles (-> *lo, byte order) and 4 high nibbles (-> *hi) of w */
@@ -454,9 +461,9 @@ TB_FN tb_chunk tb_unpack(const tb_u32 *q, tb_meta m, int c) {
  * lo[i] = weights 4i, 16+4i, 4i+1, 17+4i, hi[i] = 4i+2, 18+4i, 4i+3, 19+4i of the chunk's 32-block. For a caller
  * that stores x in the same order (decode.hip's dp4a kernels on CUDA); both runs share one scale, so
  * tb_chunk_dot's sums are unchanged. tb_chunk_weight does not apply to it. */
-TB_FN tb_chunk tb_unpack_il(const tb_u32 *q, tb_meta m, int c) {
+TB_FN tb_chunk tb_unpack_il(const tb_u32 *q, tb_meta m, int c, tb_u32 t0, tb_u32 t2) {
     tb_chunk r = tb_unpack(q, m, c); /* the scale; its lookups are dead code, dropped by the compiler */
-    for (int i = 0; i < 4; ++i) tb_iq4_lookup_il(q[i], (tb_u32 *)&r.lo[i], (tb_u32 *)&r.hi[i]);
+    for (int i = 0; i < 4; ++i) tb_iq4_lookup_il_t(q[i], t0, t2, (tb_u32 *)&r.lo[i], (tb_u32 *)&r.hi[i]);
     return r;
 }
 #endif

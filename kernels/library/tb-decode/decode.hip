@@ -351,6 +351,9 @@ struct tb_work {
     float *y, *workspace;
     tb_u32 *counters;
     int m, n, tid, lg, rowoff, slice, c0, c1, nchunks, xb0, nxb;
+#if TB_X_IL
+    tb_u32 iq4t0, iq4t2; /* tb_iq4_tables */
+#endif
     tb_size qs_row, qh_row, sc_row;
     const tb_u32x4 *xq;
     const float *xm;
@@ -383,7 +386,7 @@ struct tb_work {
         tb_chunk ch[RW];
 #pragma unroll
 #if TB_X_IL
-        for (int r = 0; r < RW; ++r) ch[r] = tb_unpack_il(q[r], mt[r], c);
+        for (int r = 0; r < RW; ++r) ch[r] = tb_unpack_il(q[r], mt[r], c, iq4t0, iq4t2);
 #else
         for (int r = 0; r < RW; ++r) ch[r] = tb_unpack(q[r], mt[r], c);
 #endif
@@ -507,6 +510,9 @@ __device__ TB_FORCEINLINE void tb_setup(W &w, TB_DECODE_PARAMS) {
     w.qs = qs, w.qh = qh, w.sc = sc, w.y = y, w.workspace = workspace, w.counters = counters;
     w.m = m, w.n = n;
     w.tid = TB_TID;
+#if TB_X_IL
+    tb_iq4_tables(((tb_u32)k >> 31) & (tb_u32)w.tid, &w.iq4t0, &w.iq4t2); /* 0, per-lane: in registers, not uniform ones */
+#endif
     const int lane = w.tid & (TB_WAVE - 1);
     w.lg = lane & (W::G - 1);                                       /* lane inside its row group */
     w.rowoff = ((w.tid / TB_WAVE) * W::RGS + lane / W::G) * W::RWS; /* first row of this group in a tile */
@@ -833,7 +839,7 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
                     tb_u32 lo, hi;
 #if TB_X_IL
                     (void)jg;
-                    tb_iq4_lookup_il(q[h][grp], &lo, &hi);
+                    tb_iq4_lookup_il_t(q[h][grp], w.iq4t0, w.iq4t2, &lo, &hi);
 #else
                     tbp_unpack(&q[h][grp * TBP_QS_CHUNKS], hw, jg, t, lo, hi);
 #endif
