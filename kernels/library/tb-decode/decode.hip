@@ -923,8 +923,8 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
     };
 
     /* the first S - 1 stages in flight before x is staged, then one stream of (tile, stage) per warp */
-    issue(0);
-    if (S == 3) issue(1);
+#pragma unroll
+    for (int s = 0; s < S - 1; ++s) issue(s);
     tb_stage_x<TB_XP(MX), true>(x, m, k, w.xb0, w.nxb, w.c0, w.nchunks, xq, xm);
     tb_sync();
     int base = w.c0, slot = 0;
@@ -1019,11 +1019,12 @@ __device__ TB_FORCEINLINE void tb_decode_pick(TB_DECODE_PARAMS) {
 /* the int8 tensor-core variants (RG16: the CUDA space only) */
 #define TB_DECODE_TC_VARIANTS \
     TB_DECODE_VARIANT(2, 1, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(2, 1, 1, 8, 16, 2, 2) TB_DECODE_VARIANT(2, 1, 1, 8, 16, 2, 3) \
-    TB_DECODE_VARIANT(2, 1, 1, 8, 16, 3, 2) TB_DECODE_VARIANT(2, 1, 2, 8, 16, 2, 2) TB_DECODE_VARIANT(2, 4, 1, 8, 16, 0, 2) \
-    TB_DECODE_VARIANT(2, 4, 1, 8, 16, 0, 3) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 2, 2) \
-    TB_DECODE_VARIANT(4, 1, 1, 8, 16, 2, 3) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 3, 2) TB_DECODE_VARIANT(4, 1, 2, 8, 16, 2, 2) \
-    TB_DECODE_VARIANT(4, 4, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(4, 4, 1, 8, 16, 0, 3) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 0, 2) \
-    TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 2) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 3) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 3, 2) \
+    TB_DECODE_VARIANT(2, 1, 1, 8, 16, 2, 4) TB_DECODE_VARIANT(2, 1, 1, 8, 16, 3, 2) TB_DECODE_VARIANT(2, 1, 2, 8, 16, 2, 2) \
+    TB_DECODE_VARIANT(2, 4, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(2, 4, 1, 8, 16, 0, 3) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 0, 2) \
+    TB_DECODE_VARIANT(4, 1, 1, 8, 16, 2, 2) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 2, 3) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 2, 4) \
+    TB_DECODE_VARIANT(4, 1, 1, 8, 16, 3, 2) TB_DECODE_VARIANT(4, 1, 2, 8, 16, 2, 2) TB_DECODE_VARIANT(4, 4, 1, 8, 16, 0, 2) \
+    TB_DECODE_VARIANT(4, 4, 1, 8, 16, 0, 3) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 2) \
+    TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 3) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 4) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 3, 2) \
     TB_DECODE_VARIANT(8, 1, 2, 8, 16, 2, 2) TB_DECODE_VARIANT(8, 4, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(8, 4, 1, 8, 16, 0, 3)
 #else
 #define TB_DECODE_RING_VARIANTS
