@@ -379,14 +379,27 @@ struct tb_work {
     }
 
     /* unpack chunk c of the RW rows (payload q, meta mt) and add its dot products with x (from LDS) into acc */
-    __device__ TB_FORCEINLINE void dot(const tb_u32 (&q)[RW][4], const tb_meta (&mt)[RW], int c, float *acc) const {
+    /* u: the chunk's slot in its batch; chunk c = base + u * G + lg with base a multiple of 8 */
+    __device__ TB_FORCEINLINE void dot(const tb_u32 (&q)[RW][4], const tb_meta (&mt)[RW], int c, int u,
+                                       float *acc) const {
         const int lc = c - c0;
+        (void)u;
         const int bl = tb_chunk_p_lo(c) / 32 - xb0, bh = tb_chunk_p_hi(c) / 32 - xb0;
         (void)bh;
         tb_chunk ch[RW];
 #pragma unroll
 #if TB_X_IL
-        for (int r = 0; r < RW; ++r) ch[r] = tb_unpack_il(q[r], mt[r], c, iq4t0, iq4t2);
+        for (int r = 0; r < RW; ++r) {
+            tb_meta m1 = mt[r];
+#if defined(TB_FMT_IQ4_XS)
+            /* the sub-block in the super-block, c % 8 = (u G + lg) % 8: loop-invariant per lane, so its scale bit
+             * offsets are computed once, not per chunk (batches start at multiples of 8 chunks: c0 = 8 blk0, and
+             * the step G U is a multiple of 8 in every IQ4_XS variant; the emulator checks it) */
+            static_assert(TB_CHUNKS_PER_BLOCK == 8, "IQ4_XS: 8 chunks per super-block");
+            m1.e = (tb_u32)((u * G + lg) & 7);
+#endif
+            ch[r] = tb_unpack_il(q[r], m1, c, iq4t0, iq4t2);
+        }
 #else
         for (int r = 0; r < RW; ++r) ch[r] = tb_unpack(q[r], mt[r], c);
 #endif
@@ -429,7 +442,7 @@ struct tb_work {
                     for (int j = 0; j < 4; ++j) q[r][j] = b.q[r][u][j];
                     mt[r] = b.mt[r][u];
                 }
-                dot(q, mt, c, acc);
+                dot(q, mt, c, u, acc);
             }
         }
     }
@@ -471,7 +484,7 @@ struct tb_work {
                     q[r][0] = v.x, q[r][1] = v.y, q[r][2] = v.z, q[r][3] = v.w;
                     m1[r] = mt[r][u];
                 }
-                dot(q, m1, c, acc);
+                dot(q, m1, c, u, acc);
             }
         }
     }
@@ -549,6 +562,7 @@ __device__ TB_FORCEINLINE void tb_decode_body(TB_DECODE_PARAMS) {
     int tile = TB_BID_X;
     if (tile >= tiles) return; /* uniform over the workgroup */
     constexpr int STEP = W::G * U;
+    static_assert(!(TB_X_IL && TB_CHUNKS_PER_BLOCK == 8) || STEP % 8 == 0, "tb_work::dot: batches at multiples of 8");
 
     /* CUDA: x first, its XP-deep loads alone set the register peak of the staging (the weights' first batch
      * in flight beside them cost 76 -> 100 registers at MX1/RW2/U4 on sm_90); the first weight batch is
@@ -630,6 +644,7 @@ __device__ TB_FORCEINLINE void tb_decode_ring(TB_DECODE_PARAMS) {
     int tile = TB_BID_X;
     if (tile >= tiles) return; /* uniform over the workgroup */
     constexpr int STEP = W::G * U;
+    static_assert(!(TB_X_IL && TB_CHUNKS_PER_BLOCK == 8) || STEP % 8 == 0, "tb_work::dot: batches at multiples of 8");
     if (w.c1 == w.c0) { /* empty K slice (KB > number of blocks): partials are zero */
         for (; tile < tiles; tile += grid_x) w.finish(tile, acc);
         return;
