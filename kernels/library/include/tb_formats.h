@@ -227,18 +227,19 @@ TB_FN tb_u32 tb_bytes_sub(tb_u32 v, tb_u32 c) { return ((v | 0x80808080u) - c) ^
 /* codebook values of the 8 nibbles of w in nibble order: *r0 = nibbles 0..3 (bytes: lo w0, hi w0, lo w1, hi w1),
  * *r1 = nibbles 4..7. prmt reads 4 selector nibbles: w's own nibbles index the lower half-table (bytes of
  * nibbles with bit 3 set: the sign mode, discarded), w ^ 0x8888.. the upper one (the other way round), and a
- * third prmt picks the upper half-table's byte where bit 3 is set. 8 prmt + 5 ALU per word (sm_90a, NVRTC 13.0:
- * __byte_perm's selector masks and separate per-half selectors cost 9 ALU) */
+ * third prmt picks the upper half-table's byte where bit 3 is set: 6 prmt + 7 ALU per word, t0 / t2 in registers
+ * (tb_iq4_tables). tb_iq4_lookup's form (sm_90a, NVRTC 13.0): 8 prmt, 9 ALU (__byte_perm's selector masks,
+ * per-half selectors) and ~3.5 moves re-materialising the tables. A caller stores x in the same nibble order. */
 TB_FN void tb_iq4_lookup_il_t(tb_u32 w, tb_u32 t0, tb_u32 t2, tb_u32 *r0, tb_u32 *r1) {
     const tb_u32 wx = w ^ 0x88888888u;
     const tb_u32 sel = ((w >> 1) & 0x44444444u) | 0x32103210u;
     *r0 = tb_prmt_raw(tb_prmt_raw(t0, TB_IQ4_T1, w), tb_prmt_raw(t2, TB_IQ4_T3, wx), sel);
     *r1 = tb_prmt_raw(tb_prmt_raw(t0, TB_IQ4_T1, w >> 16), tb_prmt_raw(t2, TB_IQ4_T3, wx >> 16), sel >> 16);
 }
-TB_FN void tb_iq4_lookup_il(tb_u32 w, tb_u32 *r0, tb_u32 *r1) { tb_iq4_lookup_il_t(w, TB_IQ4_T0, TB_IQ4_T2, r0, r1); }
 /* TB_IQ4_T0 and TB_IQ4_T2 (the prmt operands that must sit in registers) as values ptxas cannot fold (zero: 0 at
- * run time, e.g. a non-negative kernel argument >> 31; ptxas folds %laneid >> 5): given the constants it
- * re-materialised them before every lookup (sm_90a NVRTC 13.0: ~3.5 moves per payload word) */
+ * run time and per lane, e.g. (k >> 31) & tid: ptxas folds %laneid >> 5 and keeps a warp-uniform value in a
+ * uniform register, moved again before every use): given the constants it re-materialised them before every
+ * lookup (sm_90a NVRTC 13.0: ~3.5 moves per payload word) */
 TB_FN void tb_iq4_tables(tb_u32 zero, tb_u32 *t0, tb_u32 *t2) {
     *t0 = TB_IQ4_T0 ^ zero;
     *t2 = TB_IQ4_T2 ^ zero;
@@ -247,9 +248,15 @@ TB_FN void tb_iq4_tables(tb_u32 zero, tb_u32 *t0, tb_u32 *t2) {
 /* codebook values of the 4 low nibbles (-> *lo, byte order) and 4 high nibbles (-> *hi) of w */
 TB_FN void tb_iq4_lookup(tb_u32 w, tb_i32 *lo, tb_i32 *hi) {
 #if TB_PERM_STYLE == 1
-    /* the nibble-order lookup, then two prmt put the low nibbles' values in one word, the high ones' in another */
-    tb_u32 r0, r1;
-    tb_iq4_lookup_il(w, &r0, &r1);
+    /* prmt reads 4 selector nibbles with 3 bits each: w's own nibbles index the half-tables directly
+     * (lo w0, hi w0, lo w1, hi w1), a third prmt picks the upper half-table where a nibble's bit 3 is set.
+     * (tb-decode's CUDA kernels use tb_iq4_lookup_il_t; this form is kept for tb-prefill, whose
+     * N64/M128/W2x4/K8 MB2 variants spilled 16-24 bytes with it under NVRTC 13.0) */
+    const tb_u32 a0 = tb_prmt(TB_IQ4_T0, TB_IQ4_T1, w), b0 = tb_prmt(TB_IQ4_T2, TB_IQ4_T3, w);
+    const tb_u32 r0 = tb_prmt(a0, b0, 0x3210u | ((w & 0x8888u) >> 1));
+    const tb_u32 w1 = w >> 16;
+    const tb_u32 a1 = tb_prmt(TB_IQ4_T0, TB_IQ4_T1, w1), b1 = tb_prmt(TB_IQ4_T2, TB_IQ4_T3, w1);
+    const tb_u32 r1 = tb_prmt(a1, b1, 0x3210u | ((w1 & 0x8888u) >> 1));
     *lo = (tb_i32)tb_prmt(r0, r1, 0x6420u);
     *hi = (tb_i32)tb_prmt(r0, r1, 0x7531u);
 #elif TB_PERM_STYLE == 2
@@ -457,7 +464,7 @@ TB_FN tb_chunk tb_unpack(const tb_u32 *q, tb_meta m, int c) {
 }
 
 #if (defined(TB_FMT_IQ4_NL) || defined(TB_FMT_IQ4_XS)) && TB_PERM_STYLE == 1
-/* tb_unpack with the codebook values left in nibble order (tb_iq4_lookup_il, 2 prmt per word fewer):
+/* tb_unpack with the codebook values left in nibble order (tb_iq4_lookup_il_t, 2 prmt per word fewer):
  * lo[i] = weights 4i, 16+4i, 4i+1, 17+4i, hi[i] = 4i+2, 18+4i, 4i+3, 19+4i of the chunk's 32-block. For a caller
  * that stores x in the same order (decode.hip's dp4a kernels on CUDA); both runs share one scale, so
  * tb_chunk_dot's sums are unchanged. tb_chunk_weight does not apply to it. */

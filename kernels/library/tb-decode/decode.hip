@@ -58,7 +58,7 @@
 /* IQ4 on CUDA: x stored in LDS in the order of the nibble-order codebook lookup (tb_unpack_il): word i of
  * a 32-block's run-0 slot holds x 4i, 16+4i, 4i+1, 17+4i, of its run-1 slot 4i+2, 18+4i, 4i+3, 19+4i; RG16:
  * the B fragment words b0 / b1 of lane quarter t hold the same k order (an mma sums over k, so A and B
- * permuted alike inside each lane's k-set give the same dots), A's words come from tb_iq4_lookup_il */
+ * permuted alike inside each lane's k-set give the same dots), A's words come from tb_iq4_lookup_il_t */
 #if (defined(TB_FMT_IQ4_NL) || defined(TB_FMT_IQ4_XS)) && TB_PERM_STYLE == 1
 #define TB_X_IL 1
 #else
