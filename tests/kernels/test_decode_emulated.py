@@ -164,7 +164,7 @@ def test_tensor_core_space_on_the_emulator(tmp_path: Path) -> None:
     index, a missed wait or a ring slot refilled early changes the numbers; all variants quantise x alike,
     so they agree to float summation order."""
     space = [v.name for v in DECODE.space("cuda") if v.params["rg"] == 16]
-    assert len(space) == 21
+    assert len(space) == 24
     dp4a = {1: "MX1/KB1/RW1/U4/RG1/PG0/PP1", 2: "MX2/KB1/RW1/U4/RG1/PG3/PP1", 3: "MX4/KB1/RW1/U4/RG1/PG0/PP0"}
     binary = _emulator(tmp_path, "Q4_0", sorted(set(space) | set(dp4a.values())))
     for m in (1, 2, 3, 8):
@@ -173,7 +173,7 @@ def test_tensor_core_space_on_the_emulator(tmp_path: Path) -> None:
         _write(folder, "Q4_0", problem)
         results = {dp4a[m]: _run(binary, "Q4_0", dp4a[m], problem, folder)} if m in dp4a else {}
         names = [name for name in space if m <= DECODE.parse(name, "cuda").params["mx"]]
-        assert len(names) == {1: 21, 2: 21, 3: 14, 8: 7}[m]
+        assert len(names) == {1: 24, 2: 24, 3: 16, 8: 8}[m]
         results.update({name: _run(binary, "Q4_0", name, problem, folder, late=True) for name in names})
         _check(problem, results)
 
@@ -188,3 +188,18 @@ def test_tensor_core_long_k_split(tmp_path: Path, fmt: str) -> None:
     folder = tmp_path / "long-k"
     _write(folder, fmt, problem)
     _check(problem, {name: _run(binary, fmt, name, problem, folder, late=True) for name in names})
+
+
+def test_iq4_xs_sub_block_from_the_lane(tmp_path: Path) -> None:
+    """IQ4_XS on CUDA takes a chunk's sub-block (its 6-bit scale) from the lane and the batch slot, not from
+    the chunk index (decode.hip tb_work::dot): every lane geometry (full-, half- and quarter-warp rows),
+    U 2..8, split-K slices and both pipelines, at M = 1 and 3, against the reference and each other."""
+    m1 = [
+        "MX1/KB1/RW1/U8/RG1/PG0/PP0", "MX1/KB1/RW1/U4/RG2/PG0/PP1", "MX1/KB4/RW2/U2/RG1/PG0/PP1",
+        "MX1/KB1/RW1/U4/RG1/PG4/PP3", "MX1/KB1/RW2/U2/RG1/PG3/PP2",
+    ]  # fmt: skip
+    m3 = ["MX4/KB1/RW2/U2/RG2/PG0/PP1", "MX4/KB1/RW1/U4/RG8/PG0/PP2", "MX4/KB1/RW2/U2/RG1/PG3/PP2"]
+    binary = _emulator(tmp_path, "IQ4_XS", sorted(set(m1 + m3)))
+    for m, names in ((1, m1), (3, m3)):
+        problem, folder = _data(tmp_path, "IQ4_XS", m)
+        _check(problem, {name: _run(binary, "IQ4_XS", name, problem, folder, late=True) for name in names})

@@ -51,10 +51,10 @@ def test_variant_selection() -> None:
     """--variants: names and the keywords 'ring' / 'registers' / 'tc' pick from the CUDA space, in order."""
     every = bench.select_variants("")
     ring = bench.select_variants("ring")
-    assert len(every) == 125 and len(ring) == 36 and all(name.endswith(("/PP2", "/PP3")) for name in ring)
+    assert len(every) == 128 and len(ring) == 36 and all(name.endswith(("/PP2", "/PP3")) for name in ring)
     assert len(bench.select_variants("registers")) == 68
     tc = bench.select_variants("tc")
-    assert len(tc) == 21 and all("/RG16/" in name for name in tc) and not set(tc) & set(ring)
+    assert len(tc) == 24 and all("/RG16/" in name for name in tc) and not set(tc) & set(ring)
     picked = bench.select_variants("MX4/KB1/RW2/U2/RG1/PG3/PP2,MX1/KB1/RW1/U8/RG1/PG3/PP0")
     assert picked == ("MX1/KB1/RW1/U8/RG1/PG3/PP0", "MX4/KB1/RW2/U2/RG1/PG3/PP2")
     try:

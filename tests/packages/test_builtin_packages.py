@@ -27,8 +27,9 @@ def test_decode_spaces() -> None:
     assert len(gpu) == 68 and [v.name for v in cuda if v.params["pp"] < 2] == [v.name for v in gpu]
     ring = [v.params for v in cuda if v.params["pp"] >= 2 and v.params["rg"] != 16]
     tc = [v.params for v in cuda if v.params["rg"] == 16]
-    assert len(ring) == 36 and len(tc) == 21 and len(cuda) == 125
-    assert all(p["pp"] in (2, 3) and p["u"] == 8 and p["mx"] in (2, 4, 8) for p in tc)
+    assert len(ring) == 36 and len(tc) == 24 and len(cuda) == 128
+    assert all(p["pp"] in (2, 3, 4) and p["u"] == 8 and p["mx"] in (2, 4, 8) for p in tc)
+    assert [p["mx"] for p in tc if p["pp"] == 4] == [2, 4, 8]  # RG16 only: the dp4a ring has 2 or 3 stages
     assert {v.params["mx"] for v in cuda if v.params["rg"] != 16} == {1, 2, 4} and {
         (p["kb"], p["pg"]) for p in tc
     } == {(1, 0), (1, 2), (1, 3), (4, 0)}
@@ -49,7 +50,7 @@ def test_decode_spaces() -> None:
     assert host[4].family == "tb-decode"
     # every invalid GPU point names the rule that removes it
     invalid = DECODE.invalid_points("cuda")
-    assert len(invalid) == 4 * 2 * 2 * 3 * 4 * 4 * 4 - 125 and all(p["rule"] for p in invalid)
+    assert len(invalid) == 4 * 2 * 2 * 3 * 4 * 4 * 5 - 128 and all(p["rule"] for p in invalid)
     assert any(p["point"] == "MX4/KB1/RW1/U8/RG16/PG2/PP2" for p in DECODE.invalid_points("rocm"))
     assert any(p["point"] == "MX8/KB1/RW1/U4/RG1/PG0/PP1" and "mx != 8" in p["rule"] for p in invalid)
     assert any(p["point"] == "MX4/KB1/RW2/U2/RG1/PG0/PP2" for p in DECODE.invalid_points("rocm"))

@@ -129,6 +129,27 @@ TB_FN tb_u32 tb_vperm(tb_u32 s0, tb_u32 s1, tb_u32 sel) {
 #endif
 }
 
+/* PTX prmt in its default mode, without __byte_perm's masking of the selector to 3 bits per nibble (the
+ * masks cost a LOP3 per lookup in the IQ4 decode): only s[15:0] select, and a selector nibble with bit 3 set
+ * yields its byte's sign replicated; the callers discard those bytes, so only bit 3 = 0 must be exact */
+TB_FN tb_u32 tb_prmt_raw(tb_u32 x, tb_u32 y, tb_u32 s) {
+#if defined(TB_CUDA) && !defined(TB_HOST_TWIN) && !defined(TB_CUDA_EMULATION)
+    tb_u32 r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(x), "r"(y), "r"(s));
+    return r;
+#else
+    const unsigned long long v = ((unsigned long long)y << 32) | x;
+    tb_u32 r = 0;
+    for (int n = 0; n < 4; ++n) {
+        const tb_u32 sel = (s >> (4 * n)) & 0xFu;
+        tb_u32 b = (tb_u32)((v >> (8 * (sel & 7u))) & 0xFFu);
+        if (sel & 8u) b = (b & 0x80u) ? 0xFFu : 0u;
+        r |= b << (8 * n);
+    }
+    return r;
+#endif
+}
+
 /* sum of 4 int8 x int8 products + c: dp4a on sm_61+, v_dot4_i32_i8 (sdot4) on gfx906/90a/942/950 */
 TB_FN tb_i32 tb_dp4a(tb_i32 a, tb_i32 b, tb_i32 c) {
 #if !defined(TB_HOST_TWIN) && defined(TB_CUDA) && (!defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 610)
@@ -203,11 +224,34 @@ TB_FN tb_u32 tb_bytes_sub(tb_u32 v, tb_u32 c) { return ((v | 0x80808080u) - c) ^
 #define TB_IQ4_T2 0x26190D01u /*    1   13   25   38 */
 #define TB_IQ4_T3 0x71594535u /*   53   69   89  113 */
 
+/* codebook values of the 8 nibbles of w in nibble order: *r0 = nibbles 0..3 (bytes: lo w0, hi w0, lo w1, hi w1),
+ * *r1 = nibbles 4..7. prmt reads 4 selector nibbles: w's own nibbles index the lower half-table (bytes of
+ * nibbles with bit 3 set: the sign mode, discarded), w ^ 0x8888.. the upper one (the other way round), and a
+ * third prmt picks the upper half-table's byte where bit 3 is set: 6 prmt + 7 ALU per word, t0 / t2 in registers
+ * (tb_iq4_tables). tb_iq4_lookup's form (sm_90a, NVRTC 13.0): 8 prmt, 9 ALU (__byte_perm's selector masks,
+ * per-half selectors) and ~3.5 moves re-materialising the tables. A caller stores x in the same nibble order. */
+TB_FN void tb_iq4_lookup_il_t(tb_u32 w, tb_u32 t0, tb_u32 t2, tb_u32 *r0, tb_u32 *r1) {
+    const tb_u32 wx = w ^ 0x88888888u;
+    const tb_u32 sel = ((w >> 1) & 0x44444444u) | 0x32103210u;
+    *r0 = tb_prmt_raw(tb_prmt_raw(t0, TB_IQ4_T1, w), tb_prmt_raw(t2, TB_IQ4_T3, wx), sel);
+    *r1 = tb_prmt_raw(tb_prmt_raw(t0, TB_IQ4_T1, w >> 16), tb_prmt_raw(t2, TB_IQ4_T3, wx >> 16), sel >> 16);
+}
+/* TB_IQ4_T0 and TB_IQ4_T2 (the prmt operands that must sit in registers) as values ptxas cannot fold (zero: 0 at
+ * run time and per lane, e.g. (k >> 31) & tid: ptxas folds %laneid >> 5 and keeps a warp-uniform value in a
+ * uniform register, moved again before every use): given the constants it re-materialised them before every
+ * lookup (sm_90a NVRTC 13.0: ~3.5 moves per payload word) */
+TB_FN void tb_iq4_tables(tb_u32 zero, tb_u32 *t0, tb_u32 *t2) {
+    *t0 = TB_IQ4_T0 ^ zero;
+    *t2 = TB_IQ4_T2 ^ zero;
+}
+
 /* codebook values of the 4 low nibbles (-> *lo, byte order) and 4 high nibbles (-> *hi) of w */
 TB_FN void tb_iq4_lookup(tb_u32 w, tb_i32 *lo, tb_i32 *hi) {
 #if TB_PERM_STYLE == 1
     /* prmt reads 4 selector nibbles with 3 bits each: w's own nibbles index the half-tables directly
-     * (lo w0, hi w0, lo w1, hi w1), a third prmt picks the upper half-table where a nibble's bit 3 is set */
+     * (lo w0, hi w0, lo w1, hi w1), a third prmt picks the upper half-table where a nibble's bit 3 is set.
+     * (tb-decode's CUDA kernels use tb_iq4_lookup_il_t; this form is kept for tb-prefill, whose
+     * N64/M128/W2x4/K8 MB2 variants spilled 16-24 bytes with it under NVRTC 13.0) */
     const tb_u32 a0 = tb_prmt(TB_IQ4_T0, TB_IQ4_T1, w), b0 = tb_prmt(TB_IQ4_T2, TB_IQ4_T3, w);
     const tb_u32 r0 = tb_prmt(a0, b0, 0x3210u | ((w & 0x8888u) >> 1));
     const tb_u32 w1 = w >> 16;
@@ -377,7 +421,7 @@ TB_FN tb_chunk tb_unpack(const tb_u32 *q, tb_meta m, int c) {
 #else
     {
         const int j = (int)m.e; /* sub-block of the super-block */
-        const tb_u32 low = (m.w[1] >> (8 * (j >> 1) + 4 * (j & 1))) & 0xFu;
+        const tb_u32 low = (m.w[1] >> (4 * j)) & 0xFu; /* scales_l nibble j: byte j / 2, nibble j % 2 */
         const tb_u32 high = (m.w[0] >> (16 + 2 * j)) & 3u;
         const float ls = (float)((tb_i32)(low | (high << 4)) - 32);
         r.s_lo = r.s_hi = tb_half(m.w[0] & 0xFFFFu) * ls;
@@ -418,6 +462,18 @@ TB_FN tb_chunk tb_unpack(const tb_u32 *q, tb_meta m, int c) {
 #endif
     return r;
 }
+
+#if (defined(TB_FMT_IQ4_NL) || defined(TB_FMT_IQ4_XS)) && TB_PERM_STYLE == 1
+/* tb_unpack with the codebook values left in nibble order (tb_iq4_lookup_il_t, 2 prmt per word fewer):
+ * lo[i] = weights 4i, 16+4i, 4i+1, 17+4i, hi[i] = 4i+2, 18+4i, 4i+3, 19+4i of the chunk's 32-block. For a caller
+ * that stores x in the same order (decode.hip's dp4a kernels on CUDA); both runs share one scale, so
+ * tb_chunk_dot's sums are unchanged. tb_chunk_weight does not apply to it. */
+TB_FN tb_chunk tb_unpack_il(const tb_u32 *q, tb_meta m, int c, tb_u32 t0, tb_u32 t2) {
+    tb_chunk r = tb_unpack(q, m, c); /* the scale; its lookups are dead code, dropped by the compiler */
+    for (int i = 0; i < 4; ++i) tb_iq4_lookup_il_t(q[i], t0, t2, (tb_u32 *)&r.lo[i], (tb_u32 *)&r.hi[i]);
+    return r;
+}
+#endif
 
 /* One chunk against int8 activations of one x row:
  *   xl / xh   the 16 int8 x values at p_lo / p_hi (4 words each),

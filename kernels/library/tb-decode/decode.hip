@@ -55,6 +55,16 @@
 #include "tb_formats.h"
 #include "tb_i8mma.h" /* RG16: int8 tensor-core operands, shared with tb-prefill */
 
+/* IQ4 on CUDA: x stored in LDS in the order of the nibble-order codebook lookup (tb_unpack_il): word i of
+ * a 32-block's run-0 slot holds x 4i, 16+4i, 4i+1, 17+4i, of its run-1 slot 4i+2, 18+4i, 4i+3, 19+4i; RG16:
+ * the B fragment words b0 / b1 of lane quarter t hold the same k order (an mma sums over k, so A and B
+ * permuted alike inside each lane's k-set give the same dots), A's words come from tb_iq4_lookup_il_t */
+#if (defined(TB_FMT_IQ4_NL) || defined(TB_FMT_IQ4_XS)) && TB_PERM_STYLE == 1
+#define TB_X_IL 1
+#else
+#define TB_X_IL 0
+#endif
+
 #define TB_THREADS 256
 #define TB_WAVES (TB_THREADS / TB_WAVE)
 /* static LDS bytes: x of the K slice for MX rows, 1.25 bytes per weight per row */
@@ -234,9 +244,16 @@ TB_DEV void tb_stage_x(const float *__restrict__ x, int m, int k, int b0, int nb
             sum += tb_shfl_xor(sum, 4);
             sum += tb_shfl_xor(sum, 2);
             sum += tb_shfl_xor(sum, 1);
+            tb_u32 word = (tb_u32)(q0 & 0xFF) | ((tb_u32)(q1 & 0xFF) << 8) | ((tb_u32)(q2 & 0xFF) << 16) |
+                          ((tb_u32)(q3 & 0xFF) << 24);
+#if TB_X_IL
+            { /* lane part holds x 4i.. of the block (i = part % 4) in run part / 4: pair it with the other run's
+               * lane (part ^ 4) byte by byte (RG16: the same k order in the B fragment words as in A's) */
+                const tb_u32 other = __float_as_uint(tb_shfl_xor(__uint_as_float(word), 4));
+                word = part < 4 ? tb_prmt(word, other, 0x5140u) : tb_prmt(other, word, 0x7362u);
+            }
+#endif
             if (on) {
-                const tb_u32 word = (tb_u32)(q0 & 0xFF) | ((tb_u32)(q1 & 0xFF) << 8) | ((tb_u32)(q2 & 0xFF) << 16) |
-                                    ((tb_u32)(q3 & 0xFF) << 24);
                 if constexpr (TC) {
                     /* RG16: [block][row of M][lane quarter q][bytes 4q.., 16+4q..]: one 8-byte read per lane is
                      * its B fragment (b0, b1) of mma m16n8k32; the lanes of a fragment read 256 contiguous bytes */
@@ -334,6 +351,9 @@ struct tb_work {
     float *y, *workspace;
     tb_u32 *counters;
     int m, n, tid, lg, rowoff, slice, c0, c1, nchunks, xb0, nxb;
+#if TB_X_IL
+    tb_u32 iq4t0, iq4t2; /* tb_iq4_tables */
+#endif
     tb_size qs_row, qh_row, sc_row;
     const tb_u32x4 *xq;
     const float *xm;
@@ -359,13 +379,30 @@ struct tb_work {
     }
 
     /* unpack chunk c of the RW rows (payload q, meta mt) and add its dot products with x (from LDS) into acc */
-    __device__ TB_FORCEINLINE void dot(const tb_u32 (&q)[RW][4], const tb_meta (&mt)[RW], int c, float *acc) const {
+    /* u: the chunk's slot in its batch; chunk c = base + u * G + lg with base a multiple of 8 */
+    __device__ TB_FORCEINLINE void dot(const tb_u32 (&q)[RW][4], const tb_meta (&mt)[RW], int c, int u,
+                                       float *acc) const {
         const int lc = c - c0;
+        (void)u;
         const int bl = tb_chunk_p_lo(c) / 32 - xb0, bh = tb_chunk_p_hi(c) / 32 - xb0;
         (void)bh;
         tb_chunk ch[RW];
 #pragma unroll
+#if TB_X_IL
+        for (int r = 0; r < RW; ++r) {
+            tb_meta m1 = mt[r];
+#if defined(TB_FMT_IQ4_XS)
+            /* the sub-block in the super-block, c % 8 = (u G + lg) % 8: loop-invariant per lane, so its scale bit
+             * offsets are computed once, not per chunk (batches start at multiples of 8 chunks: c0 = 8 blk0, and
+             * the step G U is a multiple of 8 in every IQ4_XS variant; the emulator checks it) */
+            static_assert(TB_CHUNKS_PER_BLOCK == 8, "IQ4_XS: 8 chunks per super-block");
+            m1.e = (tb_u32)((u * G + lg) & 7);
+#endif
+            ch[r] = tb_unpack_il(q[r], m1, c, iq4t0, iq4t2);
+        }
+#else
         for (int r = 0; r < RW; ++r) ch[r] = tb_unpack(q[r], mt[r], c);
+#endif
 #pragma unroll
         for (int i = 0; i < MX; ++i) {
             if (i < m) { /* x of row i read once from LDS, used by all RW rows */
@@ -405,7 +442,7 @@ struct tb_work {
                     for (int j = 0; j < 4; ++j) q[r][j] = b.q[r][u][j];
                     mt[r] = b.mt[r][u];
                 }
-                dot(q, mt, c, acc);
+                dot(q, mt, c, u, acc);
             }
         }
     }
@@ -447,7 +484,7 @@ struct tb_work {
                     q[r][0] = v.x, q[r][1] = v.y, q[r][2] = v.z, q[r][3] = v.w;
                     m1[r] = mt[r][u];
                 }
-                dot(q, m1, c, acc);
+                dot(q, m1, c, u, acc);
             }
         }
     }
@@ -486,6 +523,9 @@ __device__ TB_FORCEINLINE void tb_setup(W &w, TB_DECODE_PARAMS) {
     w.qs = qs, w.qh = qh, w.sc = sc, w.y = y, w.workspace = workspace, w.counters = counters;
     w.m = m, w.n = n;
     w.tid = TB_TID;
+#if TB_X_IL
+    tb_iq4_tables(((tb_u32)k >> 31) & (tb_u32)w.tid, &w.iq4t0, &w.iq4t2); /* 0, per-lane: in registers, not uniform ones */
+#endif
     const int lane = w.tid & (TB_WAVE - 1);
     w.lg = lane & (W::G - 1);                                       /* lane inside its row group */
     w.rowoff = ((w.tid / TB_WAVE) * W::RGS + lane / W::G) * W::RWS; /* first row of this group in a tile */
@@ -522,6 +562,7 @@ __device__ TB_FORCEINLINE void tb_decode_body(TB_DECODE_PARAMS) {
     int tile = TB_BID_X;
     if (tile >= tiles) return; /* uniform over the workgroup */
     constexpr int STEP = W::G * U;
+    static_assert(!(TB_X_IL && TB_CHUNKS_PER_BLOCK == 8) || STEP % 8 == 0, "tb_work::dot: batches at multiples of 8");
 
     /* CUDA: x first, its XP-deep loads alone set the register peak of the staging (the weights' first batch
      * in flight beside them cost 76 -> 100 registers at MX1/RW2/U4 on sm_90); the first weight batch is
@@ -603,6 +644,7 @@ __device__ TB_FORCEINLINE void tb_decode_ring(TB_DECODE_PARAMS) {
     int tile = TB_BID_X;
     if (tile >= tiles) return; /* uniform over the workgroup */
     constexpr int STEP = W::G * U;
+    static_assert(!(TB_X_IL && TB_CHUNKS_PER_BLOCK == 8) || STEP % 8 == 0, "tb_work::dot: batches at multiples of 8");
     if (w.c1 == w.c0) { /* empty K slice (KB > number of blocks): partials are zero */
         for (; tile < tiles; tile += grid_x) w.finish(tile, acc);
         return;
@@ -810,7 +852,12 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
                     hw[0] = hq[h][2 * grp], hw[1] = hq[h][2 * grp + 1];
 #endif
                     tb_u32 lo, hi;
+#if TB_X_IL
+                    (void)jg;
+                    tb_iq4_lookup_il_t(q[h][grp], w.iq4t0, w.iq4t2, &lo, &hi);
+#else
                     tbp_unpack(&q[h][grp * TBP_QS_CHUNKS], hw, jg, t, lo, hi);
+#endif
                     a[h] = lo, a[2 + h] = hi;
                 }
                 const bool mine = g / MX == jc; /* columns jc * MX .. : x of this block */
@@ -891,8 +938,8 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
     };
 
     /* the first S - 1 stages in flight before x is staged, then one stream of (tile, stage) per warp */
-    issue(0);
-    if (S == 3) issue(1);
+#pragma unroll
+    for (int s = 0; s < S - 1; ++s) issue(s);
     tb_stage_x<TB_XP(MX), true>(x, m, k, w.xb0, w.nxb, w.c0, w.nchunks, xq, xm);
     tb_sync();
     int base = w.c0, slot = 0;
@@ -987,11 +1034,12 @@ __device__ TB_FORCEINLINE void tb_decode_pick(TB_DECODE_PARAMS) {
 /* the int8 tensor-core variants (RG16: the CUDA space only) */
 #define TB_DECODE_TC_VARIANTS \
     TB_DECODE_VARIANT(2, 1, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(2, 1, 1, 8, 16, 2, 2) TB_DECODE_VARIANT(2, 1, 1, 8, 16, 2, 3) \
-    TB_DECODE_VARIANT(2, 1, 1, 8, 16, 3, 2) TB_DECODE_VARIANT(2, 1, 2, 8, 16, 2, 2) TB_DECODE_VARIANT(2, 4, 1, 8, 16, 0, 2) \
-    TB_DECODE_VARIANT(2, 4, 1, 8, 16, 0, 3) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 2, 2) \
-    TB_DECODE_VARIANT(4, 1, 1, 8, 16, 2, 3) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 3, 2) TB_DECODE_VARIANT(4, 1, 2, 8, 16, 2, 2) \
-    TB_DECODE_VARIANT(4, 4, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(4, 4, 1, 8, 16, 0, 3) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 0, 2) \
-    TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 2) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 3) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 3, 2) \
+    TB_DECODE_VARIANT(2, 1, 1, 8, 16, 2, 4) TB_DECODE_VARIANT(2, 1, 1, 8, 16, 3, 2) TB_DECODE_VARIANT(2, 1, 2, 8, 16, 2, 2) \
+    TB_DECODE_VARIANT(2, 4, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(2, 4, 1, 8, 16, 0, 3) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 0, 2) \
+    TB_DECODE_VARIANT(4, 1, 1, 8, 16, 2, 2) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 2, 3) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 2, 4) \
+    TB_DECODE_VARIANT(4, 1, 1, 8, 16, 3, 2) TB_DECODE_VARIANT(4, 1, 2, 8, 16, 2, 2) TB_DECODE_VARIANT(4, 4, 1, 8, 16, 0, 2) \
+    TB_DECODE_VARIANT(4, 4, 1, 8, 16, 0, 3) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 2) \
+    TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 3) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 4) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 3, 2) \
     TB_DECODE_VARIANT(8, 1, 2, 8, 16, 2, 2) TB_DECODE_VARIANT(8, 4, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(8, 4, 1, 8, 16, 0, 3)
 #else
 #define TB_DECODE_RING_VARIANTS
