@@ -254,6 +254,26 @@ TB_DEV tb_size tbp_sc_offset(const TbpRows &r, tb_size row, int b0) {
 
 /* ============================================ NVIDIA ================================================= */
 #if defined(TB_CUDA) || defined(TB_EMU_NV)
+#if defined(TB_FMT_Q6_K)
+/* Q6_K's 18 scale bytes sit at a 2-aligned offset: copy a 4-aligned window of five words per row into
+   dst (row stride `stride`), the tail past the 18 bytes zero-filled; threads t, t + T, ... of the caller */
+template <int BN>
+TB_DEV void tbp_q6k_sc_cp_async(tb_u8 *dst, int stride, const tb_u8 *sc, const TbpRows &rows, int n0, int n, int b0,
+                                int t, int T) {
+    for (int i = t; i < BN * 5; i += T) {
+        const int r = i / 5, c = i % 5, row = n0 + r;
+        int valid = 0;
+        const tb_u8 *src = sc;
+        if (row < n) {
+            const tb_size off = tbp_sc_offset(rows, (tb_size)row, b0);
+            const tb_size from = (off & ~(tb_size)3) + 4u * (tb_size)c, end = off + 18u;
+            valid = from >= end ? 0 : (end - from >= 4u ? 4 : (int)(end - from));
+            src = valid ? sc + from : sc;
+        }
+        tbp_cp_async<4>(dst + r * stride + 4 * c, src, valid);
+    }
+}
+#endif
 
 /* A thread's share of one part's stage copy: ROWS rows of CPR chunks of CH bytes, THREADS threads, every
  * thread a fixed chunk column (tid % CPR) and rows tid / CPR + j * THREADS / CPR: source pointers are
@@ -388,19 +408,7 @@ TB_DEV void tbp_nv_body(TB_PREFILL_PARAMS) {
         cp_h.copy(stage, (tb_size)b0 * TBP_QH_BPB);
 #endif
 #if defined(TB_FMT_Q6_K)
-        /* 18 bytes at a 2-aligned offset: a 4-aligned window of five words, the tail past them zero-filled */
-        for (int i = tid; i < BN * 5; i += THREADS) {
-            const int r = i / 5, c = i % 5, row = n0 + r;
-            int valid = 0;
-            const tb_u8 *src = sc;
-            if (row < n) {
-                const tb_size off = tbp_sc_offset(rows, (tb_size)row, b0);
-                const tb_size from = (off & ~(tb_size)3) + 4u * (tb_size)c, end = off + 18u;
-                valid = from >= end ? 0 : (end - from >= 4u ? 4 : (int)(end - from));
-                src = valid ? sc + from : sc;
-            }
-            tbp_cp_async<4>(stage + L::OFF_SC + r * S::SC_STRIDE + 4 * c, src, valid);
-        }
+        tbp_q6k_sc_cp_async<BN>(stage + L::OFF_SC, S::SC_STRIDE, sc, rows, n0, n, b0, tid, THREADS);
 #else
         cp_s.copy(stage, tbp_sc_offset(rows, 0, b0));
 #endif

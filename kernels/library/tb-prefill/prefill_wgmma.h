@@ -254,18 +254,7 @@ TB_DEV void tbp_wg_body(TB_PREFILL_PARAMS) {
         cp_h.copy(stage, (tb_size)b0 * TBP_QH_BPB);
 #endif
 #if defined(TB_FMT_Q6_K)
-        for (int i = tid; i < BN * 5; i += THREADS) {
-            const int r = i / 5, c = i % 5, row = n0 + r;
-            int valid = 0;
-            const tb_u8 *src = sc;
-            if (row < n) {
-                const tb_size off = tbp_sc_offset(rows, (tb_size)row, b0);
-                const tb_size from = (off & ~(tb_size)3) + 4u * (tb_size)c, end = off + 18u;
-                valid = from >= end ? 0 : (end - from >= 4u ? 4 : (int)(end - from));
-                src = valid ? sc + from : sc;
-            }
-            tbp_cp_async<4>(stage + L::OFF_SC + r * S::SC_STRIDE + 4 * c, src, valid);
-        }
+        tbp_q6k_sc_cp_async<BN>(stage + L::OFF_SC, S::SC_STRIDE, sc, rows, n0, n, b0, tid, THREADS);
 #else
         cp_s.copy(stage, tbp_sc_offset(rows, 0, b0));
 #endif

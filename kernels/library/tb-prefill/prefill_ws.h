@@ -203,18 +203,7 @@ TB_DEV void tbp_ws_body(TB_PREFILL_PARAMS) {
                                                   (tb_size)b0 * TBP_QH_BPB, pt);
 #endif
 #if defined(TB_FMT_Q6_K)
-            for (int i = pt; i < BN * 5; i += PT) {
-                const int r = i / 5, c = i % 5, row = n0 + r;
-                int valid = 0;
-                const tb_u8 *src = sc;
-                if (row < n) {
-                    const tb_size off = tbp_sc_offset(rows, (tb_size)row, b0);
-                    const tb_size from = (off & ~(tb_size)3) + 4u * (tb_size)c, end = off + 18u;
-                    valid = from >= end ? 0 : (end - from >= 4u ? 4 : (int)(end - from));
-                    src = valid ? sc + from : sc;
-                }
-                tbp_cp_async<4>(stage + L::OFF_SC + r * S::SC_STRIDE + 4 * c, src, valid);
-            }
+            tbp_q6k_sc_cp_async<BN>(stage + L::OFF_SC, S::SC_STRIDE, sc, rows, n0, n, b0, pt, PT);
 #else
             tbp_ws_copy<BN, S::SC / S::SC_CHUNK, S::SC_CHUNK, PT>(stage + L::OFF_SC, S::SC_STRIDE, sc, n0, n, rows.sc_row,
                                                                   tbp_sc_offset(rows, 0, b0), pt);
