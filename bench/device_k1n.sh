@@ -10,7 +10,7 @@
 # the tests what is left (at most 130 s, 5 processes), ncu only with NCU_MIN_S left.
 # Usage (device):  bash bench/device_k1n.sh <tag> [roofline,tests,ncu]       carry: [".whl"]
 # Env: GPU, FORMATS (--formats), VARIANTS (--variants: names, 'ring', 'registers', 'tc'), SHAPES (--shapes),
-#      ROOFLINE_TIMEOUT, BUDGET_S
+#      M (--m, default 1,2,3,4), ROOFLINE_TIMEOUT, BUDGET_S, NCU_POINTS (FORMAT:SHAPE:M[:VARIANT] ...)
 # Dry run here:    DRY=1 OUT=/tmp/k1n-out bash bench/device_k1n.sh t        (prints the commands it would run)
 set -u
 tag=${1:-k1n-$(date -u +%F)}; what=${2:-roofline,tests,ncu}
@@ -32,7 +32,7 @@ json="$OUT/decode-roofline-h200-$tag.json"
 
 if [[ $what == *roofline* ]]; then
   blog="$OUT/decode-roofline-h200-$tag.log"
-  cmd=(python3 bench/decode_roofline.py --m 1,2,3,4 --dispatches 5 --out "$json")
+  cmd=(python3 bench/decode_roofline.py --m "${M:-1,2,3,4}" --dispatches 5 --out "$json")
   [ -n "${FORMATS:-}" ] && cmd+=(--formats "$FORMATS")  # split across GPUs; merge with --merge
   [ -n "${VARIANTS:-}" ] && cmd+=(--variants "$VARIANTS")  # a subset of the space, e.g. ring,<old winners>
   [ -n "${SHAPES:-}" ] && cmd+=(--shapes "$SHAPES")  # e.g. Qwen36_LM_Head,Qwen36_FFN_GateUp (no qwen36 M = 1 sweep)
@@ -57,12 +57,13 @@ fi
 if [[ $what == *ncu* ]] && { [ -f "$json" ] || [ -n "${DRY:-}" ]; } && [ "$(left)" -ge "$NCU_MIN_S" ]; then
   nlog="$OUT/ncu-decode-h200-$tag.log"
   : > "$nlog"
-  for point in ${NCU_POINTS:-Qwen36_FFN_GateUp:1}; do
-    shape=${point%%:*}; m=${point##*:}
+  for point in ${NCU_POINTS:-Q4_0:Qwen36_FFN_GateUp:1}; do  # FORMAT:SHAPE:M[:VARIANT] (default: the winner)
+    IFS=: read -r fmt shape m variant <<< "$point"
     cmd=(ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy
          --section LaunchStats --section WarpStateStats --section SchedulerStats -k regex:tb_decode
-         --launch-skip 1 --launch-count 1 python3 bench/ncu_decode.py --roofline "$json" --format Q4_0
+         --launch-skip 1 --launch-count 1 python3 bench/ncu_decode.py --roofline "$json" --format "$fmt"
          --shape "$shape" --m "$m")
+    [ -n "$variant" ] && cmd+=(--variant "$variant")
     stamp "${cmd[*]}" >> "$nlog"
     run timeout "$(left)" "${cmd[@]}" >> "$nlog" 2>&1
     echo "# rc=$?" >> "$nlog"
