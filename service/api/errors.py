@@ -87,6 +87,17 @@ def _message(error: dict[str, Any]) -> str:
     return str(error.get("msg", ""))
 
 
+def _field_error(error: dict[str, Any]) -> dict[str, str]:
+    loc = tuple(error.get("loc", ()))
+    if error.get("type") == "json_invalid":  # loc is ("body", character offset): name the body, say where
+        where = f" at character {loc[1]}" if len(loc) > 1 else ""
+        return {
+            "field": "body",
+            "message": f"not valid JSON{where}: {error.get('ctx', {}).get('error', '')}".rstrip(": "),
+        }
+    return {"field": field_path(loc), "message": _message(error)}
+
+
 def allowed_methods(request: Request) -> list[str]:
     """Every method some route serves at this request's path (Starlette names only the first route's)."""
     methods: set[str] = set()
@@ -100,7 +111,7 @@ def allowed_methods(request: Request) -> list[str]:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        fields = [{"field": field_path(e.get("loc", ())), "message": _message(e)} for e in exc.errors()]
+        fields = [_field_error(e) for e in exc.errors()]
         message = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
         return SafeJSONResponse(status_code=422, content=error_body("validation_failed", message, fields))
 
