@@ -61,6 +61,11 @@ class Settings(BaseSettings):
     visibility_timeout_seconds: int = Field(
         7200, gt=0, description="Redis redelivers an unacked message after this (late acks)"
     )
+    precompile: bool = Field(
+        True,
+        description="with a broker: one compile-queue message per unit a GPU sweep needs (`tunebase worker "
+        "--compile` builds them while GPUs time); GPU tasks still compile whatever is missing",
+    )
     nightly_cron: str = Field("0 3 * * *", description="crontab (UTC) of the nightly table regeneration")
     backend_factory: str = Field(
         "", description="'module:callable(artifact_dir) -> Backend' replacing the arch's registry backend"
