@@ -61,10 +61,11 @@ class Settings(BaseSettings):
     visibility_timeout_seconds: int = Field(
         7200, gt=0, description="Redis redelivers an unacked message after this (late acks)"
     )
-    precompile: bool = Field(
-        True,
-        description="with a broker: one compile-queue message per unit a GPU sweep needs (`tunebase worker "
-        "--compile` builds them while GPUs time); GPU tasks still compile whatever is missing",
+    precompile: Literal["gpu", "all", "off"] = Field(
+        "gpu",
+        description="with a broker: one compile-queue message per unit a sweep of these arches needs "
+        "(`tunebase worker --compile` builds them while GPUs time; 'all' adds host); tasks still compile "
+        "whatever is missing",
     )
     nightly_cron: str = Field("0 3 * * *", description="crontab (UTC) of the nightly table regeneration")
     backend_factory: str = Field(

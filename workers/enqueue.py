@@ -83,8 +83,9 @@ def enqueue_sweep(settings: Settings, session: Session, sweep_id: int) -> int:
         .where(Task.sweep_id == sweep_id, Task.state == "queued")
         .order_by(Task.id)
     ).all()
-    if settings.precompile:  # first, so the compile workers start while the GPUs take their first tasks
-        send_compile_jobs(settings.broker_url, compile_jobs(tuple(r) for r in rows))
+    jobs = compile_jobs((tuple(r) for r in rows), settings.precompile)
+    if jobs:  # first, so the compile workers start while the GPUs take their first tasks
+        send_compile_jobs(settings.broker_url, jobs)
     sent = send_tasks(settings.broker_url, [(int(r[0]), str(r[1])) for r in rows])
     mark_enqueued(session, sent)
     session.commit()

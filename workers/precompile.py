@@ -72,24 +72,29 @@ class CompileReport:
         return head + (f" waited={max(waits):.1f}" if waits else "")
 
 
-def precompiled_arch(arch: str) -> bool:
-    """GPU arches only: the host backend's cc is fast, and a host worker has nothing to wait for."""
+def precompiled_arch(arch: str, which: str = "gpu") -> bool:
+    """``which`` is Settings.precompile: 'gpu' (the host backend's cc is quick, and nothing waits on it),
+    'all', or 'off'."""
+    if which == "off":
+        return False
     try:
-        return get_arch(arch).backend != "host"
+        return which == "all" or get_arch(arch).backend != "host"
     except KeyError:
         return False
 
 
-def compile_jobs(rows: Iterable[tuple[int, str, str, str, str, Sequence[str]]]) -> list[int]:
-    """One representative task id per distinct (kernel, version, format, arch, variants) of GPU arches.
+def compile_jobs(
+    rows: Iterable[tuple[int, str, str, str, str, Sequence[str]]], which: str = "gpu"
+) -> list[int]:
+    """One representative task id per distinct (kernel, version, format, arch, variants).
 
-    ``rows``: (task id, arch, format, kernel, kernel version, variants), in the order to compile.
+    ``rows``: (task id, arch, format, kernel, kernel version, variants), in the order to compile;
+    ``which``: the arches to precompile (``precompiled_arch``).
     """
     seen: dict[JobKey, int] = {}
     for task_id, arch, fmt, kernel, version, variants in rows:
-        if not precompiled_arch(arch):
-            continue
-        seen.setdefault((kernel, version, fmt, arch, tuple(variants)), int(task_id))
+        if precompiled_arch(arch, which):
+            seen.setdefault((kernel, version, fmt, arch, tuple(variants)), int(task_id))
     return list(seen.values())
 
 
