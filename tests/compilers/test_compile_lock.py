@@ -65,7 +65,9 @@ def test_two_processes_compile_one_unit_once(tmp_path: Path) -> None:
     art = tmp_path / "art"
     start = time.time() + 3.0  # after both interpreters have imported cuda-python
     argv = [sys.executable, "-c", COMPILER, str(source), str(art), str(start)]
-    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=_env(), cwd=REPO) for _ in range(2)]
+    procs = [
+        subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=_env(), cwd=REPO) for _ in range(2)
+    ]
     outs = [json.loads(p.communicate(timeout=120)[0].strip().splitlines()[-1]) for p in procs]
     assert all(o["ok"] for o in outs), outs
     assert sorted(o["compiled"] for o in outs) == [False, True], outs  # one compiled, the other reused
