@@ -338,6 +338,8 @@ class StackRun:
         self.work.mkdir(parents=True, exist_ok=True)
         self.logs = args.out / "stack-logs"
         self.logs.mkdir(parents=True, exist_ok=True)
+        for stale in [*self.logs.glob("*.log"), args.out / "stack-pids"]:  # an earlier run's, same --out:
+            stale.unlink(missing_ok=True)  # its lines would be counted as this run's, its pids ended
         self.failures: list[str] = []
         self.summary: dict[str, Any] = {
             "bench": "stack_run",

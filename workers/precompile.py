@@ -78,9 +78,10 @@ def precompiled_arch(arch: str, which: str = "gpu") -> bool:
     if which == "off":
         return False
     try:
-        return which == "all" or get_arch(arch).backend != "host"
-    except KeyError:
+        backend = get_arch(arch).backend
+    except KeyError:  # an arch no backend serves: its tasks will say so
         return False
+    return which == "all" or backend != "host"
 
 
 def compile_jobs(
