@@ -23,7 +23,15 @@ from kernels.families.base import Variant
 from kernels.packages.build import CompileUnit, compile_units
 from kernels.packages.loader import package_for
 from kernels.packages.package import DeviceFacts, Geometry, KernelPackage
-from workers.backends.base import ArtifactInfo, DeviceInfo, Dispatch, ProgressCallback, TaskResult, TaskSpec
+from workers.backends.base import (
+    ArtifactInfo,
+    DeviceInfo,
+    Dispatch,
+    ProgressCallback,
+    TaskResult,
+    TaskSpec,
+    UnitCompile,
+)
 from workers.harness import cuda_driver as cd
 from workers.harness.cuda_compile import CompileResult, compile_cubin, sass_census, summarize_census
 from workers.harness.interleave import DispatchFn
@@ -286,6 +294,17 @@ class CudaBackend:
                 sorted(names),
             )
             out.append((unit, result))
+        return out
+
+    def precompile(
+        self, package: KernelPackage, arch: str, format_name: str, variants: list[Variant]
+    ) -> list[UnitCompile]:
+        """The compile queue's work: the units ``build`` will need, into the shared cache, no GPU."""
+        out = []
+        for unit, r in self.compile(package, format_name, variants):
+            log = "" if r.ok else r.log
+            out.append(UnitCompile(Path(r.path).name, r.cache_key, len(unit.variants), r.ok, r.compiled,
+                                   r.seconds, r.waited_s, log))  # fmt: skip
         return out
 
     def build(self, package: KernelPackage, format_name: str, variants: list[Variant]) -> CompiledVariants:
