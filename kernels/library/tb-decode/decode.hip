@@ -145,7 +145,12 @@
  * ring of a Q4_0 MX4 kernel at K = 5120 take 66.5 KB of shared memory: 3 per SM; NVRTC 13.0 sm_90a fits every format
  * in the 80 registers of 3 blocks without spills, 90-128 registers uncapped), 2 at RW = 2 */
 #define TB_MINB_TC(RW, PG) ((PG) >= 2 ? (PG) : ((RW) == 1 ? 3 : 2))
-#define TB_MINB_VG(RG, RW, U, KB, MX, PG, PP) ((RG) == 16 ? TB_MINB_TC(RW, PG) : TB_MINB_V(RW, U, KB, MX, PG, PP))
+/* PP 5 (the stream kernel, MX1): the persistent grid's PG, else 4 blocks per SM (64 registers) where a lane keeps
+ * at most 6 chunks in flight, else 3 (80 registers) */
+#define TB_MINB_STREAM(RW, U, PG) ((PG) > 0 ? (PG) : ((RW) * (U) <= 6 ? 4 : 3))
+#define TB_MINB_VG(RG, RW, U, KB, MX, PG, PP)                                                           \
+    ((RG) == 16 ? TB_MINB_TC(RW, PG)                                                                    \
+                : (PP) == 5 ? TB_MINB_STREAM(RW, U, PG) : TB_MINB_V(RW, U, KB, MX, PG, PP))
 /* passes of x staging loaded before any is reduced (tb_stage_x): 6 x 256 float4 cover K = 6144 at M = 1.
  * AMD: 1, the order measured before (gfx906 hipcc: 2 passes or x first made the 4-wave PP0 variants spill) */
 #if defined(TB_AMD)
@@ -360,7 +365,10 @@ struct tb_work {
 
     /* issue the loads of batch `base` of tile `tile` (rows past n are clamped: loads stay valid) */
     __device__ TB_FORCEINLINE void load(tb_batch<RW, U> &b, int tile, int base) const {
-        const int row0 = tile * ROWS_WG + rowoff;
+        load_at(b, tile * ROWS_WG + rowoff, base);
+    }
+    /* the same for the RW rows from row0 (PP5: rows interleaved over the grid, not tiles) */
+    __device__ TB_FORCEINLINE void load_at(tb_batch<RW, U> &b, int row0, int base) const {
 #pragma unroll
         for (int r = 0; r < RW; ++r) {
             const tb_size row = (tb_size)(row0 + r < n ? row0 + r : n - 1);
@@ -493,6 +501,12 @@ struct tb_work {
     /* reduce the lane group's sums, write y (KB = 1) or this slice's partials; with KB > 1 the
      * last slice of the tile to arrive adds the partials in slice order. Zeroes acc. */
     __device__ TB_FORCEINLINE void finish(int tile, float *acc) const {
+        store(tile * ROWS_WG + rowoff, acc);
+        if (KB > 1) tb_splitk_tail<KB, ROWS_WG>(tile, tid, m, n, y, workspace, counters);
+    }
+    /* reduce the lane group's sums of rows row0 .. row0 + RW - 1, write them (y, or this slice's partials);
+     * zeroes acc. Every lane of the wave takes part (shuffles), rows past n are not written */
+    __device__ TB_FORCEINLINE void store(int row0, float *acc) const {
         tb_reduce<V, G>::run(acc, lg);
         /* V <= G: one lane in G / V holds one sum; V > G (RG = 8 at MX >= 2): every lane holds V / G */
         constexpr int VL = V > G ? V / G : 1;
@@ -502,7 +516,7 @@ struct tb_work {
         for (int jj = 0; jj < VL; ++jj) {
             const int j = j0 + jj;
             const int r = j / MX, i = j % MX;
-            const int row = tile * ROWS_WG + rowoff + r;
+            const int row = row0 + r;
             if ((lg & WMASK) == 0 && i < m && row < n) {
                 if (KB == 1)
                     y[(tb_size)i * (tb_size)n + (tb_size)row] = acc[jj];
@@ -512,7 +526,6 @@ struct tb_work {
         }
 #pragma unroll
         for (int v = 0; v < V; ++v) acc[v] = 0.0f;
-        if (KB > 1) tb_splitk_tail<KB, ROWS_WG>(tile, tid, m, n, y, workspace, counters);
     }
 };
 
@@ -684,6 +697,66 @@ __device__ TB_FORCEINLINE void tb_decode_ring(TB_DECODE_PARAMS) {
         for (;;) {
             if (step(m2, 2, m0, 0) || step(m0, 0, m1, 1) || step(m1, 1, m2, 2)) return;
         }
+    }
+}
+#endif
+
+#if defined(TB_DSMEM)
+/* PP = 5 (CUDA, M = 1): the stream kernel. Evidence (the H200, 2026-12-01, device log c, calls 8-9): on the
+ * 5-50 MB shapes the M = 1 kernels took 1.5-2x the time of a plain reader of the same bytes (Z 9.28 vs 5.52 us,
+ * Down 25.09 vs 12.66), ncu of the Z winner (RG2 one-shot): DRAM 35.5%, 0.47 eligible warps per scheduler;
+ * x staged before the first weight load (a global latency in series), 3 batches of a half-full last one per
+ * row (10 chunks per lane in batches of 4), 192 tiles on 132 SMs (60 SMs with two, 72 with one). Here:
+ *  - the first weight batch is issued before x is staged (x: XS passes, overlapping the weights' latency),
+ *    and x of the whole K sits in dynamic shared memory (no split-K: K = 17408 fits, 21.8 KB);
+ *  - work units of RW rows are interleaved over the grid's lane groups (unit = group * grid_x + block), so
+ *    every block, and so every SM, gets the same number of rows (+-1 unit per group), one-shot or persistent;
+ *  - U chunks per lane per row in a batch, U = 5 / 6 with full-wave rows: a K = 5120 / 6144 row is ONE
+ *    batch (160 / 192 chunks), so every lane of a wave has all its bytes in flight from the first instruction;
+ *  - blocks per SM asked of ptxas: PG, or 4 (64 registers) / 3 (80) by the chunks in flight (TB_MINB_STREAM);
+ *  - batches one after the other (no second register buffer: the occupancy keeps other waves' loads in flight).
+ * No block-wide barrier after x is staged: the loop runs while the wave's first group has a unit (wave-uniform,
+ * for the shuffles); a group past the last unit loads clamped rows and writes nothing. */
+template <int RG, int RW, int U, int MX>
+__device__ TB_FORCEINLINE void tb_decode_stream(TB_DECODE_PARAMS) {
+    typedef tb_work<RG, RW, U, 1, MX> W;
+    static_assert(MX == 1, "the stream kernel serves M = 1");
+    static_assert(W::V <= W::G, "the butterfly needs RW * MX <= lanes per row");
+    constexpr int GPB = TB_WAVES * RG;                  /* lane groups per block */
+    constexpr int STEP = W::G * U;
+    constexpr int XS = RW * U >= 8 ? 2 : 4; /* x staging passes in flight beside the weights' batch */
+    static_assert(!(TB_X_IL && TB_CHUNKS_PER_BLOCK == 8) || STEP % 8 == 0, "tb_work::dot: batches at multiples of 8");
+
+    W w;
+    tb_setup<W, 1>(w, qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
+    tb_u32x4 *xq = (tb_u32x4 *)TB_DSMEM;
+    float *xm = (float *)(xq + m * TB_RUNS * w.nchunks);
+    w.xq = xq, w.xm = xm;
+
+    float acc[W::V];
+#pragma unroll
+    for (int v = 0; v < W::V; ++v) acc[v] = 0.0f;
+    const int units = (n + RW - 1) / RW;
+    const int gstride = grid_x * GPB;
+    const int wave = w.tid / TB_WAVE;
+    int unit = (wave * RG + (w.tid & (TB_WAVE - 1)) / W::G) * grid_x + TB_BID_X; /* this group's */
+    int unit0 = wave * RG * grid_x + TB_BID_X;                                    /* the wave's first group's */
+    if (w.c1 == w.c0) return; /* k = 0 */
+
+    tb_batch<RW, U> a;
+    int base = w.c0;
+    if (unit0 < units) w.load_at(a, unit * RW, base);
+    tb_stage_x<XS>(x, m, k, w.xb0, w.nxb, w.c0, w.nchunks, xq, xm);
+    tb_sync();
+    while (unit0 < units) {
+        w.compute(a, base, acc);
+        base += STEP;
+        if (base >= w.c1) {
+            w.store(unit * RW, acc);
+            unit += gstride, unit0 += gstride, base = w.c0;
+            if (unit0 >= units) break;
+        }
+        w.load_at(a, unit * RW, base);
     }
 }
 #endif
@@ -969,6 +1042,9 @@ __device__ TB_FORCEINLINE void tb_decode_pick(TB_DECODE_PARAMS) {
         static_assert(U == TBT_U && PP >= 2, "RG16: 8 chunks per stage, a ring of PP stages");
         tb_decode_tc<RW, KB, PG, MX, PP>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
         return;
+    } else if constexpr (PP == 5) {
+        tb_decode_stream<RG, RW, U, MX>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
+        return;
     } else if constexpr (PP >= 2) {
         tb_decode_ring<RG, RW, U, KB, PG, MX, PP>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
         return;
@@ -1041,8 +1117,15 @@ __device__ TB_FORCEINLINE void tb_decode_pick(TB_DECODE_PARAMS) {
     TB_DECODE_VARIANT(4, 4, 1, 8, 16, 0, 3) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 2) \
     TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 3) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 4) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 3, 2) \
     TB_DECODE_VARIANT(8, 1, 2, 8, 16, 2, 2) TB_DECODE_VARIANT(8, 4, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(8, 4, 1, 8, 16, 0, 3)
+/* the stream kernel (PP5: M = 1, the CUDA space only) */
+#define TB_DECODE_STREAM_VARIANTS \
+    TB_DECODE_VARIANT(1, 1, 1, 4, 1, 0, 5) TB_DECODE_VARIANT(1, 1, 1, 4, 1, 4, 5) TB_DECODE_VARIANT(1, 1, 1, 4, 2, 0, 5) \
+    TB_DECODE_VARIANT(1, 1, 1, 5, 1, 0, 5) TB_DECODE_VARIANT(1, 1, 1, 5, 1, 4, 5) TB_DECODE_VARIANT(1, 1, 1, 5, 2, 0, 5) \
+    TB_DECODE_VARIANT(1, 1, 1, 6, 1, 0, 5) TB_DECODE_VARIANT(1, 1, 1, 6, 1, 4, 5) TB_DECODE_VARIANT(1, 1, 2, 5, 1, 0, 5) \
+    TB_DECODE_VARIANT(1, 1, 2, 5, 1, 3, 5) TB_DECODE_VARIANT(1, 1, 2, 6, 1, 0, 5)
 #else
 #define TB_DECODE_RING_VARIANTS
 #define TB_DECODE_TC_VARIANTS
+#define TB_DECODE_STREAM_VARIANTS
 #endif
-TB_DECODE_VARIANTS TB_DECODE_RING_VARIANTS TB_DECODE_TC_VARIANTS
+TB_DECODE_VARIANTS TB_DECODE_RING_VARIANTS TB_DECODE_TC_VARIANTS TB_DECODE_STREAM_VARIANTS
