@@ -145,9 +145,15 @@
  * ring of a Q4_0 MX4 kernel at K = 5120 take 66.5 KB of shared memory: 3 per SM; NVRTC 13.0 sm_90a fits every format
  * in the 80 registers of 3 blocks without spills, 90-128 registers uncapped), 2 at RW = 2 */
 #define TB_MINB_TC(RW, PG) ((PG) >= 2 ? (PG) : ((RW) == 1 ? 3 : 2))
-/* PP 5 (the stream kernel, MX1): the persistent grid's PG, else 4 blocks per SM (64 registers) where a lane keeps
- * at most 6 chunks in flight, else 3 (80 registers) */
-#define TB_MINB_STREAM(RW, U, PG) ((PG) > 0 ? (PG) : ((RW) * (U) <= 6 ? 4 : 3))
+/* PP 5 (the stream kernel, MX1): blocks per SM by the payload + meta registers of its one batch, TB_STREAM_CW:
+ * 4 (64 registers) up to 32, 3 (80) up to 54, 2 (128) up to 96; a persistent grid's PG where it is fewer.
+ * NVRTC 13.0 sm_90 (k1u census): Q4_0 RW1/U6 (30) 61 registers, RW2/U5 (50) 79, RW2/U6 (60) spilled 68 bytes at 80;
+ * IQ4_XS / Q5_0 RW2/U5 (60) spilled 40 / 56 bytes at 80; Q4_K RW1/U6 (42) spilled 40 bytes at 64, not at 80;
+ * Q6_K RW1/U4 (36) spilled 16 bytes at 64 */
+#define TB_STREAM_CW(RW, U) ((RW) * (U) * (4 + TB_META_REGS))
+#define TB_STREAM_OCC(RW, U) \
+    (TB_STREAM_CW(RW, U) <= 32 ? 4 : TB_STREAM_CW(RW, U) <= 54 ? 3 : TB_STREAM_CW(RW, U) <= 96 ? 2 : 1)
+#define TB_MINB_STREAM(RW, U, PG) ((PG) > 0 && (PG) < TB_STREAM_OCC(RW, U) ? (PG) : TB_STREAM_OCC(RW, U))
 #define TB_MINB_VG(RG, RW, U, KB, MX, PG, PP)                                                           \
     ((RG) == 16 ? TB_MINB_TC(RW, PG)                                                                    \
                 : (PP) == 5 ? TB_MINB_STREAM(RW, U, PG) : TB_MINB_V(RW, U, KB, MX, PG, PP))
@@ -724,7 +730,8 @@ __device__ TB_FORCEINLINE void tb_decode_stream(TB_DECODE_PARAMS) {
     static_assert(W::V <= W::G, "the butterfly needs RW * MX <= lanes per row");
     constexpr int GPB = TB_WAVES * RG;                  /* lane groups per block */
     constexpr int STEP = W::G * U;
-    constexpr int XS = RW * U >= 8 ? 2 : 4; /* x staging passes in flight beside the weights' batch */
+    /* x staging passes in flight beside the weights' batch (NVRTC sm_90 Q4_0 RW1/U6: 61 registers at 2, U5 64 at 4) */
+    constexpr int XS = RW * U >= 5 ? 2 : 4;
     static_assert(!(TB_X_IL && TB_CHUNKS_PER_BLOCK == 8) || STEP % 8 == 0, "tb_work::dot: batches at multiples of 8");
 
     W w;
@@ -1121,7 +1128,7 @@ __device__ TB_FORCEINLINE void tb_decode_pick(TB_DECODE_PARAMS) {
 #define TB_DECODE_STREAM_VARIANTS \
     TB_DECODE_VARIANT(1, 1, 1, 4, 1, 0, 5) TB_DECODE_VARIANT(1, 1, 1, 4, 1, 4, 5) TB_DECODE_VARIANT(1, 1, 1, 4, 2, 0, 5) \
     TB_DECODE_VARIANT(1, 1, 1, 5, 1, 0, 5) TB_DECODE_VARIANT(1, 1, 1, 5, 1, 4, 5) TB_DECODE_VARIANT(1, 1, 1, 5, 2, 0, 5) \
-    TB_DECODE_VARIANT(1, 1, 1, 6, 1, 0, 5) TB_DECODE_VARIANT(1, 1, 1, 6, 1, 4, 5) TB_DECODE_VARIANT(1, 1, 2, 5, 1, 0, 5) \
+    TB_DECODE_VARIANT(1, 1, 1, 6, 1, 0, 5) TB_DECODE_VARIANT(1, 1, 1, 6, 1, 3, 5) TB_DECODE_VARIANT(1, 1, 2, 5, 1, 0, 5) \
     TB_DECODE_VARIANT(1, 1, 2, 5, 1, 3, 5) TB_DECODE_VARIANT(1, 1, 2, 6, 1, 0, 5)
 #else
 #define TB_DECODE_RING_VARIANTS
