@@ -145,14 +145,24 @@
  * ring of a Q4_0 MX4 kernel at K = 5120 take 66.5 KB of shared memory: 3 per SM; NVRTC 13.0 sm_90a fits every format
  * in the 80 registers of 3 blocks without spills, 90-128 registers uncapped), 2 at RW = 2 */
 #define TB_MINB_TC(RW, PG) ((PG) >= 2 ? (PG) : ((RW) == 1 ? 3 : 2))
-/* PP 5 (the stream kernel, MX1): blocks per SM by the payload + meta registers of its one batch, TB_STREAM_CW:
- * 4 (64 registers) up to 32, 3 (80) up to 54, 2 (128) up to 96; a persistent grid's PG where it is fewer.
- * NVRTC 13.0 sm_90 (k1u census): Q4_0 RW1/U6 (30) 61 registers, RW2/U5 (50) 79, RW2/U6 (60) spilled 68 bytes at 80;
- * IQ4_XS / Q5_0 RW2/U5 (60) spilled 40 / 56 bytes at 80; Q4_K RW1/U6 (42) spilled 40 bytes at 64, not at 80;
- * Q6_K RW1/U4 (36) spilled 16 bytes at 64 */
-#define TB_STREAM_CW(RW, U) ((RW) * (U) * (4 + TB_META_REGS))
+/* PP 5 (the stream kernel, MX1): blocks per SM by the registers of its one batch, TB_STREAM_CW = chunks in flight x
+ * twice the registers one chunk costs (payload, meta, their unpack: 10 for one meta word, 13 for two, Q6_K 18,
+ * Q4_K 20 for its 6-bit scale pairs): 4 blocks (64 registers) up to 60, 3 (80) up to 100, 2 (128) up to 180, else 1;
+ * a persistent grid's PG where it is fewer. NVRTC 13.0 sm_90 (k1u census, x staged from shared memory): Q4_0
+ * RW1/U6 (60) 60 registers at 4 blocks, RW2/U5 (100) 80 at 3; IQ4_XS RW1/U5 RG2 (65) spilled 8 bytes at 4;
+ * Q4_K RW2/U5 (200) spilled 16 bytes at 2; Q6_K RW2/U5 (180) 128 registers, no spill */
+#if defined(TB_FMT_Q4_K)
+#define TB_STREAM_W2 20
+#elif defined(TB_FMT_Q6_K)
+#define TB_STREAM_W2 18
+#elif TB_META_REGS >= 2
+#define TB_STREAM_W2 13
+#else
+#define TB_STREAM_W2 10
+#endif
+#define TB_STREAM_CW(RW, U) ((RW) * (U) * TB_STREAM_W2)
 #define TB_STREAM_OCC(RW, U) \
-    (TB_STREAM_CW(RW, U) <= 32 ? 4 : TB_STREAM_CW(RW, U) <= 54 ? 3 : TB_STREAM_CW(RW, U) <= 96 ? 2 : 1)
+    (TB_STREAM_CW(RW, U) <= 60 ? 4 : TB_STREAM_CW(RW, U) <= 100 ? 3 : TB_STREAM_CW(RW, U) <= 180 ? 2 : 1)
 #define TB_MINB_STREAM(RW, U, PG) ((PG) > 0 && (PG) < TB_STREAM_OCC(RW, U) ? (PG) : TB_STREAM_OCC(RW, U))
 #define TB_MINB_VG(RG, RW, U, KB, MX, PG, PP)                                                           \
     ((RG) == 16 ? TB_MINB_TC(RW, PG)                                                                    \
@@ -713,8 +723,10 @@ __device__ TB_FORCEINLINE void tb_decode_ring(TB_DECODE_PARAMS) {
  * Down 25.09 vs 12.66), ncu of the Z winner (RG2 one-shot): DRAM 35.5%, 0.47 eligible warps per scheduler;
  * x staged before the first weight load (a global latency in series), 3 batches of a half-full last one per
  * row (10 chunks per lane in batches of 4), 192 tiles on 132 SMs (60 SMs with two, 72 with one). Here:
- *  - the first weight batch is issued before x is staged (x: XS passes, overlapping the weights' latency),
- *    and x of the whole K sits in dynamic shared memory (no split-K: K = 17408 fits, 21.8 KB);
+ *  - the first weight batch is issued before x is staged, and x costs no registers and one L2 latency per
+ *    TB_STREAM_XF floats: cp.async copies x (fp32) into a shared buffer, then it is quantised from there (the
+ *    register staging, 2-6 float4 per thread in flight, took 3 serial L2 latencies at K = 5120 and 9 at 17408);
+ *    x of the whole K, as int8, sits in dynamic shared memory (no split-K: K = 17408 fits, 21.8 KB);
  *  - work units of RW rows are interleaved over the grid's lane groups (unit = group * grid_x + block), so
  *    every block, and so every SM, gets the same number of rows (+-1 unit per group), one-shot or persistent;
  *  - U chunks per lane per row in a batch, U = 5 / 6 with full-wave rows: a K = 5120 / 6144 row is ONE
@@ -723,6 +735,7 @@ __device__ TB_FORCEINLINE void tb_decode_ring(TB_DECODE_PARAMS) {
  *  - batches one after the other (no second register buffer: the occupancy keeps other waves' loads in flight).
  * No block-wide barrier after x is staged: the loop runs while the wave's first group has a unit (wave-uniform,
  * for the shuffles); a group past the last unit loads clamped rows and writes nothing. */
+#define TB_STREAM_XF 6144 /* floats of x per cp.async round; tunebase-kernel.toml smem counts 4 bytes each */
 template <int RG, int RW, int U, int MX>
 __device__ TB_FORCEINLINE void tb_decode_stream(TB_DECODE_PARAMS) {
     typedef tb_work<RG, RW, U, 1, MX> W;
@@ -730,13 +743,13 @@ __device__ TB_FORCEINLINE void tb_decode_stream(TB_DECODE_PARAMS) {
     static_assert(W::V <= W::G, "the butterfly needs RW * MX <= lanes per row");
     constexpr int GPB = TB_WAVES * RG;                  /* lane groups per block */
     constexpr int STEP = W::G * U;
-    /* x staging passes in flight beside the weights' batch (NVRTC sm_90 Q4_0 RW1/U6: 61 registers at 2, U5 64 at 4) */
-    constexpr int XS = RW * U >= 5 ? 2 : 4;
     static_assert(!(TB_X_IL && TB_CHUNKS_PER_BLOCK == 8) || STEP % 8 == 0, "tb_work::dot: batches at multiples of 8");
 
     W w;
     tb_setup<W, 1>(w, qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
-    tb_u32x4 *xq = (tb_u32x4 *)TB_DSMEM;
+    /* dynamic shared memory: [x fp32: min(K, TB_STREAM_XF) floats][x int8 of the K slice: 1.25 bytes per weight] */
+    float *xf = (float *)TB_DSMEM;
+    tb_u32x4 *xq = (tb_u32x4 *)(xf + (32 * w.nxb < TB_STREAM_XF ? 32 * w.nxb : TB_STREAM_XF));
     float *xm = (float *)(xq + m * TB_RUNS * w.nchunks);
     w.xq = xq, w.xm = xm;
 
@@ -753,8 +766,21 @@ __device__ TB_FORCEINLINE void tb_decode_stream(TB_DECODE_PARAMS) {
     tb_batch<RW, U> a;
     int base = w.c0;
     if (unit0 < units) w.load_at(a, unit * RW, base);
-    tb_stage_x<XS>(x, m, k, w.xb0, w.nxb, w.c0, w.nchunks, xq, xm);
-    tb_sync();
+    /* x in rounds of TB_STREAM_XF floats: every float4 of a round in flight at once (cp.async), then quantised
+     * from shared memory by tb_stage_x (the same rule and slots as the other kernels: bit-identical x) */
+    constexpr int XFB = TB_STREAM_XF / 32; /* 32-blocks of x per round */
+    for (int r0 = 0; r0 < w.nxb; r0 += XFB) {
+        const int rb = w.nxb - r0 < XFB ? w.nxb - r0 : XFB;
+        const float *src = x + (tb_size)(w.xb0 + r0) * 32;
+        for (int t = w.tid; t < 8 * rb; t += TB_THREADS) tb_cp_async16(tb_smem_addr(xf + 4 * t), src + 4 * t);
+        tb_cp_commit();
+        tb_cp_wait<0>();
+        tb_sync();
+        /* tb_stage_x reads x + (b0 + b) * 32 + 4 part for the blocks b0 .. b0 + rb - 1 of the round: point it at
+         * xf so that block b0 lands on xf[0]; xm of the round starts at its block r0 */
+        tb_stage_x<2>(xf - (tb_size)(w.xb0 + r0) * 32, 1, k, w.xb0 + r0, rb, w.c0, w.nchunks, xq, xm + 2 * r0);
+        tb_sync();
+    }
     while (unit0 < units) {
         w.compute(a, base, acc);
         base += STEP;
