@@ -146,17 +146,20 @@
  * in the 80 registers of 3 blocks without spills, 90-128 registers uncapped), 2 at RW = 2 */
 #define TB_MINB_TC(RW, PG) ((PG) >= 2 ? (PG) : ((RW) == 1 ? 3 : 2))
 /* PP 5 (the stream kernel, MX1): blocks per SM by the registers of its one batch, TB_STREAM_CW = chunks in flight x
- * twice the registers one chunk costs (payload, meta, their unpack: 10 for one meta word, 13 for two, Q6_K 18,
- * Q4_K 20 for its 6-bit scale pairs): 4 blocks (64 registers) up to 60, 3 (80) up to 100, 2 (128) up to 180, else 1;
- * a persistent grid's PG where it is fewer. NVRTC 13.0 sm_90 (k1u census, x staged from shared memory): Q4_0
- * RW1/U6 (60) 60 registers at 4 blocks, RW2/U5 (100) 80 at 3; IQ4_XS RW1/U5 RG2 (65) spilled 8 bytes at 4;
- * Q4_K RW2/U5 (200) spilled 16 bytes at 2; Q6_K RW2/U5 (180) 128 registers, no spill */
+ * twice the registers one chunk costs (payload, meta, their unpack: 10 for one meta word, 11 for IQ4_NL's codebook,
+ * 13 for two meta words, Q4_K 20 for its 6-bit scale pairs, Q6_K 22): 4 blocks (64 registers) up to 60, 3 (80) up
+ * to 100, 2 (128) up to 180, else 1; a persistent grid's PG where it is fewer. NVRTC 13.0 sm_90 (k1u census, x
+ * staged from shared memory, unguarded full batches): Q4_0 RW1/U6 (60) 60 registers at 4 blocks, RW2/U5 (100) 80
+ * at 3; at 3 blocks IQ4_NL RW2/U5 and Q6_K RW1/U5 spilled 16 bytes (weighed 10 and 18 then); IQ4_XS RW1/U5 RG2
+ * (65) spilled 8 bytes at 4; Q4_K RW2/U5 (200) spilled 16 bytes at 2 */
 #if defined(TB_FMT_Q4_K)
 #define TB_STREAM_W2 20
 #elif defined(TB_FMT_Q6_K)
-#define TB_STREAM_W2 18
+#define TB_STREAM_W2 22
 #elif TB_META_REGS >= 2
 #define TB_STREAM_W2 13
+#elif defined(TB_FMT_IQ4_NL)
+#define TB_STREAM_W2 11
 #else
 #define TB_STREAM_W2 10
 #endif
@@ -453,11 +456,13 @@ struct tb_work {
     }
 
     /* the batch held in registers (PP <= 1) */
+    /* FULL: the caller knows the batch lies inside the slice (base + G U <= c1): no per-chunk guards */
+    template <bool FULL = false>
     __device__ TB_FORCEINLINE void compute(const tb_batch<RW, U> &b, int base, float *acc) const {
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const int c = base + u * G + lg;
-            if (c < c1) {
+            if (FULL || c < c1) {
                 tb_u32 q[RW][4];
                 tb_meta mt[RW];
 #pragma unroll
@@ -782,7 +787,10 @@ __device__ TB_FORCEINLINE void tb_decode_stream(TB_DECODE_PARAMS) {
         tb_sync();
     }
     while (unit0 < units) {
-        w.compute(a, base, acc);
+        if (base + STEP <= w.c1) /* a batch wholly inside the row (every one of a K = 5120 row at U5): no guards */
+            w.template compute<true>(a, base, acc);
+        else
+            w.compute(a, base, acc);
         base += STEP;
         if (base >= w.c1) {
             w.store(unit * RW, acc);
