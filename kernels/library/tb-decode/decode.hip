@@ -728,7 +728,7 @@ __device__ TB_FORCEINLINE void tb_decode_ring(TB_DECODE_PARAMS) {
  * Down 25.09 vs 12.66), ncu of the Z winner (RG2 one-shot): DRAM 35.5%, 0.47 eligible warps per scheduler;
  * x staged before the first weight load (a global latency in series), 3 batches of a half-full last one per
  * row (10 chunks per lane in batches of 4), 192 tiles on 132 SMs (60 SMs with two, 72 with one). Here:
- *  - the first weight batch is issued before x is staged, and x costs no registers and one L2 latency per
+ *  - the first weight batch is issued before x is quantised, and x costs no registers and one L2 latency per
  *    TB_STREAM_XF floats: cp.async copies x (fp32) into a shared buffer, then it is quantised from there (the
  *    register staging, 2-6 float4 per thread in flight, took 3 serial L2 latencies at K = 5120 and 9 at 17408);
  *    x of the whole K, as int8, sits in dynamic shared memory (no split-K: K = 17408 fits, 21.8 KB);
@@ -768,23 +768,30 @@ __device__ TB_FORCEINLINE void tb_decode_stream(TB_DECODE_PARAMS) {
     int unit0 = wave * RG * grid_x + TB_BID_X;                                    /* the wave's first group's */
     if (w.c1 == w.c0) return; /* k = 0 */
 
-    tb_batch<RW, U> a;
-    int base = w.c0;
-    if (unit0 < units) w.load_at(a, unit * RW, base);
     /* x in rounds of TB_STREAM_XF floats: every float4 of a round in flight at once (cp.async), then quantised
-     * from shared memory by tb_stage_x (the same rule and slots as the other kernels: bit-identical x) */
+     * from shared memory by tb_stage_x (the same rule and slots as the other kernels: bit-identical x). The first
+     * round is issued before the weights (its L2 hits then do not queue behind the batch's DRAM misses; issuing it
+     * costs a few instructions and no registers), the weights' first batch next, then x is quantised */
     constexpr int XFB = TB_STREAM_XF / 32; /* 32-blocks of x per round */
-    for (int r0 = 0; r0 < w.nxb; r0 += XFB) {
+    auto issue_x = [&](int r0) {
         const int rb = w.nxb - r0 < XFB ? w.nxb - r0 : XFB;
         const float *src = x + (tb_size)(w.xb0 + r0) * 32;
         for (int t = w.tid; t < 8 * rb; t += TB_THREADS) tb_cp_async16(tb_smem_addr(xf + 4 * t), src + 4 * t);
         tb_cp_commit();
+    };
+    issue_x(0);
+    tb_batch<RW, U> a;
+    int base = w.c0;
+    if (unit0 < units) w.load_at(a, unit * RW, base);
+    for (int r0 = 0; r0 < w.nxb; r0 += XFB) {
+        if (r0 > 0) issue_x(r0);
+        const int rb = w.nxb - r0 < XFB ? w.nxb - r0 : XFB;
         tb_cp_wait<0>();
         tb_sync();
         /* tb_stage_x reads x + (b0 + b) * 32 + 4 part for the blocks b0 .. b0 + rb - 1 of the round: point it at
          * xf so that block b0 lands on xf[0]; xm of the round starts at its block r0 */
         tb_stage_x<2>(xf - (tb_size)(w.xb0 + r0) * 32, 1, k, w.xb0 + r0, rb, w.c0, w.nchunks, xq, xm + 2 * r0);
-        tb_sync();
+        tb_sync(); /* x of the round quantised (and xf free for the next round) */
     }
     while (unit0 < units) {
         if (base + STEP <= w.c1) /* a batch wholly inside the row (every one of a K = 5120 row at U5): no guards */
