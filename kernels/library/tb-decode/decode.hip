@@ -38,7 +38,9 @@
  *   PP  1: software pipeline: a workgroup's (tile, batch) sequence is one stream, and the loads of the
  *       next batch are issued before the arithmetic of this one (two register buffers); 0: batches in turn
  *       (measured on the H200, 2026-11-30: the single-buffered kernel left the GateUp at 62 % of copy
- *       bandwidth, latency-bound with one batch per row and 16-24 warps per SM)
+ *       bandwidth, latency-bound with one batch per row and 16-24 warps per SM); 2 / 3 (CUDA): the cp.async
+ *       ring (tb_decode_ring); 5 (CUDA, M = 1): the stream kernel (tb_decode_stream: the first batch issued
+ *       before x is quantised, x through a cp.async fp32 buffer, rows interleaved over the grid's lane groups)
  *
  * Data flow: (1) x of this workgroup's K slice is loaded (TB_XP passes in flight at once) and quantised
  * per 32-block to int8 into static LDS (kernels/activations.py's rule; each 16-weight half stored at the
