@@ -148,19 +148,19 @@
  * in the 80 registers of 3 blocks without spills, 90-128 registers uncapped), 2 at RW = 2 */
 #define TB_MINB_TC(RW, PG) ((PG) >= 2 ? (PG) : ((RW) == 1 ? 3 : 2))
 /* PP 5 (the stream kernel, MX1): blocks per SM by the registers of its one batch, TB_STREAM_CW = chunks in flight x
- * twice the registers one chunk costs (payload, meta, their unpack: 10 for one meta word, 11 for IQ4_NL's codebook,
+ * twice the registers one chunk costs (payload, meta, their unpack: 10 for one meta word, 11 for IQ4_NL and Q8_0,
  * 13 for two meta words, Q4_K 20 for its 6-bit scale pairs, Q6_K 22): 4 blocks (64 registers) up to 60, 3 (80) up
  * to 100, 2 (128) up to 180, else 1; a persistent grid's PG where it is fewer. NVRTC 13.0 sm_90 (k1u census, x
- * staged from shared memory, unguarded full batches): Q4_0 RW1/U6 (60) 60 registers at 4 blocks, RW2/U5 (100) 80
- * at 3; at 3 blocks IQ4_NL RW2/U5 and Q6_K RW1/U5 spilled 16 bytes (weighed 10 and 18 then); IQ4_XS RW1/U5 RG2
- * (65) spilled 8 bytes at 4; Q4_K RW2/U5 (200) spilled 16 bytes at 2 */
+ * quantised one thread per block, unguarded full batches): Q4_0 RW1/U6 (60) 56 registers at 4 blocks, RW2/U5
+ * (100) 78 at 3; at 3 blocks IQ4_NL RW2/U5 and Q6_K RW1/U5 spilled 16 bytes (weighed 10 and 18 then), Q8_0 RW2/U5
+ * 8 (weighed 10); IQ4_XS RW1/U5 RG2 (65) spilled 8 bytes at 4; Q4_K RW2/U5 (200) spilled 16 bytes at 2 */
 #if defined(TB_FMT_Q4_K)
 #define TB_STREAM_W2 20
 #elif defined(TB_FMT_Q6_K)
 #define TB_STREAM_W2 22
 #elif TB_META_REGS >= 2
 #define TB_STREAM_W2 13
-#elif defined(TB_FMT_IQ4_NL)
+#elif defined(TB_FMT_IQ4_NL) || defined(TB_FMT_Q8_0)
 #define TB_STREAM_W2 11
 #else
 #define TB_STREAM_W2 10
@@ -731,8 +731,8 @@ __device__ TB_FORCEINLINE void tb_decode_ring(TB_DECODE_PARAMS) {
  * x staged before the first weight load (a global latency in series), 3 batches of a half-full last one per
  * row (10 chunks per lane in batches of 4), 192 tiles on 132 SMs (60 SMs with two, 72 with one). Here:
  *  - the first weight batch is issued before x is quantised, and x costs no registers and one L2 latency per
- *    TB_STREAM_XF floats: cp.async copies x (fp32) into a shared buffer, then it is quantised from there (the
- *    register staging, 2-6 float4 per thread in flight, took 3 serial L2 latencies at K = 5120 and 9 at 17408);
+ *    TB_STREAM_XF floats: cp.async copies x (fp32) into a shared buffer, then it is quantised from there, one
+ *    thread per 32-block (tb_stage_x1: a third of tb_stage_x's instructions, the same bits);
  *    x of the whole K, as int8, sits in dynamic shared memory (no split-K: K = 17408 fits, 21.8 KB);
  *  - work units of RW rows are interleaved over the grid's lane groups (unit = group * grid_x + block), so
  *    every block, and so every SM, gets the same number of rows (+-1 unit per group), one-shot or persistent;
@@ -742,7 +742,64 @@ __device__ TB_FORCEINLINE void tb_decode_ring(TB_DECODE_PARAMS) {
  *  - batches one after the other (no second register buffer: the occupancy keeps other waves' loads in flight).
  * No block-wide barrier after x is staged: the loop runs while the wave's first group has a unit (wave-uniform,
  * for the shuffles); a group past the last unit loads clamped rows and writes nothing. */
-#define TB_STREAM_XF 6144 /* floats of x per cp.async round; tunebase-kernel.toml smem counts 4 bytes each */
+#define TB_STREAM_XF 6144 /* floats of x per cp.async round; with a 16-byte pad per 32-block, 4.5 bytes each */
+
+/* M = 1: quantise the 32-blocks b0 .. b0 + nb - 1 of x, fp32 in shared memory at xf4[9 b + j] (a float4 of padding
+ * per block, so the 8 lanes of an LDS.128 phase hit 8 different bank groups), ONE thread per block. The same rule,
+ * slots and bits as tb_stage_x (amax by fmaxf, inv = 127 / amax, q = rint(x inv), xs = amax / 127, xs * sum q), with
+ * a third of its instructions: tb_stage_x spends 8 lanes, 3 + 3 shuffles and 8 divisions on a block (the H200,
+ * 2026-12-01 call 10: one-shot stream grids of 8-row blocks ran 14.8 us on Z, the per-block x staging costing about
+ * twice the block's dot products in issue slots). xm: this round's (xs, xs * sum) pairs from block 0 of the round */
+TB_DEV void tb_stage_x1(const tb_u32x4 *xf4, int b0, int nb, int c0, int nchunks, tb_u32x4 *xq, float *xm) {
+    for (int b = TB_TID; b < nb; b += TB_THREADS) {
+        const tb_f4 *v = (const tb_f4 *)(xf4 + 9 * b);
+        float amax = 0.0f;
+#pragma unroll 2
+        for (int j = 0; j < 8; ++j) {
+            const tb_f4 f = v[j];
+            amax = tb_fmaxf(amax, tb_fmaxf(tb_fmaxf(tb_fabsf(f.x), tb_fabsf(f.y)), tb_fmaxf(tb_fabsf(f.z), tb_fabsf(f.w))));
+        }
+        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        /* read the block again rather than keep its 32 floats live (NVRTC kept them: 8-64 bytes of spills at 64-80
+         * registers): an offset the compiler cannot see through */
+        int off = 9 * b;
+        asm volatile("" : "+r"(off));
+        const tb_f4 *v2 = (const tb_f4 *)(xf4 + off);
+        /* the 16-byte slots of the block's two halves (runs); words stored as made, so at most two are live */
+        tb_u32 *slot[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            int c, run;
+            tb_half_slot(2 * (b0 + b) + h, &c, &run);
+            slot[h] = (tb_u32 *)(xq + run * nchunks + (c - c0));
+        }
+        tb_i32 sum = 0;
+#pragma unroll 1 /* unrolled, ptxas hoisted all 8 loads beside the weights' batch: spills at 64-80 registers */
+        for (int j = 0; j < 4; ++j) {
+            tb_u32 word[2]; /* x 4j.. of the block's first half, and of its second */
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const tb_f4 f = v2[j + 4 * h];
+                const tb_i32 q0 = (tb_i32)tb_rintf(f.x * inv), q1 = (tb_i32)tb_rintf(f.y * inv);
+                const tb_i32 q2 = (tb_i32)tb_rintf(f.z * inv), q3 = (tb_i32)tb_rintf(f.w * inv);
+                sum += q0 + q1 + q2 + q3;
+                word[h] = (tb_u32)(q0 & 0xFF) | ((tb_u32)(q1 & 0xFF) << 8) | ((tb_u32)(q2 & 0xFF) << 16) |
+                          ((tb_u32)(q3 & 0xFF) << 24);
+            }
+#if TB_X_IL
+            /* tb_stage_x's pairing of the first half's word j with the second's (its lanes part and part ^ 4) */
+            slot[0][j] = tb_prmt(word[0], word[1], 0x5140u);
+            slot[1][j] = tb_prmt(word[0], word[1], 0x7362u);
+#else
+            slot[0][j] = word[0];
+            slot[1][j] = word[1];
+#endif
+        }
+        const float xs = amax / 127.0f;
+        xm[2 * b] = xs;
+        xm[2 * b + 1] = xs * (float)sum;
+    }
+}
 template <int RG, int RW, int U, int MX>
 __device__ TB_FORCEINLINE void tb_decode_stream(TB_DECODE_PARAMS) {
     typedef tb_work<RG, RW, U, 1, MX> W;
@@ -754,9 +811,10 @@ __device__ TB_FORCEINLINE void tb_decode_stream(TB_DECODE_PARAMS) {
 
     W w;
     tb_setup<W, 1>(w, qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
-    /* dynamic shared memory: [x fp32: min(K, TB_STREAM_XF) floats][x int8 of the K slice: 1.25 bytes per weight] */
-    float *xf = (float *)TB_DSMEM;
-    tb_u32x4 *xq = (tb_u32x4 *)(xf + (32 * w.nxb < TB_STREAM_XF ? 32 * w.nxb : TB_STREAM_XF));
+    /* dynamic shared memory: [x fp32: min(K, TB_STREAM_XF) floats, a float4 of padding after every 32][x int8 of the
+     * K slice: 1.25 bytes per weight] */
+    tb_u32x4 *xf4 = (tb_u32x4 *)TB_DSMEM;
+    tb_u32x4 *xq = xf4 + 9 * (w.nxb < TB_STREAM_XF / 32 ? w.nxb : TB_STREAM_XF / 32);
     float *xm = (float *)(xq + m * TB_RUNS * w.nchunks);
     w.xq = xq, w.xm = xm;
 
@@ -778,7 +836,7 @@ __device__ TB_FORCEINLINE void tb_decode_stream(TB_DECODE_PARAMS) {
     auto issue_x = [&](int r0) {
         const int rb = w.nxb - r0 < XFB ? w.nxb - r0 : XFB;
         const float *src = x + (tb_size)(w.xb0 + r0) * 32;
-        for (int t = w.tid; t < 8 * rb; t += TB_THREADS) tb_cp_async16(tb_smem_addr(xf + 4 * t), src + 4 * t);
+        for (int t = w.tid; t < 8 * rb; t += TB_THREADS) tb_cp_async16(tb_smem_addr(xf4 + t + (t >> 3)), src + 4 * t);
         tb_cp_commit();
     };
     issue_x(0);
@@ -790,10 +848,8 @@ __device__ TB_FORCEINLINE void tb_decode_stream(TB_DECODE_PARAMS) {
         const int rb = w.nxb - r0 < XFB ? w.nxb - r0 : XFB;
         tb_cp_wait<0>();
         tb_sync();
-        /* tb_stage_x reads x + (b0 + b) * 32 + 4 part for the blocks b0 .. b0 + rb - 1 of the round: point it at
-         * xf so that block b0 lands on xf[0]; xm of the round starts at its block r0 */
-        tb_stage_x<2>(xf - (tb_size)(w.xb0 + r0) * 32, 1, k, w.xb0 + r0, rb, w.c0, w.nchunks, xq, xm + 2 * r0);
-        tb_sync(); /* x of the round quantised (and xf free for the next round) */
+        tb_stage_x1(xf4, w.xb0 + r0, rb, w.c0, w.nchunks, xq, xm + 2 * r0);
+        tb_sync(); /* x of the round quantised (and xf4 free for the next round) */
     }
     while (unit0 < units) {
         if (base + STEP <= w.c1) /* a batch wholly inside the row (every one of a K = 5120 row at U5): no guards */
