@@ -203,3 +203,29 @@ def test_iq4_xs_sub_block_from_the_lane(tmp_path: Path) -> None:
     for m, names in ((1, m1), (3, m3)):
         problem, folder = _data(tmp_path, "IQ4_XS", m)
         _check(problem, {name: _run(binary, "IQ4_XS", name, problem, folder, late=True) for name in names})
+
+
+# the stream kernel (PP5, M = 1): every point of the space, one-shot and persistent (PG 3 / 4 on one SM: the
+# groups stride over several units), full- and half-wave rows, K = 5120 (one batch of U5), 6144 (U6), 17408 (x
+# in three cp.async rounds), 2048 (x smaller than the fp32 buffer)
+STREAM = [v.name for v in DECODE.space("cuda") if v.params["pp"] == 5]
+STREAM_CASES = [
+    ("Q4_0", 70, 5120), ("Q4_0", 37, 6144), ("Q4_0", 24, 17408), ("Q4_0", 45, 2048),
+    ("IQ4_XS", 70, 5120), ("Q4_K", 70, 5120), ("Q6_K", 33, 6144),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("fmt", "n", "k"), STREAM_CASES)
+def test_stream_kernel_on_the_emulator(tmp_path: Path, fmt: str, n: int, k: int) -> None:
+    """The M = 1 stream kernel (units of RW rows interleaved over the grid's lane groups, x staged while
+    the first batch is in flight) against the reference and a PP1 register kernel: a unit skipped, written
+    twice or read against the wrong x changes the numbers (x's cp.async copies land only at their wait);
+    n not a multiple of RW x groups leaves groups idle."""
+    ref = "MX1/KB4/RW2/U2/RG1/PG0/PP1" if k > 6144 else "MX1/KB1/RW1/U4/RG1/PG3/PP1"
+    binary = _emulator(tmp_path, fmt, [*STREAM, ref])
+    problem = build_problem(fmt, n, k, 1, seed=17, packed=False)
+    folder = tmp_path / "stream"
+    _write(folder, fmt, problem)
+    results = {ref: _run(binary, fmt, ref, problem, folder)}
+    results.update({name: _run(binary, fmt, name, problem, folder, late=True) for name in STREAM})
+    _check(problem, results)

@@ -38,7 +38,9 @@
  *   PP  1: software pipeline: a workgroup's (tile, batch) sequence is one stream, and the loads of the
  *       next batch are issued before the arithmetic of this one (two register buffers); 0: batches in turn
  *       (measured on the H200, 2026-11-30: the single-buffered kernel left the GateUp at 62 % of copy
- *       bandwidth, latency-bound with one batch per row and 16-24 warps per SM)
+ *       bandwidth, latency-bound with one batch per row and 16-24 warps per SM); 2 / 3 (CUDA): the cp.async
+ *       ring (tb_decode_ring); 5 (CUDA, M = 1): the stream kernel (tb_decode_stream: the first batch issued
+ *       before x is quantised, x through a cp.async fp32 buffer, rows interleaved over the grid's lane groups)
  *
  * Data flow: (1) x of this workgroup's K slice is loaded (TB_XP passes in flight at once) and quantised
  * per 32-block to int8 into static LDS (kernels/activations.py's rule; each 16-weight half stored at the
@@ -145,7 +147,31 @@
  * ring of a Q4_0 MX4 kernel at K = 5120 take 66.5 KB of shared memory: 3 per SM; NVRTC 13.0 sm_90a fits every format
  * in the 80 registers of 3 blocks without spills, 90-128 registers uncapped), 2 at RW = 2 */
 #define TB_MINB_TC(RW, PG) ((PG) >= 2 ? (PG) : ((RW) == 1 ? 3 : 2))
-#define TB_MINB_VG(RG, RW, U, KB, MX, PG, PP) ((RG) == 16 ? TB_MINB_TC(RW, PG) : TB_MINB_V(RW, U, KB, MX, PG, PP))
+/* PP 5 (the stream kernel, MX1): blocks per SM by the registers of its one batch, TB_STREAM_CW = chunks in flight x
+ * twice the registers one chunk costs (payload, meta, their unpack: 10 for one meta word, 11 for IQ4_NL and Q8_0,
+ * 13 for two meta words, Q4_K 20 for its 6-bit scale pairs, Q6_K 22): 4 blocks (64 registers) up to 60, 3 (80) up
+ * to 100, 2 (128) up to 180, else 1; a persistent grid's PG where it is fewer. NVRTC 13.0 sm_90 (k1u census, x
+ * quantised one thread per block, unguarded full batches): Q4_0 RW1/U6 (60) 56 registers at 4 blocks, RW2/U5
+ * (100) 78 at 3; at 3 blocks IQ4_NL RW2/U5 and Q6_K RW1/U5 spilled 16 bytes (weighed 10 and 18 then), Q8_0 RW2/U5
+ * 8 (weighed 10); IQ4_XS RW1/U5 RG2 (65) spilled 8 bytes at 4; Q4_K RW2/U5 (200) spilled 16 bytes at 2 */
+#if defined(TB_FMT_Q4_K)
+#define TB_STREAM_W2 20
+#elif defined(TB_FMT_Q6_K)
+#define TB_STREAM_W2 22
+#elif TB_META_REGS >= 2
+#define TB_STREAM_W2 13
+#elif defined(TB_FMT_IQ4_NL) || defined(TB_FMT_Q8_0)
+#define TB_STREAM_W2 11
+#else
+#define TB_STREAM_W2 10
+#endif
+#define TB_STREAM_CW(RW, U) ((RW) * (U) * TB_STREAM_W2)
+#define TB_STREAM_OCC(RW, U) \
+    (TB_STREAM_CW(RW, U) <= 60 ? 4 : TB_STREAM_CW(RW, U) <= 100 ? 3 : TB_STREAM_CW(RW, U) <= 180 ? 2 : 1)
+#define TB_MINB_STREAM(RW, U, PG) ((PG) > 0 && (PG) < TB_STREAM_OCC(RW, U) ? (PG) : TB_STREAM_OCC(RW, U))
+#define TB_MINB_VG(RG, RW, U, KB, MX, PG, PP)                                                           \
+    ((RG) == 16 ? TB_MINB_TC(RW, PG)                                                                    \
+                : (PP) == 5 ? TB_MINB_STREAM(RW, U, PG) : TB_MINB_V(RW, U, KB, MX, PG, PP))
 /* passes of x staging loaded before any is reduced (tb_stage_x): 6 x 256 float4 cover K = 6144 at M = 1.
  * AMD: 1, the order measured before (gfx906 hipcc: 2 passes or x first made the 4-wave PP0 variants spill) */
 #if defined(TB_AMD)
@@ -360,7 +386,10 @@ struct tb_work {
 
     /* issue the loads of batch `base` of tile `tile` (rows past n are clamped: loads stay valid) */
     __device__ TB_FORCEINLINE void load(tb_batch<RW, U> &b, int tile, int base) const {
-        const int row0 = tile * ROWS_WG + rowoff;
+        load_at(b, tile * ROWS_WG + rowoff, base);
+    }
+    /* the same for the RW rows from row0 (PP5: rows interleaved over the grid, not tiles) */
+    __device__ TB_FORCEINLINE void load_at(tb_batch<RW, U> &b, int row0, int base) const {
 #pragma unroll
         for (int r = 0; r < RW; ++r) {
             const tb_size row = (tb_size)(row0 + r < n ? row0 + r : n - 1);
@@ -429,11 +458,13 @@ struct tb_work {
     }
 
     /* the batch held in registers (PP <= 1) */
+    /* FULL: the caller knows the batch lies inside the slice (base + G U <= c1): no per-chunk guards */
+    template <bool FULL = false>
     __device__ TB_FORCEINLINE void compute(const tb_batch<RW, U> &b, int base, float *acc) const {
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const int c = base + u * G + lg;
-            if (c < c1) {
+            if (FULL || c < c1) {
                 tb_u32 q[RW][4];
                 tb_meta mt[RW];
 #pragma unroll
@@ -493,6 +524,12 @@ struct tb_work {
     /* reduce the lane group's sums, write y (KB = 1) or this slice's partials; with KB > 1 the
      * last slice of the tile to arrive adds the partials in slice order. Zeroes acc. */
     __device__ TB_FORCEINLINE void finish(int tile, float *acc) const {
+        store(tile * ROWS_WG + rowoff, acc);
+        if (KB > 1) tb_splitk_tail<KB, ROWS_WG>(tile, tid, m, n, y, workspace, counters);
+    }
+    /* reduce the lane group's sums of rows row0 .. row0 + RW - 1, write them (y, or this slice's partials);
+     * zeroes acc. Every lane of the wave takes part (shuffles), rows past n are not written */
+    __device__ TB_FORCEINLINE void store(int row0, float *acc) const {
         tb_reduce<V, G>::run(acc, lg);
         /* V <= G: one lane in G / V holds one sum; V > G (RG = 8 at MX >= 2): every lane holds V / G */
         constexpr int VL = V > G ? V / G : 1;
@@ -502,7 +539,7 @@ struct tb_work {
         for (int jj = 0; jj < VL; ++jj) {
             const int j = j0 + jj;
             const int r = j / MX, i = j % MX;
-            const int row = tile * ROWS_WG + rowoff + r;
+            const int row = row0 + r;
             if ((lg & WMASK) == 0 && i < m && row < n) {
                 if (KB == 1)
                     y[(tb_size)i * (tb_size)n + (tb_size)row] = acc[jj];
@@ -512,7 +549,6 @@ struct tb_work {
         }
 #pragma unroll
         for (int v = 0; v < V; ++v) acc[v] = 0.0f;
-        if (KB > 1) tb_splitk_tail<KB, ROWS_WG>(tile, tid, m, n, y, workspace, counters);
     }
 };
 
@@ -684,6 +720,149 @@ __device__ TB_FORCEINLINE void tb_decode_ring(TB_DECODE_PARAMS) {
         for (;;) {
             if (step(m2, 2, m0, 0) || step(m0, 0, m1, 1) || step(m1, 1, m2, 2)) return;
         }
+    }
+}
+#endif
+
+#if defined(TB_DSMEM)
+/* PP = 5 (CUDA, M = 1): the stream kernel. Evidence (the H200, 2026-12-01, device log c, calls 8-9): on the
+ * 5-50 MB shapes the M = 1 kernels took 1.5-2x the time of a plain reader of the same bytes (Z 9.28 vs 5.52 us,
+ * Down 25.09 vs 12.66), ncu of the Z winner (RG2 one-shot): DRAM 35.5%, 0.47 eligible warps per scheduler;
+ * x staged before the first weight load (a global latency in series), 3 batches of a half-full last one per
+ * row (10 chunks per lane in batches of 4), 192 tiles on 132 SMs (60 SMs with two, 72 with one). Here:
+ *  - the first weight batch is issued before x is quantised, and x costs no registers and one L2 latency per
+ *    TB_STREAM_XF floats: cp.async copies x (fp32) into a shared buffer, then it is quantised from there, one
+ *    thread per 32-block (tb_stage_x1: a third of tb_stage_x's instructions, the same bits);
+ *    x of the whole K, as int8, sits in dynamic shared memory (no split-K: K = 17408 fits, 21.8 KB);
+ *  - work units of RW rows are interleaved over the grid's lane groups (unit = group * grid_x + block), so
+ *    every block, and so every SM, gets the same number of rows (+-1 unit per group), one-shot or persistent;
+ *  - U chunks per lane per row in a batch, U = 5 / 6 with full-wave rows: a K = 5120 / 6144 row is ONE
+ *    batch (160 / 192 chunks), so every lane of a wave has all its bytes in flight from the first instruction;
+ *  - blocks per SM asked of ptxas: PG, or 4 (64 registers) / 3 (80) by the chunks in flight (TB_MINB_STREAM);
+ *  - batches one after the other (no second register buffer: the occupancy keeps other waves' loads in flight).
+ * No block-wide barrier after x is staged: the loop runs while the wave's first group has a unit (wave-uniform,
+ * for the shuffles); a group past the last unit loads clamped rows and writes nothing. */
+#define TB_STREAM_XF 6144 /* floats of x per cp.async round; with a 16-byte pad per 32-block, 4.5 bytes each */
+
+/* M = 1: quantise the 32-blocks b0 .. b0 + nb - 1 of x, fp32 in shared memory at xf4[9 b + j] (a float4 of padding
+ * per block, so the 8 lanes of an LDS.128 phase hit 8 different bank groups), ONE thread per block. The same rule,
+ * slots and bits as tb_stage_x (amax by fmaxf, inv = 127 / amax, q = rint(x inv), xs = amax / 127, xs * sum q), with
+ * a third of its instructions: tb_stage_x spends 8 lanes, 3 + 3 shuffles and 8 divisions on a block (the H200,
+ * 2026-12-01 call 10: one-shot stream grids of 8-row blocks ran 14.8 us on Z, the per-block x staging costing about
+ * twice the block's dot products in issue slots). xm: this round's (xs, xs * sum) pairs from block 0 of the round */
+TB_DEV void tb_stage_x1(const tb_u32x4 *xf4, int b0, int nb, int c0, int nchunks, tb_u32x4 *xq, float *xm) {
+    for (int b = TB_TID; b < nb; b += TB_THREADS) {
+        const tb_f4 *v = (const tb_f4 *)(xf4 + 9 * b);
+        float amax = 0.0f;
+#pragma unroll 2
+        for (int j = 0; j < 8; ++j) {
+            const tb_f4 f = v[j];
+            amax = tb_fmaxf(amax, tb_fmaxf(tb_fmaxf(tb_fabsf(f.x), tb_fabsf(f.y)), tb_fmaxf(tb_fabsf(f.z), tb_fabsf(f.w))));
+        }
+        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        /* read the block again rather than keep its 32 floats live (NVRTC kept them: 8-64 bytes of spills at 64-80
+         * registers): an offset the compiler cannot see through */
+        int off = 9 * b;
+        asm volatile("" : "+r"(off));
+        const tb_f4 *v2 = (const tb_f4 *)(xf4 + off);
+        /* the 16-byte slots of the block's two halves (runs); words stored as made, so at most two are live */
+        tb_u32 *slot[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            int c, run;
+            tb_half_slot(2 * (b0 + b) + h, &c, &run);
+            slot[h] = (tb_u32 *)(xq + run * nchunks + (c - c0));
+        }
+        tb_i32 sum = 0;
+#pragma unroll 1 /* unrolled, ptxas hoisted all 8 loads beside the weights' batch: spills at 64-80 registers */
+        for (int j = 0; j < 4; ++j) {
+            tb_u32 word[2]; /* x 4j.. of the block's first half, and of its second */
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const tb_f4 f = v2[j + 4 * h];
+                const tb_i32 q0 = (tb_i32)tb_rintf(f.x * inv), q1 = (tb_i32)tb_rintf(f.y * inv);
+                const tb_i32 q2 = (tb_i32)tb_rintf(f.z * inv), q3 = (tb_i32)tb_rintf(f.w * inv);
+                sum += q0 + q1 + q2 + q3;
+                word[h] = (tb_u32)(q0 & 0xFF) | ((tb_u32)(q1 & 0xFF) << 8) | ((tb_u32)(q2 & 0xFF) << 16) |
+                          ((tb_u32)(q3 & 0xFF) << 24);
+            }
+#if TB_X_IL
+            /* tb_stage_x's pairing of the first half's word j with the second's (its lanes part and part ^ 4) */
+            slot[0][j] = tb_prmt(word[0], word[1], 0x5140u);
+            slot[1][j] = tb_prmt(word[0], word[1], 0x7362u);
+#else
+            slot[0][j] = word[0];
+            slot[1][j] = word[1];
+#endif
+        }
+        const float xs = amax / 127.0f;
+        xm[2 * b] = xs;
+        xm[2 * b + 1] = xs * (float)sum;
+    }
+}
+template <int RG, int RW, int U, int MX>
+__device__ TB_FORCEINLINE void tb_decode_stream(TB_DECODE_PARAMS) {
+    typedef tb_work<RG, RW, U, 1, MX> W;
+    static_assert(MX == 1, "the stream kernel serves M = 1");
+    static_assert(W::V <= W::G, "the butterfly needs RW * MX <= lanes per row");
+    constexpr int GPB = TB_WAVES * RG;                  /* lane groups per block */
+    constexpr int STEP = W::G * U;
+    static_assert(!(TB_X_IL && TB_CHUNKS_PER_BLOCK == 8) || STEP % 8 == 0, "tb_work::dot: batches at multiples of 8");
+
+    W w;
+    tb_setup<W, 1>(w, qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
+    /* dynamic shared memory: [x fp32: min(K, TB_STREAM_XF) floats, a float4 of padding after every 32][x int8 of the
+     * K slice: 1.25 bytes per weight] */
+    tb_u32x4 *xf4 = (tb_u32x4 *)TB_DSMEM;
+    tb_u32x4 *xq = xf4 + 9 * (w.nxb < TB_STREAM_XF / 32 ? w.nxb : TB_STREAM_XF / 32);
+    float *xm = (float *)(xq + m * TB_RUNS * w.nchunks);
+    w.xq = xq, w.xm = xm;
+
+    float acc[W::V];
+#pragma unroll
+    for (int v = 0; v < W::V; ++v) acc[v] = 0.0f;
+    const int units = (n + RW - 1) / RW;
+    const int gstride = grid_x * GPB;
+    const int wave = w.tid / TB_WAVE;
+    int unit = (wave * RG + (w.tid & (TB_WAVE - 1)) / W::G) * grid_x + TB_BID_X; /* this group's */
+    int unit0 = wave * RG * grid_x + TB_BID_X;                                    /* the wave's first group's */
+    if (w.c1 == w.c0) return; /* k = 0 */
+
+    /* x in rounds of TB_STREAM_XF floats: every float4 of a round in flight at once (cp.async), then quantised
+     * from shared memory by tb_stage_x (the same rule and slots as the other kernels: bit-identical x). The first
+     * round is issued before the weights (its L2 hits then do not queue behind the batch's DRAM misses; issuing it
+     * costs a few instructions and no registers), the weights' first batch next, then x is quantised */
+    constexpr int XFB = TB_STREAM_XF / 32; /* 32-blocks of x per round */
+    auto issue_x = [&](int r0) {
+        const int rb = w.nxb - r0 < XFB ? w.nxb - r0 : XFB;
+        const float *src = x + (tb_size)(w.xb0 + r0) * 32;
+        for (int t = w.tid; t < 8 * rb; t += TB_THREADS) tb_cp_async16(tb_smem_addr(xf4 + t + (t >> 3)), src + 4 * t);
+        tb_cp_commit();
+    };
+    issue_x(0);
+    tb_batch<RW, U> a;
+    int base = w.c0;
+    if (unit0 < units) w.load_at(a, unit * RW, base);
+    for (int r0 = 0; r0 < w.nxb; r0 += XFB) {
+        if (r0 > 0) issue_x(r0);
+        const int rb = w.nxb - r0 < XFB ? w.nxb - r0 : XFB;
+        tb_cp_wait<0>();
+        tb_sync();
+        tb_stage_x1(xf4, w.xb0 + r0, rb, w.c0, w.nchunks, xq, xm + 2 * r0);
+        tb_sync(); /* x of the round quantised (and xf4 free for the next round) */
+    }
+    while (unit0 < units) {
+        if (base + STEP <= w.c1) /* a batch wholly inside the row (every one of a K = 5120 row at U5): no guards */
+            w.template compute<true>(a, base, acc);
+        else
+            w.compute(a, base, acc);
+        base += STEP;
+        if (base >= w.c1) {
+            w.store(unit * RW, acc);
+            unit += gstride, unit0 += gstride, base = w.c0;
+            if (unit0 >= units) break;
+        }
+        w.load_at(a, unit * RW, base);
     }
 }
 #endif
@@ -969,6 +1148,9 @@ __device__ TB_FORCEINLINE void tb_decode_pick(TB_DECODE_PARAMS) {
         static_assert(U == TBT_U && PP >= 2, "RG16: 8 chunks per stage, a ring of PP stages");
         tb_decode_tc<RW, KB, PG, MX, PP>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
         return;
+    } else if constexpr (PP == 5) {
+        tb_decode_stream<RG, RW, U, MX>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
+        return;
     } else if constexpr (PP >= 2) {
         tb_decode_ring<RG, RW, U, KB, PG, MX, PP>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
         return;
@@ -1041,8 +1223,14 @@ __device__ TB_FORCEINLINE void tb_decode_pick(TB_DECODE_PARAMS) {
     TB_DECODE_VARIANT(4, 4, 1, 8, 16, 0, 3) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 2) \
     TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 3) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 4) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 3, 2) \
     TB_DECODE_VARIANT(8, 1, 2, 8, 16, 2, 2) TB_DECODE_VARIANT(8, 4, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(8, 4, 1, 8, 16, 0, 3)
+/* the stream kernel (PP5: M = 1, the CUDA space only) */
+#define TB_DECODE_STREAM_VARIANTS \
+    TB_DECODE_VARIANT(1, 1, 1, 4, 2, 0, 5) TB_DECODE_VARIANT(1, 1, 1, 5, 1, 4, 5) TB_DECODE_VARIANT(1, 1, 1, 5, 2, 0, 5) \
+    TB_DECODE_VARIANT(1, 1, 1, 6, 1, 3, 5) TB_DECODE_VARIANT(1, 1, 1, 6, 1, 4, 5) TB_DECODE_VARIANT(1, 1, 1, 6, 2, 0, 5) \
+    TB_DECODE_VARIANT(1, 1, 2, 5, 1, 0, 5) TB_DECODE_VARIANT(1, 1, 2, 5, 1, 3, 5)
 #else
 #define TB_DECODE_RING_VARIANTS
 #define TB_DECODE_TC_VARIANTS
+#define TB_DECODE_STREAM_VARIANTS
 #endif
-TB_DECODE_VARIANTS TB_DECODE_RING_VARIANTS TB_DECODE_TC_VARIANTS
+TB_DECODE_VARIANTS TB_DECODE_RING_VARIANTS TB_DECODE_TC_VARIANTS TB_DECODE_STREAM_VARIANTS
