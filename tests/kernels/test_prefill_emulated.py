@@ -199,6 +199,13 @@ WS_CASES = [
     ("Q4_K", "N128/M128/W4x2/K4/S4/SK0/MB1/E2", 300, 1280, 129),  # 3 x 2 x 10: 60 units, 15 each
     ("Q8_0", "N128/M128/W4x2/K4/S4/SK0/MB1/E2", 300, 768, 37),  # 3 tiles x 6: 18 units, 4 / 5 / 4 / 5
     ("Q4_0", "N128/M128/W4x2/K4/S4/SK0/MB1/E2", 100, 256, 20),  # 1 x 2: 2 units, two workgroups idle
+    # the WIDE tile (4 consumers of m64 x 128 tokens under setmaxnreg, each group drained per block, a
+    # stage released after its last block): tails in n and m, the ring wrapping, stream-K shares crossing
+    # tiles mid-K
+    ("Q8_0", "N256/M128/W4x4/K4/S3/SK1/MB1/E2", 300, 1024, 150),
+    ("Q4_K", "N256/M128/W4x4/K4/S4/SK1/MB1/E2", 260, 1536, 129),
+    ("Q4_0", "N256/M128/W4x4/K4/S4/SK0/MB1/E2", 520, 1280, 200),  # 3 x 2 tiles x 10 stages: 60 units, 15 each
+    ("Q8_0", "N256/M128/W4x4/K4/S3/SK0/MB1/E2", 600, 1024, 130),  # 3 x 2 tiles x 8 stages: 48 units, 12 each
 ]
 
 
@@ -239,6 +246,7 @@ def test_kernel_shared_memory_equals_the_manifest(tmp_path: Path, fmt: str) -> N
         "N64/M128/W2x2/K8/S3/SK1/MB1/E0",
         "N128/M128/W4x2/K4/S3/SK1/MB1/E1",
         "N256/M64/W4x4/K4/S3/SK1/MB1/E2",
+        "N256/M128/W4x4/K4/S3/SK1/MB1/E2",
     ):
         emu = build(tmp_path, fmt, name)
         values = PACKAGE.bindings(emu.variant, 4096, 4096, 512, emu.fmt, emu.device)

@@ -16,11 +16,15 @@
  * Tile: a consumer warpgroup owns R = BN / (64 WG) m64 weight tiles (R = 2: two wgmma per k16 sharing the
  * activation descriptor), so BN = 256 with two consumers: the fp16 activations, the bulk of the L2 traffic
  * (BT * 64 bytes per 32-block against BN * ~18 for 4-bit weights), are re-read N / BN times.
- * Registers: no setmaxnreg. Two consumers (384 threads) get 168 registers, one consumer (256 threads) 255. With
- * setmaxnreg (producer .dec 48, consumers .inc 224) NVRTC 13.0.88 serialises every wgmma of the kernel (ptxas
- * C7513: "non wgmma instructions defining input registers of a wgmma between start and end of the pipeline
- * stage"), the same source without it compiles clean; so two consumers hold at most 64 accumulators each
- * (n_tile 128 x 128 tokens, or 256 x 64), and the 128-accumulator tiles run with one consumer.
+ * Registers: no setmaxnreg but on the WIDE tile. Two consumers (384 threads) get 168 registers, one consumer (256
+ * threads) 255. With setmaxnreg.inc NVRTC 13.0.88 serialises every wgmma of the kernel (ptxas C7513: "non wgmma
+ * instructions defining input registers of a wgmma between start and end of the pipeline stage") as long as a
+ * consumer writes the next block's A registers with a group in flight (wait_group 1): .dec alone, or .inc with
+ * the group drained per block (wait_group 0), compiles clean (2026-12-01, k2y). So two consumers hold at most 64
+ * accumulators each (n_tile 128 x 128 tokens, or 256 x 64), the 128-accumulator tiles run with one consumer, and
+ * the WIDE tile N256/M128/W4x4 (four consumers of 64) raises its consumers to 112 registers and drains per block:
+ * there the other three consumers' groups keep the tensor pipe busy while one dequantises, and a stage is
+ * released right after its last block.
  * SASS (ptxas 13.0.88, nvdisasm): per 32-block a consumer warp issues WARPGROUP.ARRIVE, its HGMMA pair(s) on
  * double-buffered A registers and WARPGROUP.DEPBAR.LE gsb0 1; one DEPBAR 0 after the loop. The scales: each lane
  * of a quad decodes block t's for its rows once per stage, the others fetch them with shfl.idx (decoded per
@@ -56,6 +60,15 @@ TB_DEV void tbp_cp_async_mbar_arrive(tb_u64 *bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(tbp_saddr(bar)) : "memory");
 }
 TB_DEV void tbp_cp_wait_all(void) { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+/* the warpgroup's register budget raised / lowered to N (a multiple of 8, 24..256) */
+template <int N>
+TB_DEV void tbp_setmaxnreg_inc(void) {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+TB_DEV void tbp_setmaxnreg_dec(void) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
 /* lane src's v (src inside the warp) */
 TB_DEV tb_u32 tbp_shfl_idx(tb_u32 v, int src) { return __shfl_sync(0xffffffffu, v, src); }
 /* the value is computed here, in program order with the volatile asm around it (no code motion past it) */
@@ -124,6 +137,17 @@ TB_DEV void tbp_ws_body(TB_PREFILL_PARAMS) {
     static_assert(BT % 32 == 0 && BT <= 256 && R * BT <= 256, "wgmma N; R * BT / 2 accumulators per thread");
     static_assert(KB == 4, "the 4 lanes of a quad decode the stage's 4 blocks' scales, one each");
     static_assert(SK >= 0 && SK <= 2, "every split has a stage: ceil(s / 2) and s - ceil(s / 2) >= 1 for s >= 2 stages");
+    /* WIDE: four consumers of m64 x 128 tokens (N256/M128/W4x4: 64 accumulators each), the L2 bytes per MAC of
+     * N256/M64 less the weights' half (Q8_0 0.0161 against 0.0244 B, Q4_0 0.0122 against 0.0166). 640 threads
+     * get 96 registers (NVRTC 13.0.88: spills 64 bytes, wgmma serialised for want of registers, C7512), so the
+     * producer gives back to 56 and the consumers take 112 (setmaxnreg: 4 * 128 * 112 + 128 * 56 <= 65536).
+     * Under setmaxnreg.inc ptxas serialises every wgmma (C7513) when the next block's A registers are written
+     * while a group is in flight (wait_group 1); the same source drained per block (wait_group 0) compiles clean,
+     * so a WIDE consumer has no group in flight while it dequantises: the other three consumers' groups keep the
+     * tensor pipe fed (each block is 2 x m64n128k16 = 128 tensor cycles per consumer, 512 for the four). */
+    constexpr bool WIDE = WG == 4 && R * BT == 128;
+    constexpr int PREG = 56, CREG = 112, WAITN = WIDE ? 0 : 1;
+    static_assert(!WIDE || 128 * (WG * CREG + PREG) <= 65536, "the raised registers fit the register file");
     TBP_DYN_SMEM
     tb_u8 *smem = tbp_smem;
     tb_u64 *full = (tb_u64 *)(smem + ST * L::STAGE), *empty = full + ST;
@@ -173,6 +197,9 @@ TB_DEV void tbp_ws_body(TB_PREFILL_PARAMS) {
     tb_sync();
 
     if (wg == WG) { /* ---------------------------------------- producer ------------------------------------ */
+#if defined(TB_CUDA)
+        if constexpr (WIDE) tbp_setmaxnreg_dec<PREG>();
+#endif
         const int pt = tid - 128 * WG;
         /* activation chunks: thread pt copies chunk c of token r8 of 8-token groups rg0, rg0 + XG, ... (8
          * consecutive threads = the 8 token rows of one core matrix: conflict-free stores) */
@@ -216,6 +243,9 @@ TB_DEV void tbp_ws_body(TB_PREFILL_PARAMS) {
     }
 
     /* ------------------------------------------------ consumers ------------------------------------------ */
+#if defined(TB_CUDA)
+    if constexpr (WIDE) tbp_setmaxnreg_inc<CREG>();
+#endif
     const int lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int wrow = 16 * (warp & 3) + (lane & 15); /* ldmatrix.x2 row address inside an m64 tile */
     const int r_g = 16 * (warp & 3) + g;            /* this lane's rows r_g, r_g + 8 of an m64 tile */
@@ -327,8 +357,12 @@ TB_DEV void tbp_ws_body(TB_PREFILL_PARAMS) {
 #pragma unroll
                     for (int hf = 0; hf < 2; ++hf) tbp_wgmma<BT>(acc[rr], a[rr][hf], desc[hf]);
                 tbp_wg_commit();
-                tbp_wg_wait<1>(); /* the previous block's group is done; this one runs on */
-                if (kb == 0 && it > 0) tbp_mbar_arrive(empty + (it - 1) % ST); /* stage it - 1 fully read */
+                tbp_wg_wait<WAITN>(); /* the previous block's group is done; this one runs on (WIDE: done too) */
+                if constexpr (WAITN == 0) {
+                    if (kb == KB - 1) tbp_mbar_arrive(empty + it % ST); /* every group of stage it retired */
+                } else {
+                    if (kb == 0 && it > 0) tbp_mbar_arrive(empty + (it - 1) % ST); /* stage it - 1 fully read */
+                }
             }
         }
     } while (++it < it0 + nst);
