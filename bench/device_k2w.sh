@@ -3,7 +3,9 @@
 # self-contained device run on ONE GPU, <= 300 s, all output under $OUT. From the repository root, .whl carried:
 #   GPU=0 bash bench/device_k2w.sh [date-tag]        (CUDA_VISIBLE_DEVICES=${GPU:-0})
 #   DRY=1 bash bench/device_k2w.sh                   (no GPU: prints the stage commands only)
-#   E2=V1,V2 ... narrows the E2 list (default: the whole E2 space, 24 variants since k2x: + 4 stream-K SK0);
+#   E2=V1,V2 ... narrows the E2 list (default: the whole E2 + E3 space: 24 variants since k2x (+ 4 stream-K SK0),
+#   32 since k2y (+ 4 WIDE N256/M128/W4x4 E2, + 4 E3: that tile in 2-CTA clusters));
+#   NCU_POINT=Q8_0,GateUp,2048 NCU_ENGINE=E3 pick stage 4's point and engine (default Q4_0,GateUp,2048, E2);
 #   FORMATS=Q4_0 narrows stages 1-3. K2X (the stream-K schedule, SK0) runs this same script:
 #   ART=.cubins GPU=0 bash bench/device_k2w.sh 2026-12-01-k2x
 # Device time is saved by compiling HERE first (the same NVRTC 13.0.88 wheel; the cache is content-addressed:
@@ -44,7 +46,7 @@ log="$OUT/k2w-prefill-h200-$tag.log"
   echo "# device: $(nvidia-smi --query-gpu=index,name,uuid,driver_version,clocks.sm --format=csv,noheader \
     2>/dev/null | tr '\n' ';') CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"
   echo "# date: $(date -u +%FT%TZ)"
-  echo "# command: STAGES=$STAGES ART=${ART:-} E2=${E2:-} FORMATS=${FORMATS:-} GPU=${GPU:-0} bash bench/device_k2w.sh $tag"
+  echo "# command: STAGES=$STAGES ART=${ART:-} E2=${E2:-} FORMATS=${FORMATS:-} NCU_POINT=${NCU_POINT:-} NCU_ENGINE=${NCU_ENGINE:-} GPU=${GPU:-0} bash bench/device_k2w.sh $tag"
   echo "# commit: $(git rev-parse HEAD 2>/dev/null)"
 } > "$log"
 el() { echo "# t=$(( $(date +%s) - t0 ))s $*" | tee -a "$log"; }
@@ -55,7 +57,7 @@ e0="$e0,N128/M128/W4x2/K4/S3/SK1/MB1/E0,N128/M128/W4x2/K4/S3/SK4/MB1/E0"
 e1="N256/M64/W4x4/K4/S3/SK1/MB1/E1,N128/M128/W4x2/K4/S4/SK2/MB1/E1"
 e2=${E2:-$($PY -c "
 from kernels.packages.loader import builtin_packages
-print(','.join(v.name for v in builtin_packages()['tb-prefill'].space('cuda') if v.params['engine'] == 2))")}
+print(','.join(v.name for v in builtin_packages()['tb-prefill'].space('cuda') if v.params['engine'] >= 2))")}
 formats=${FORMATS:-Q4_0,Q8_0,Q4_K}
 export K2W_BENCH="$e0,$e1,$e2" K2W_FORMATS="$formats"
 echo "# E2 variants: $e2" >> "$log"
@@ -145,18 +147,20 @@ fi
 
 if want ncu; then
 el "stage 4: ncu"
-eng=$(grep -q "/E2" <<< "$variants" && echo E2 || echo E1)
+eng=${NCU_ENGINE:-$(grep -q "/E2" <<< "$variants" && echo E2 || echo E1)}
+npoint=${NCU_POINT:-Q4_0,GateUp,2048}
+nlog="$OUT/ncu-prefill-$(tr 'A-Z,' 'a-z-' <<< "$npoint")-$eng-h200-$tag.log"
 box=$(( $(left) ))
 [ "$STAGES" = ncu ] && box=${NCU_TIMEOUT:-90}
 if [ -f "$json" ] && [ "$box" -gt 20 ]; then
   run env TUNEBASE_CUPTI=0 timeout -k 5 "$box" ncu --kernel-name regex:tb_prefill_n --launch-count 1 \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section SchedulerStats --section WarpStateStats \
     --section InstructionStats --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
-    $PY bench/prefill_ncu.py --json "$json" --point Q4_0,GateUp,2048 --artifacts "$ART" --engine "$eng" \
-    > "$OUT/ncu-prefill-q4_0-gateup-m2048-$eng-h200-$tag.log" 2>&1
+    $PY bench/prefill_ncu.py --json "$json" --point "$npoint" --artifacts "$ART" --engine "$eng" \
+    > "$nlog" 2>&1
   echo "# ncu rc=$?" >> "$log"
   grep -E "\"variant\"|Duration|Issue Slots|Issued Ipc|Eligible|No Eligible|Registers|Achieved Occupancy|Compute \(SM\)|Memory Throughput|L2 Cache Throughput|DRAM Throughput|Stall" \
-    "$OUT/ncu-prefill-q4_0-gateup-m2048-$eng-h200-$tag.log" | head -25
+    "$nlog" | head -25
 fi
 fi
 el "done"
