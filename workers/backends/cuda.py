@@ -172,14 +172,18 @@ class CudaDevice:
             "binary_version": get("CU_FUNC_ATTRIBUTE_BINARY_VERSION"),
             "block_threads": threads,
         }
-        blocks = int(
-            cd.check(
-                cd.driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
-                    function, threads, geometry.shared_bytes
-                ),
-                "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+        try:
+            blocks = int(
+                cd.check(
+                    cd.driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                        function, threads, geometry.shared_bytes
+                    ),
+                    "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+                )
             )
-        )
+        except cd.CudaError as exc:  # a report, not a reason to drop the variant (e.g. a cluster kernel)
+            blocks = 0
+            out["occupancy_error"] = str(exc)[:200]
         max_warps = self.ctx.attribute("CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR") // 32
         warps = blocks * (threads // 32)
         out["blocks_per_sm"] = blocks
