@@ -761,48 +761,104 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
     int tile = TB_BID_X;
     if (tile >= tiles) return; /* uniform over the workgroup */
 
-    /* copy stage (tile it, chunks ib .. ib + 7 of the row) into ring slot st; rows past n read row n - 1 */
+    /* copy stage (tile itile, chunks ibase .. ibase + 7 of the row) into ring slot st; rows past n read row n - 1.
+     * Lane l copies row 16 rr + (l & 15), bytes 16 (l >> 4) + 32 j (j < 4) of the stage's 128: the two lanes of a
+     * row fetch one whole 32-byte sector per copy, and the lane's 4 copies are one pointer plus immediates. The
+     * pointers (and the scale pieces' row starts) are set once per tile (aim), then advance with the stage. */
     int itile = tile, ibase = w.c0;
+    const tb_u8 *gq[RW];            /* the lane's payload bytes of stage ibase, row 16 rr + (lane & 15) */
+    tb_u8 *dq = ring + (lane & 15) * TBT_QS_STRIDE + 16 * (lane >> 4); /* its ring bytes (slot 0) */
+    constexpr int SCJ = (ROWS * TBT_SCP + 31) / 32;        /* scale pieces per lane */
+    constexpr int SCSTAGE = TBT_U / TB_CHUNKS_PER_BLOCK * TB_SC_BYTES; /* scale bytes of a row per stage */
+    const tb_u8 *gs[SCJ];           /* row start of the lane's scale piece j */
+    int slim[SCJ];                  /* bytes from that row start to the end of sc (at most 2^30) */
+#if TBT_QHP
+    constexpr int QHJ = ROWS * TBT_QHP / 32;
+    const tb_u8 *gh[QHJ];           /* the lane's high-bit piece j of stage ibase */
+#endif
+    auto aim = [&]() {
+        const int row0 = itile * W::ROWS_WG + warp * ROWS;
+#pragma unroll
+        for (int rr = 0; rr < RW; ++rr) {
+            const int row = row0 + 16 * rr + (lane & 15);
+            gq[rr] = qs + (tb_size)(row < n ? row : n - 1) * w.qs_row + 16 * (tb_size)(ibase + (lane >> 4));
+        }
+#pragma unroll
+        for (int j = 0; j < SCJ; ++j) {
+            const int row = row0 + (lane + 32 * j) / TBT_SCP;
+            gs[j] = sc + (tb_size)(row < n ? row : n - 1) * w.sc_row;
+            const long long left = sc_end - gs[j];
+            slim[j] = left < (1ll << 30) ? (int)left : (1 << 30);
+        }
+#if TBT_QHP
+        const tb_size fb = (tb_size)(ibase / TB_CHUNKS_PER_BLOCK);
+#pragma unroll
+        for (int j = 0; j < QHJ; ++j) {
+            const int i = lane + 32 * j, row = row0 + i / TBT_QHP;
+            gh[j] = qh + (tb_size)(row < n ? row : n - 1) * w.qh_row + fb * TB_QH_BYTES + 16 * (i % TBT_QHP);
+        }
+#endif
+    };
+    if (itile < tiles) aim();
     auto issue = [&](int st) {
         if (itile < tiles) {
             tb_u8 *dst = ring + st * STAGE;
-            const int row0 = itile * W::ROWS_WG + warp * ROWS;
-            const tb_size fb = (tb_size)(ibase / TB_CHUNKS_PER_BLOCK); /* format block of the stage */
 #pragma unroll
-            for (int j = 0; j < ROWS * TBT_U / 32; ++j) {
-                const int i = lane + 32 * j, r = i / TBT_U, c = i % TBT_U;
-                const tb_size row = (tb_size)(row0 + r < n ? row0 + r : n - 1);
-                tb_cp_async16(tb_smem_addr(dst + r * TBT_QS_STRIDE + 16 * c), qs + row * w.qs_row + 16 * (tb_size)(ibase + c));
+            for (int rr = 0; rr < RW; ++rr) {
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+                    tb_cp_async16(tb_smem_addr(dq + st * STAGE + 16 * rr * TBT_QS_STRIDE + 32 * j), gq[rr] + 32 * j);
+                gq[rr] += 16 * TBT_U;
             }
 #if TBT_QHP
 #pragma unroll
-            for (int j = 0; j < ROWS * TBT_QHP / 32; ++j) {
+            for (int j = 0; j < QHJ; ++j) {
                 const int i = lane + 32 * j, r = i / TBT_QHP, pc = i % TBT_QHP;
-                const tb_size row = (tb_size)(row0 + r < n ? row0 + r : n - 1);
-                tb_cp_async16(tb_smem_addr(dst + OFF_QH + r * TBT_QH_STRIDE + 16 * pc),
-                              qh + row * w.qh_row + fb * TB_QH_BYTES + 16 * pc);
+                tb_cp_async16(tb_smem_addr(dst + OFF_QH + r * TBT_QH_STRIDE + 16 * pc), gh[j]);
+                gh[j] += 16 * TBT_QHP;
             }
 #endif
+            /* raw scale bytes: 16-byte pieces from the 16-aligned address at or below the row's window, the bytes
+             * past the end of sc zero-filled (they are never used) */
+            const int ofs = ibase / TB_CHUNKS_PER_BLOCK * TB_SC_BYTES;
 #pragma unroll
-            for (int j = 0; j < (ROWS * TBT_SCP + 31) / 32; ++j) {
+            for (int j = 0; j < SCJ; ++j) {
                 const int i = lane + 32 * j, r = i / TBT_SCP, pc = i % TBT_SCP;
                 if (i < ROWS * TBT_SCP) {
-                    const tb_size row = (tb_size)(row0 + r < n ? row0 + r : n - 1);
-                    const tb_u8 *a = sc + row * w.sc_row + fb * TB_SC_BYTES;
-                    const tb_u8 *src = a - ((unsigned long long)a & 15u) + 16 * pc;
-                    const long long left = sc_end - src;
-                    const int valid = left >= 16 ? 16 : (left > 0 ? (int)left : 0);
-                    tb_cp_async16z(tb_smem_addr(dst + OFF_SC + r * TBT_SC_STRIDE + 16 * pc), valid ? src : sc, valid);
+                    const int start = ofs - (int)(((unsigned)(unsigned long long)gs[j] + (unsigned)ofs) & 15u) + 16 * pc;
+                    const int left = slim[j] - start;
+                    const int valid = left >= 16 ? 16 : (left > 0 ? left : 0);
+                    tb_cp_async16z(tb_smem_addr(dst + OFF_SC + r * TBT_SC_STRIDE + 16 * pc), valid ? gs[j] + start : sc, valid);
                 }
             }
         }
         tb_cp_commit(); /* empty groups past the end keep the wait count uniform */
         ibase += TBT_U;
-        if (ibase >= w.c1) itile += grid_x, ibase = w.c0;
+        if (ibase >= w.c1) {
+            itile += grid_x, ibase = w.c0;
+            if (itile < tiles) aim();
+        }
     };
+    (void)SCSTAGE;
 
     /* the stage in slot st (landed) of chunks base .. base + 7: unpack, mma, scale */
+    /* per row tile of the compute side: the low bits of the scale rows g, g + 8 (+ 16 r) of this lane (the ring
+     * holds each row's scale window from the 16-aligned address at or below it); with whole 16-byte scale steps
+     * per stage (Q4_0, Q4_1, Q5_*, IQ4_NL) the misalignment is the tile's, else it moves with the stage */
+    unsigned sdl[RW][2];
+    auto aim_c = [&](int ctile) {
+        const int row0 = ctile * W::ROWS_WG + warp * ROWS;
+#pragma unroll
+        for (int r = 0; r < RW; ++r)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int rr = row0 + 16 * r + 8 * h + g, rowg = rr < n ? rr : n - 1;
+                const unsigned lo = (unsigned)(unsigned long long)(sc + (tb_size)rowg * w.sc_row);
+                sdl[r][h] = SCSTAGE % 16 == 0 ? (lo + (unsigned)(w.c0 / TB_CHUNKS_PER_BLOCK * TB_SC_BYTES)) & 15u : lo;
+            }
+    };
     auto compute = [&](int st, int base, int row0) {
+        (void)row0;
         const tb_u8 *src = ring + st * STAGE;
         const int fb = base / TB_CHUNKS_PER_BLOCK;
         const int b32 = fb * (TB_BLOCK_WEIGHTS / 32); /* first 32-block of the stage in the row */
@@ -886,9 +942,8 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
                     for (int h = 0; h < 2; ++h) {
                         const int rr = 16 * r + 8 * h + g;
                         const tb_u8 *raw = src + OFF_SC + rr * TBT_SC_STRIDE;
-                        /* the misalignment of the row's scale window, as the copy saw it */
-                        const int rowg = row0 + rr < n ? row0 + rr : n - 1;
-                        const int delta = (int)((unsigned long long)(sc + (tb_size)rowg * w.sc_row + (tb_size)fb * TB_SC_BYTES) & 15u);
+                        /* the misalignment of the row's scale window, as the copy saw it (set per tile: aim_c) */
+                        const int delta = SCSTAGE % 16 == 0 ? (int)sdl[r][h] : (int)((sdl[r][h] + (unsigned)(fb * TB_SC_BYTES)) & 15u);
                         float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #if defined(TB_FMT_Q6_K)
                         tbp_decode_scale(raw, ke, b32 + ke, delta, o);
@@ -942,6 +997,7 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
     for (int s = 0; s < S - 1; ++s) issue(s);
     tb_stage_x<TB_XP(MX), true>(x, m, k, w.xb0, w.nxb, w.c0, w.nchunks, xq, xm);
     tb_sync();
+    aim_c(tile);
     int base = w.c0, slot = 0;
     for (;;) {
         tb_syncwarp(); /* every lane is done with the slot the next issue refills */
@@ -955,6 +1011,7 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
             finish(tile);
             tile += grid_x, base = w.c0;
             if (tile >= tiles) break;
+            aim_c(tile);
         }
     }
     tb_cp_wait<0>();
