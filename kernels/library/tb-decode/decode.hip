@@ -266,7 +266,9 @@ TB_DEV void tb_stage_x(const float *__restrict__ x, int m, int k, int b0, int nb
                 }
                 if (part == 0) {
                     const float xs = amax / 127.0f;
-                    xm[2 * (i * nb + b)] = xs;
+                    /* RG16: dw * dx carries the unpacked operands' power-of-two factor (tb_i8mma.h
+                     * TBP_OPERAND_SCALE) on x's scale, so the weight scales decode without a multiply */
+                    xm[2 * (i * nb + b)] = TC ? xs * TBP_OPERAND_SCALE : xs;
                     xm[2 * (i * nb + b) + 1] = xs * sum;
                 }
             }
@@ -734,6 +736,16 @@ __device__ TB_FORCEINLINE void tb_decode_ring(TB_DECODE_PARAMS) {
 
 #if defined(TB_DSMEM)
 TB_DEV float tb_bits_float(tb_i32 v) { return __int_as_float(v); }
+/* (a & b) ^ c as one LOP3 of three registers (NVVM splits it into two LOP3s with immediates otherwise) */
+TB_DEV tb_u32 tbt_and_xor(tb_u32 a, tb_u32 b, tb_u32 c) {
+#if defined(TB_CUDA_EMULATION)
+    return (a & b) ^ c;
+#else
+    tb_u32 r;
+    asm("lop3.b32 %0, %1, %2, %3, 0x6A;" : "=r"(r) : "r"(a), "r"(b), "r"(c)); /* 0x6A = (0xF0 & 0xCC) ^ 0xAA */
+    return r;
+#endif
+}
 
 template <int RW, int KB, int PG, int MX, int S>
 __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
@@ -770,8 +782,10 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
     tb_u8 *dq = ring + (lane & 15) * TBT_QS_STRIDE + 16 * (lane >> 4); /* its ring bytes (slot 0) */
     constexpr int SCJ = (ROWS * TBT_SCP + 31) / 32;        /* scale pieces per lane */
     constexpr int SCSTAGE = TBT_U / TB_CHUNKS_PER_BLOCK * TB_SC_BYTES; /* scale bytes of a row per stage */
-    const tb_u8 *gs[SCJ];           /* row start of the lane's scale piece j */
-    int slim[SCJ];                  /* bytes from that row start to the end of sc (at most 2^30) */
+    /* the lane's scale piece j of stage ibase: its row's window start, or (whole 16-byte scale steps per stage:
+     * the misalignment stays) the 16-aligned address at or below it */
+    const tb_u8 *gs[SCJ];
+    bool sc_fast = false; /* warp-uniform: no piece of this tile's rows reaches past the end of sc */
 #if TBT_QHP
     constexpr int QHJ = ROWS * TBT_QHP / 32;
     const tb_u8 *gh[QHJ];           /* the lane's high-bit piece j of stage ibase */
@@ -786,10 +800,12 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
 #pragma unroll
         for (int j = 0; j < SCJ; ++j) {
             const int row = row0 + (lane + 32 * j) / TBT_SCP;
-            gs[j] = sc + (tb_size)(row < n ? row : n - 1) * w.sc_row;
-            const long long left = sc_end - gs[j];
-            slim[j] = left < (1ll << 30) ? (int)left : (1 << 30);
+            const tb_u8 *a = sc + (tb_size)(row < n ? row : n - 1) * w.sc_row + (tb_size)(ibase / TB_CHUNKS_PER_BLOCK * TB_SC_BYTES);
+            gs[j] = SCSTAGE % 16 == 0 ? (const tb_u8 *)((unsigned long long)a & ~15ull) : a;
         }
+        /* a piece ends before its window's start + 16 TBT_SCP: inside sc while 16 TBT_SCP bytes of rows follow */
+        const int rowmax = row0 + ROWS - 1 < n - 1 ? row0 + ROWS - 1 : n - 1;
+        sc_fast = (long long)(n - 1 - rowmax) * (long long)w.sc_row >= 16 * TBT_SCP;
 #if TBT_QHP
         const tb_size fb = (tb_size)(ibase / TB_CHUNKS_PER_BLOCK);
 #pragma unroll
@@ -820,16 +836,21 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
 #endif
             /* raw scale bytes: 16-byte pieces from the 16-aligned address at or below the row's window, the bytes
              * past the end of sc zero-filled (they are never used) */
-            const int ofs = ibase / TB_CHUNKS_PER_BLOCK * TB_SC_BYTES;
 #pragma unroll
             for (int j = 0; j < SCJ; ++j) {
                 const int i = lane + 32 * j, r = i / TBT_SCP, pc = i % TBT_SCP;
                 if (i < ROWS * TBT_SCP) {
-                    const int start = ofs - (int)(((unsigned)(unsigned long long)gs[j] + (unsigned)ofs) & 15u) + 16 * pc;
-                    const int left = slim[j] - start;
-                    const int valid = left >= 16 ? 16 : (left > 0 ? left : 0);
-                    tb_cp_async16z(tb_smem_addr(dst + OFF_SC + r * TBT_SC_STRIDE + 16 * pc), valid ? gs[j] + start : sc, valid);
+                    const tb_u8 *src = (SCSTAGE % 16 == 0 ? gs[j] : (const tb_u8 *)((unsigned long long)gs[j] & ~15ull)) + 16 * pc;
+                    const unsigned to = tb_smem_addr(dst + OFF_SC + r * TBT_SC_STRIDE + 16 * pc);
+                    if (sc_fast) {
+                        tb_cp_async16(to, src);
+                    } else {
+                        const long long left = sc_end - src;
+                        const int valid = left >= 16 ? 16 : (left > 0 ? (int)left : 0);
+                        tb_cp_async16z(to, valid ? src : sc, valid);
+                    }
                 }
+                gs[j] += SCSTAGE;
             }
         }
         tb_cp_commit(); /* empty groups past the end keep the wait count uniform */
@@ -846,6 +867,15 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
      * holds each row's scale window from the 16-aligned address at or below it); with whole 16-byte scale steps
      * per stage (Q4_0, Q4_1, Q5_*, IQ4_NL) the misalignment is the tile's, else it moves with the stage */
     unsigned sdl[RW][2];
+    int soff[RW][2]; /* non-K-quants: ring offset of the lane's scale of row 16 r + 8 h + g, block 2t / MX of a C tile */
+    (void)P;
+    const bool x_on = g % MX < m;
+    const int x_tok = x_on ? g % MX : m - 1, s_tok = (2 * t) % MX < m ? (2 * t) % MX : m - 1;
+    const bool s_on1 = (2 * t) % MX + 1 < m;
+#if defined(TB_FMT_Q4_0)
+    /* 0xF0F0F0F0 and 0x80808080 from a per-lane zero ptxas cannot fold (as tb_iq4_tables): kept in registers */
+    const tb_u32 q4_zero = ((tb_u32)k >> 31) & (tb_u32)w.tid, q4_hi = 0xF0F0F0F0u ^ q4_zero, q4_sign = 0x80808080u ^ q4_zero;
+#endif
     auto aim_c = [&](int ctile) {
         const int row0 = ctile * W::ROWS_WG + warp * ROWS;
 #pragma unroll
@@ -855,6 +885,8 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
                 const int rr = row0 + 16 * r + 8 * h + g, rowg = rr < n ? rr : n - 1;
                 const unsigned lo = (unsigned)(unsigned long long)(sc + (tb_size)rowg * w.sc_row);
                 sdl[r][h] = SCSTAGE % 16 == 0 ? (lo + (unsigned)(w.c0 / TB_CHUNKS_PER_BLOCK * TB_SC_BYTES)) & 15u : lo;
+                soff[r][h] = OFF_SC + (16 * r + 8 * h + g) * TBT_SC_STRIDE + (2 * t) / MX * TBP_SCB +
+                             (SCSTAGE % 16 == 0 ? (int)sdl[r][h] : 0);
             }
     };
     auto compute = [&](int st, int base, int row0) {
@@ -884,19 +916,19 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
 #endif
             tb_i32 d[4], dh[4];
             tb_u32 bx0 = 0, bx1 = 0;
+            /* this lane's x words: row of M g % MX of block kb + g / MX (zero past m), one C tile after another;
+             * its x scales: rows of M (2t) % MX + e of block kb + 2t / MX ([row of M][block]: immediates) */
+            const tb_u32 *xp = xw + ((b32 - w.xb0 + g / MX) * m + x_tok) * 8 + 2 * t;
+            const float *xmp = xm + 2 * (s_tok * w.nxb + b32 - w.xb0 + (2 * t) / MX);
 #pragma unroll
             for (int kb = 0; kb < TBT_NB; ++kb) {
                 const int jc = kb % P, grp = kb / TBP_G, jg = kb % TBP_G;
                 if (jc == 0) {
                     TBT_MAGIC_INIT(d);
                     TBT_MAGIC_INIT(dh);
-                    /* this lane's x words: row of M g % MX of block kb + g / MX (zero past m) */
-                    const int tok = g % MX, xb = b32 + kb + g / MX - w.xb0;
-                    bx0 = bx1 = 0;
-                    if (tok < m) {
-                        const tb_u32x2 v = *(const tb_u32x2 *)(xw + (xb * m + tok) * 8 + 2 * t);
-                        bx0 = v.x, bx1 = v.y;
-                    }
+                    const tb_u32x2 v = *(const tb_u32x2 *)xp;
+                    bx0 = v.x, bx1 = v.y;
+                    xp += P * 8 * m;
                 }
                 tb_u32 a[4];
 #pragma unroll
@@ -911,12 +943,18 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
 #if TB_X_IL
                     (void)jg;
                     tb_iq4_lookup_il_t(q[h][grp], w.iq4t0, w.iq4t2, &lo, &hi);
+#elif defined(TB_FMT_Q4_0)
+                    /* tbp_unpack's 16 (q - 8) operands with both masks in registers: one LOP3 per word (+ the
+                     * shift of the low nibbles) instead of two with immediates */
+                    (void)jg;
+                    lo = tbt_and_xor(q[h][grp] << 4, q4_hi, q4_sign);
+                    hi = tbt_and_xor(q[h][grp], q4_hi, q4_sign);
 #else
                     tbp_unpack(&q[h][grp * TBP_QS_CHUNKS], hw, jg, t, lo, hi);
 #endif
                     a[h] = lo, a[2 + h] = hi;
                 }
-                const bool mine = g / MX == jc; /* columns jc * MX .. : x of this block */
+                const bool mine = g / MX == jc && x_on; /* columns jc * MX .. : x of this block (rows of M < m) */
                 const tb_u32 b0 = mine ? bx0 : 0u, b1 = mine ? bx1 : 0u;
 #if TBP_G16
                 tbp_mma16_acc(d, a[0], a[1], b0);
@@ -928,27 +966,35 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
                     /* elements: rows g, g + 8 (e >> 1) x columns 2t, 2t + 1: rows of M (2t) % MX + (e & 1) of
                      * block kb0 + 2t / MX */
                     const int ke = kb - (P - 1) + (2 * t) / MX;
-                    const int tok = (2 * t) % MX, xb = b32 + ke - w.xb0;
-                    float dx[2] = {0.0f, 0.0f}, sx[2] = {0.0f, 0.0f};
+                    /* a column of an absent row of M (its dots are 0: B's column is zero) takes row m - 1's scales */
+                    float dx[2], sx[2];
 #pragma unroll
                     for (int e = 0; e < 2; ++e) {
-                        if (tok + e < m) {
-                            const tb_f2 v = *(const tb_f2 *)(xm + 2 * ((tok + e) * w.nxb + xb));
-                            dx[e] = v.x, sx[e] = v.y;
-                        }
+                        const tb_f2 v = *(const tb_f2 *)(xmp + (e && s_on1) * 2 * w.nxb + 2 * (kb - (P - 1)));
+                        dx[e] = v.x, sx[e] = v.y;
                     }
                     (void)sx;
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
                         const int rr = 16 * r + 8 * h + g;
                         const tb_u8 *raw = src + OFF_SC + rr * TBT_SC_STRIDE;
+                        (void)raw;
                         /* the misalignment of the row's scale window, as the copy saw it (set per tile: aim_c) */
                         const int delta = SCSTAGE % 16 == 0 ? (int)sdl[r][h] : (int)((sdl[r][h] + (unsigned)(fb * TB_SC_BYTES)) & 15u);
                         float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #if defined(TB_FMT_Q6_K)
                         tbp_decode_scale(raw, ke, b32 + ke, delta, o);
-#else
+#elif TBP_KQUANT
                         tbp_decode_scale(raw + delta, ke, b32 + ke, 0, o);
+#else
+                        /* x's scale has the operand factor; the lane's block (2t / MX) is in its offset */
+                        (void)delta;
+                        const tb_u8 *sp = src + (SCSTAGE % 16 == 0 ? soff[r][h] : soff[r][h] + delta) + (kb - (P - 1)) * TBP_SCB;
+                        o[0] = tb_half(tb_ld_u16(sp));
+                        o[1] = -TBP_MAGIC * o[0];
+#if TBP_ASYM
+                        o[2] = tb_half(tb_ld_u16(sp + 2));
+#endif
 #endif
 #pragma unroll
                         for (int e = 0; e < 2; ++e) {
