@@ -736,6 +736,22 @@ __device__ TB_FORCEINLINE void tb_decode_ring(TB_DECODE_PARAMS) {
 
 #if defined(TB_DSMEM)
 TB_DEV float tb_bits_float(tb_i32 v) { return __int_as_float(v); }
+/* the scale pieces of a stage where the rows end near the end of sc: the bytes past it zero-filled, never read
+ * (the warp takes it in the last row tile only) */
+template <int SCJ, int SCSTAGE, int ROWS>
+__device__ TB_FORCEINLINE void tbt_sc_tail(const tb_u8 *const *gs, int lane, tb_u8 *dst, const tb_u8 *sc,
+                                           const tb_u8 *sc_end) {
+#pragma unroll
+    for (int j = 0; j < SCJ; ++j) {
+        const int i = lane + 32 * j, r = i / TBT_SCP, pc = i % TBT_SCP;
+        if (i < ROWS * TBT_SCP) {
+            const tb_u8 *src = (SCSTAGE % 16 == 0 ? gs[j] : (const tb_u8 *)((unsigned long long)gs[j] & ~15ull)) + 16 * pc;
+            const long long left = sc_end - src;
+            const int valid = left >= 16 ? 16 : (left > 0 ? (int)left : 0);
+            tb_cp_async16z(tb_smem_addr(dst + r * TBT_SC_STRIDE + 16 * pc), valid ? src : sc, valid);
+        }
+    }
+}
 /* (a & b) ^ c as one LOP3 of three registers (NVVM splits it into two LOP3s with immediates otherwise) */
 TB_DEV tb_u32 tbt_and_xor(tb_u32 a, tb_u32 b, tb_u32 c) {
 #if defined(TB_CUDA_EMULATION)
@@ -836,22 +852,19 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
 #endif
             /* raw scale bytes: 16-byte pieces from the 16-aligned address at or below the row's window, the bytes
              * past the end of sc zero-filled (they are never used) */
+            if (sc_fast) { /* a branch of its own: if-converted, the zero-fill path cost ~20 issue slots a stage */
 #pragma unroll
-            for (int j = 0; j < SCJ; ++j) {
-                const int i = lane + 32 * j, r = i / TBT_SCP, pc = i % TBT_SCP;
-                if (i < ROWS * TBT_SCP) {
-                    const tb_u8 *src = (SCSTAGE % 16 == 0 ? gs[j] : (const tb_u8 *)((unsigned long long)gs[j] & ~15ull)) + 16 * pc;
-                    const unsigned to = tb_smem_addr(dst + OFF_SC + r * TBT_SC_STRIDE + 16 * pc);
-                    if (sc_fast) {
-                        tb_cp_async16(to, src);
-                    } else {
-                        const long long left = sc_end - src;
-                        const int valid = left >= 16 ? 16 : (left > 0 ? (int)left : 0);
-                        tb_cp_async16z(to, valid ? src : sc, valid);
-                    }
+                for (int j = 0; j < SCJ; ++j) {
+                    const int i = lane + 32 * j, r = i / TBT_SCP, pc = i % TBT_SCP;
+                    if (i < ROWS * TBT_SCP)
+                        tb_cp_async16(tb_smem_addr(dst + OFF_SC + r * TBT_SC_STRIDE + 16 * pc),
+                                      (SCSTAGE % 16 == 0 ? gs[j] : (const tb_u8 *)((unsigned long long)gs[j] & ~15ull)) + 16 * pc);
                 }
-                gs[j] += SCSTAGE;
+            } else {
+                tbt_sc_tail<SCJ, SCSTAGE, ROWS>(gs, lane, dst + OFF_SC, sc, sc_end);
             }
+#pragma unroll
+            for (int j = 0; j < SCJ; ++j) gs[j] += SCSTAGE;
         }
         tb_cp_commit(); /* empty groups past the end keep the wait count uniform */
         ibase += TBT_U;
