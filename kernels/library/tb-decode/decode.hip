@@ -752,6 +752,24 @@ __device__ TB_FORCEINLINE void tbt_sc_tail(const tb_u8 *const *gs, int lane, tb_
         }
     }
 }
+/* (a & b) | c as one LOP3 of three registers */
+TB_DEV tb_u32 tbt_and_or(tb_u32 a, tb_u32 b, tb_u32 c) {
+#if defined(TB_CUDA_EMULATION)
+    return (a & b) | c;
+#else
+    tb_u32 r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(a), "r"(b), "r"(c)); /* 0xEA = (0xF0 & 0xCC) | 0xAA */
+    return r;
+#endif
+}
+/* tb_iq4_lookup_il_t with the selector from one LOP3 of three registers (k44 = 0x44444444, k3210 = 0x32103210
+ * held in registers): 6 prmt + 6 ALU per payload word */
+TB_DEV void tbt_iq4_lookup(tb_u32 w, tb_u32 t0, tb_u32 t2, tb_u32 k44, tb_u32 k3210, tb_u32 *r0, tb_u32 *r1) {
+    const tb_u32 wx = w ^ 0x88888888u;
+    const tb_u32 sel = tbt_and_or(w >> 1, k44, k3210);
+    *r0 = tb_prmt_raw(tb_prmt_raw(t0, TB_IQ4_T1, w), tb_prmt_raw(t2, TB_IQ4_T3, wx), sel);
+    *r1 = tb_prmt_raw(tb_prmt_raw(t0, TB_IQ4_T1, w >> 16), tb_prmt_raw(t2, TB_IQ4_T3, wx >> 16), sel >> 16);
+}
 /* (a & b) ^ c as one LOP3 of three registers (NVVM splits it into two LOP3s with immediates otherwise) */
 TB_DEV tb_u32 tbt_and_xor(tb_u32 a, tb_u32 b, tb_u32 c) {
 #if defined(TB_CUDA_EMULATION)
@@ -885,6 +903,10 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
     const bool x_on = g % MX < m;
     const int x_tok = x_on ? g % MX : m - 1, s_tok = (2 * t) % MX < m ? (2 * t) % MX : m - 1;
     const bool s_on1 = (2 * t) % MX + 1 < m;
+#if TB_X_IL
+    /* tbt_iq4_lookup's selector masks in registers (a per-lane zero, as tb_iq4_tables) */
+    const tb_u32 iq_k44 = 0x44444444u ^ (((tb_u32)k >> 31) & (tb_u32)w.tid), iq_k3210 = 0x32103210u ^ (((tb_u32)k >> 31) & (tb_u32)w.tid);
+#endif
 #if defined(TB_FMT_Q4_0)
     /* 0xF0F0F0F0 and 0x80808080 from a per-lane zero ptxas cannot fold (as tb_iq4_tables): kept in registers */
     const tb_u32 q4_zero = ((tb_u32)k >> 31) & (tb_u32)w.tid, q4_hi = 0xF0F0F0F0u ^ q4_zero, q4_sign = 0x80808080u ^ q4_zero;
@@ -927,6 +949,28 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
                          hq[0][pc], hq[1][pc], hq[0][pc + 1], hq[1][pc + 1]);
             }
 #endif
+#if defined(TB_FMT_IQ4_XS)
+            /* MX4: each row's super-block scales once per stage (not per C tile): d, -32 d, and the lane's four 6-bit
+             * sub-block scales (block 2 i + t / 2 of C tile i) as the bytes of one word */
+            float iq_d[2], iq_m[2];
+            tb_u32 iq_ls[2];
+            if constexpr (MX == 4) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int delta = (int)((sdl[r][h] + (unsigned)(fb * TB_SC_BYTES)) & 15u);
+                    tb_u32 sw[2]; /* d | scales_h << 16, scales_l (8 nibbles) */
+                    tb_ld_u32x2(src + OFF_SC + (16 * r + 8 * h + g) * TBT_SC_STRIDE + delta, sw);
+                    iq_d[h] = tb_half(sw[0] & 0xFFFFu);
+                    iq_m[h] = -32.0f * iq_d[h];
+                    const tb_u32 sl = sw[1] >> (4 * (t >> 1)), sh = sw[0] >> (16 + 2 * (t >> 1));
+                    /* scales_h's 2-bit pieces 4 i (i = 0..3) to bits 4, 5 of byte i: nibbles to bytes (prmt), the even
+                     * ones shifted up */
+                    const tb_u32 sp = tb_prmt(sh, sh, 0x1100u);
+                    const tb_u32 hb = (((sp << 4) & 0x00FF00FFu) | (sp & 0xFF00FF00u)) & 0x30303030u;
+                    iq_ls[h] = (sl & 0x0F0F0F0Fu) | hb;
+                }
+            }
+#endif
             tb_i32 d[4], dh[4];
             tb_u32 bx0 = 0, bx1 = 0;
             /* this lane's x words: row of M g % MX of block kb + g / MX (zero past m), one C tile after another;
@@ -955,7 +999,7 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
                     tb_u32 lo, hi;
 #if TB_X_IL
                     (void)jg;
-                    tb_iq4_lookup_il_t(q[h][grp], w.iq4t0, w.iq4t2, &lo, &hi);
+                    tbt_iq4_lookup(q[h][grp], w.iq4t0, w.iq4t2, iq_k44, iq_k3210, &lo, &hi);
 #elif defined(TB_FMT_Q4_0)
                     /* tbp_unpack's 16 (q - 8) operands with both masks in registers: one LOP3 per word (+ the
                      * shift of the low nibbles) instead of two with immediates */
@@ -997,6 +1041,13 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
                         float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #if defined(TB_FMT_Q6_K)
                         tbp_decode_scale(raw, ke, b32 + ke, delta, o);
+#elif defined(TB_FMT_IQ4_XS)
+                        if constexpr (MX == 4) {
+                            o[0] = fmaf((float)((iq_ls[h] >> (8 * (kb / 2))) & 0xFFu), iq_d[h], iq_m[h]); /* d (ls - 32) */
+                            o[1] = -TBP_MAGIC * o[0];
+                        } else {
+                            tbp_decode_scale(raw + delta, ke, b32 + ke, 0, o);
+                        }
 #elif TBP_KQUANT
                         tbp_decode_scale(raw + delta, ke, b32 + ke, 0, o);
 #else
