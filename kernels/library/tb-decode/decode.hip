@@ -752,6 +752,14 @@ __device__ TB_FORCEINLINE void tbt_sc_tail(const tb_u8 *const *gs, int lane, tb_
         }
     }
 }
+/* IQ4_XS: the 6-bit scales of sub-blocks 2 i + jt (i = 0..3) as the bytes of a word, from the super-block's
+ * sw[0] = d | scales_h << 16 (2 bits per sub-block), sw[1] = scales_l (a nibble per sub-block): scales_h's 2-bit
+ * pieces 4 i to bits 4, 5 of byte i (nibbles to bytes by prmt, the even ones shifted up) */
+TB_DEV tb_u32 tbt_iq4xs_ls(const tb_u32 *sw, int jt) {
+    const tb_u32 sl = sw[1] >> (4 * jt), sh = sw[0] >> (16 + 2 * jt);
+    const tb_u32 sp = tb_prmt(sh, sh, 0x1100u);
+    return (sl & 0x0F0F0F0Fu) | ((((sp << 4) & 0x00FF00FFu) | (sp & 0xFF00FF00u)) & 0x30303030u);
+}
 /* (a & b) | c as one LOP3 of three registers */
 TB_DEV tb_u32 tbt_and_or(tb_u32 a, tb_u32 b, tb_u32 c) {
 #if defined(TB_CUDA_EMULATION)
@@ -950,24 +958,25 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
             }
 #endif
 #if defined(TB_FMT_IQ4_XS)
-            /* MX4: each row's super-block scales once per stage (not per C tile): d, -32 d, and the lane's four 6-bit
-             * sub-block scales (block 2 i + t / 2 of C tile i) as the bytes of one word */
+            /* each row's super-block scales once per stage (not per C tile): d, -32 d, and the 6-bit sub-block scales
+             * of the lane's blocks as bytes (tbt_iq4xs_ls): MX4 block 2 i + t / 2 of C tile i in byte i; MX2 block
+             * 4 i + t in byte 2 i; MX8 block i in byte i / 2 of word i % 2 */
             float iq_d[2], iq_m[2];
-            tb_u32 iq_ls[2];
-            if constexpr (MX == 4) {
+            tb_u32 iq_ls[2][MX == 8 ? 2 : 1];
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int delta = (int)((sdl[r][h] + (unsigned)(fb * TB_SC_BYTES)) & 15u);
-                    tb_u32 sw[2]; /* d | scales_h << 16, scales_l (8 nibbles) */
-                    tb_ld_u32x2(src + OFF_SC + (16 * r + 8 * h + g) * TBT_SC_STRIDE + delta, sw);
-                    iq_d[h] = tb_half(sw[0] & 0xFFFFu);
-                    iq_m[h] = -32.0f * iq_d[h];
-                    const tb_u32 sl = sw[1] >> (4 * (t >> 1)), sh = sw[0] >> (16 + 2 * (t >> 1));
-                    /* scales_h's 2-bit pieces 4 i (i = 0..3) to bits 4, 5 of byte i: nibbles to bytes (prmt), the even
-                     * ones shifted up */
-                    const tb_u32 sp = tb_prmt(sh, sh, 0x1100u);
-                    const tb_u32 hb = (((sp << 4) & 0x00FF00FFu) | (sp & 0xFF00FF00u)) & 0x30303030u;
-                    iq_ls[h] = (sl & 0x0F0F0F0Fu) | hb;
+            for (int h = 0; h < 2; ++h) {
+                const int delta = (int)((sdl[r][h] + (unsigned)(fb * TB_SC_BYTES)) & 15u);
+                tb_u32 sw[2]; /* d | scales_h << 16, scales_l (8 nibbles) */
+                tb_ld_u32x2(src + OFF_SC + (16 * r + 8 * h + g) * TBT_SC_STRIDE + delta, sw);
+                iq_d[h] = tb_half(sw[0] & 0xFFFFu);
+                iq_m[h] = -32.0f * iq_d[h];
+                if constexpr (MX == 4) {
+                    iq_ls[h][0] = tbt_iq4xs_ls(sw, t >> 1);
+                } else if constexpr (MX == 2) {
+                    iq_ls[h][0] = tbt_iq4xs_ls(sw, t & 1) >> (8 * (t >> 1));
+                } else {
+                    iq_ls[h][0] = tbt_iq4xs_ls(sw, 0);
+                    iq_ls[h][MX == 8 ? 1 : 0] = tbt_iq4xs_ls(sw, 1);
                 }
             }
 #endif
@@ -1042,12 +1051,11 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
 #if defined(TB_FMT_Q6_K)
                         tbp_decode_scale(raw, ke, b32 + ke, delta, o);
 #elif defined(TB_FMT_IQ4_XS)
-                        if constexpr (MX == 4) {
-                            o[0] = fmaf((float)((iq_ls[h] >> (8 * (kb / 2))) & 0xFFu), iq_d[h], iq_m[h]); /* d (ls - 32) */
-                            o[1] = -TBP_MAGIC * o[0];
-                        } else {
-                            tbp_decode_scale(raw + delta, ke, b32 + ke, 0, o);
-                        }
+                        (void)delta;
+                        /* the C tile's byte of the lane's scale word(s): MX4 kb / 2, MX2 2 (kb / 4), MX8 kb / 2 of word kb % 2 */
+                        const tb_u32 lsw = iq_ls[h][MX == 8 ? kb % 2 : 0] >> (8 * (MX == 2 ? 2 * (kb / 4) : kb / 2));
+                        o[0] = fmaf((float)(lsw & 0xFFu), iq_d[h], iq_m[h]); /* d (ls - 32) */
+                        o[1] = -TBP_MAGIC * o[0];
 #elif TBP_KQUANT
                         tbp_decode_scale(raw + delta, ke, b32 + ke, 0, o);
 #else
