@@ -736,22 +736,6 @@ __device__ TB_FORCEINLINE void tb_decode_ring(TB_DECODE_PARAMS) {
 
 #if defined(TB_DSMEM)
 TB_DEV float tb_bits_float(tb_i32 v) { return __int_as_float(v); }
-/* the scale pieces of a stage where the rows end near the end of sc: the bytes past it zero-filled, never read
- * (the warp takes it in the last row tile only) */
-template <int SCJ, int SCSTAGE, int ROWS>
-__device__ TB_FORCEINLINE void tbt_sc_tail(const tb_u8 *const *gs, int lane, tb_u8 *dst, const tb_u8 *sc,
-                                           const tb_u8 *sc_end) {
-#pragma unroll
-    for (int j = 0; j < SCJ; ++j) {
-        const int i = lane + 32 * j, r = i / TBT_SCP, pc = i % TBT_SCP;
-        if (i < ROWS * TBT_SCP) {
-            const tb_u8 *src = (SCSTAGE % 16 == 0 ? gs[j] : (const tb_u8 *)((unsigned long long)gs[j] & ~15ull)) + 16 * pc;
-            const long long left = sc_end - src;
-            const int valid = left >= 16 ? 16 : (left > 0 ? (int)left : 0);
-            tb_cp_async16z(tb_smem_addr(dst + r * TBT_SC_STRIDE + 16 * pc), valid ? src : sc, valid);
-        }
-    }
-}
 /* IQ4_XS: the 6-bit scales of sub-blocks 2 i + jt (i = 0..3) as the bytes of a word, from the super-block's
  * sw[0] = d | scales_h << 16 (2 bits per sub-block), sw[1] = scales_l (a nibble per sub-block): scales_h's 2-bit
  * pieces 4 i to bits 4, 5 of byte i (nibbles to bytes by prmt, the even ones shifted up) */
@@ -817,45 +801,55 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
 
     /* copy stage (tile itile, chunks ibase .. ibase + 7 of the row) into ring slot st; rows past n read row n - 1.
      * Lane l copies row 16 rr + (l & 15), bytes 16 (l >> 4) + 32 j (j < 4) of the stage's 128: the two lanes of a
-     * row fetch one whole 32-byte sector per copy, and the lane's 4 copies are one pointer plus immediates. The
-     * pointers (and the scale pieces' row starts) are set once per tile (aim), then advance with the stage. */
+     * row fetch one whole 32-byte sector per copy, and the lane's 4 copies are one pointer plus immediates. Each
+     * kind of bytes keeps ONE pointer per lane (its first piece), set once per tile (aim) and advanced with the
+     * stage; its other pieces are whole rows below, by a row delta (clamped at row n - 1) times the row's bytes
+     * (one IMAD.WIDE; pointers per piece took 16 registers at Q6_K RW2 and spilled under NVRTC 13.0) */
     int itile = tile, ibase = w.c0;
-    const tb_u8 *gq[RW];            /* the lane's payload bytes of stage ibase, row 16 rr + (lane & 15) */
+    const tb_u8 *gq;                /* the lane's payload bytes of stage ibase, row (lane & 15) */
+    int dqr[RW];                    /* rows from it to row 16 rr + (lane & 15) */
     tb_u8 *dq = ring + (lane & 15) * TBT_QS_STRIDE + 16 * (lane >> 4); /* its ring bytes (slot 0) */
     constexpr int SCJ = (ROWS * TBT_SCP + 31) / 32;        /* scale pieces per lane */
     constexpr int SCSTAGE = TBT_U / TB_CHUNKS_PER_BLOCK * TB_SC_BYTES; /* scale bytes of a row per stage */
-    /* the lane's scale piece j of stage ibase: its row's window start, or (whole 16-byte scale steps per stage:
-     * the misalignment stays) the 16-aligned address at or below it */
-    const tb_u8 *gs[SCJ];
+    /* the lane's scale piece 0 of stage ibase: its row's window start, or (whole 16-byte scale steps per stage:
+     * the misalignment stays) the 16-aligned address at or below it; piece j is dsr[j] rows below */
+    const tb_u8 *gs;
+    int dsr[SCJ];
     bool sc_fast = false; /* warp-uniform: no piece of this tile's rows reaches past the end of sc */
 #if TBT_QHP
     constexpr int QHJ = ROWS * TBT_QHP / 32;
-    const tb_u8 *gh[QHJ];           /* the lane's high-bit piece j of stage ibase */
+    const tb_u8 *gh;                /* the lane's high-bit piece 0 of stage ibase; piece j dhr[j] rows below */
+    int dhr[QHJ];
 #endif
+    /* rows from row `from` to row `from + add`, both clamped at n - 1 */
+    auto rows_below = [&](int from, int add) {
+        return (from + add < n ? from + add : n - 1) - (from < n ? from : n - 1);
+    };
     auto aim = [&]() {
         const int row0 = itile * W::ROWS_WG + warp * ROWS;
+        const int rq = row0 + (lane & 15);
+        gq = qs + (tb_size)(rq < n ? rq : n - 1) * w.qs_row + 16 * (tb_size)(ibase + (lane >> 4));
 #pragma unroll
-        for (int rr = 0; rr < RW; ++rr) {
-            const int row = row0 + 16 * rr + (lane & 15);
-            gq[rr] = qs + (tb_size)(row < n ? row : n - 1) * w.qs_row + 16 * (tb_size)(ibase + (lane >> 4));
-        }
+        for (int rr = 0; rr < RW; ++rr) dqr[rr] = rows_below(rq, 16 * rr);
+        const int rs = row0 + lane / TBT_SCP;
+        const tb_u8 *a = sc + (tb_size)(rs < n ? rs : n - 1) * w.sc_row + (tb_size)(ibase / TB_CHUNKS_PER_BLOCK * TB_SC_BYTES);
+        gs = SCSTAGE % 16 == 0 ? (const tb_u8 *)((unsigned long long)a & ~15ull) : a;
 #pragma unroll
-        for (int j = 0; j < SCJ; ++j) {
-            const int row = row0 + (lane + 32 * j) / TBT_SCP;
-            const tb_u8 *a = sc + (tb_size)(row < n ? row : n - 1) * w.sc_row + (tb_size)(ibase / TB_CHUNKS_PER_BLOCK * TB_SC_BYTES);
-            gs[j] = SCSTAGE % 16 == 0 ? (const tb_u8 *)((unsigned long long)a & ~15ull) : a;
-        }
+        for (int j = 0; j < SCJ; ++j) dsr[j] = rows_below(rs, 32 * j / TBT_SCP);
         /* a piece ends before its window's start + 16 TBT_SCP: inside sc while 16 TBT_SCP bytes of rows follow */
         const int rowmax = row0 + ROWS - 1 < n - 1 ? row0 + ROWS - 1 : n - 1;
         sc_fast = (long long)(n - 1 - rowmax) * (long long)w.sc_row >= 16 * TBT_SCP;
 #if TBT_QHP
-        const tb_size fb = (tb_size)(ibase / TB_CHUNKS_PER_BLOCK);
+        const int rh = row0 + lane / TBT_QHP;
+        gh = qh + (tb_size)(rh < n ? rh : n - 1) * w.qh_row + (tb_size)(ibase / TB_CHUNKS_PER_BLOCK) * TB_QH_BYTES +
+             16 * (lane % TBT_QHP);
 #pragma unroll
-        for (int j = 0; j < QHJ; ++j) {
-            const int i = lane + 32 * j, row = row0 + i / TBT_QHP;
-            gh[j] = qh + (tb_size)(row < n ? row : n - 1) * w.qh_row + fb * TB_QH_BYTES + 16 * (i % TBT_QHP);
-        }
+        for (int j = 0; j < QHJ; ++j) dhr[j] = rows_below(rh, 32 * j / TBT_QHP);
 #endif
+    };
+    /* piece pointers: base + delta rows (delta >= 0, delta x row bytes < 2^32) */
+    auto below = [](const tb_u8 *base, int delta, tb_size row_bytes) {
+        return base + (tb_size)(unsigned)delta * (tb_size)(unsigned)row_bytes;
     };
     if (itile < tiles) aim();
     auto issue = [&](int st) {
@@ -863,34 +857,44 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
             tb_u8 *dst = ring + st * STAGE;
 #pragma unroll
             for (int rr = 0; rr < RW; ++rr) {
+                const tb_u8 *from = rr == 0 ? gq : below(gq, dqr[rr], w.qs_row);
 #pragma unroll
                 for (int j = 0; j < 4; ++j)
-                    tb_cp_async16(tb_smem_addr(dq + st * STAGE + 16 * rr * TBT_QS_STRIDE + 32 * j), gq[rr] + 32 * j);
-                gq[rr] += 16 * TBT_U;
+                    tb_cp_async16(tb_smem_addr(dq + st * STAGE + 16 * rr * TBT_QS_STRIDE + 32 * j), from + 32 * j);
             }
+            gq += 16 * TBT_U;
 #if TBT_QHP
 #pragma unroll
             for (int j = 0; j < QHJ; ++j) {
                 const int i = lane + 32 * j, r = i / TBT_QHP, pc = i % TBT_QHP;
-                tb_cp_async16(tb_smem_addr(dst + OFF_QH + r * TBT_QH_STRIDE + 16 * pc), gh[j]);
-                gh[j] += 16 * TBT_QHP;
+                tb_cp_async16(tb_smem_addr(dst + OFF_QH + r * TBT_QH_STRIDE + 16 * pc), j == 0 ? gh : below(gh, dhr[j], w.qh_row));
             }
+            gh += 16 * TBT_QHP;
 #endif
             /* raw scale bytes: 16-byte pieces from the 16-aligned address at or below the row's window, the bytes
              * past the end of sc zero-filled (they are never used) */
+            const tb_u8 *sa = SCSTAGE % 16 == 0 ? gs : (const tb_u8 *)((unsigned long long)gs & ~15ull);
             if (sc_fast) { /* a branch of its own: if-converted, the zero-fill path cost ~20 issue slots a stage */
 #pragma unroll
                 for (int j = 0; j < SCJ; ++j) {
                     const int i = lane + 32 * j, r = i / TBT_SCP, pc = i % TBT_SCP;
                     if (i < ROWS * TBT_SCP)
                         tb_cp_async16(tb_smem_addr(dst + OFF_SC + r * TBT_SC_STRIDE + 16 * pc),
-                                      (SCSTAGE % 16 == 0 ? gs[j] : (const tb_u8 *)((unsigned long long)gs[j] & ~15ull)) + 16 * pc);
+                                      (j == 0 ? sa : below(sa, dsr[j], w.sc_row)) + 16 * pc);
                 }
             } else {
-                tbt_sc_tail<SCJ, SCSTAGE, ROWS>(gs, lane, dst + OFF_SC, sc, sc_end);
-            }
 #pragma unroll
-            for (int j = 0; j < SCJ; ++j) gs[j] += SCSTAGE;
+                for (int j = 0; j < SCJ; ++j) {
+                    const int i = lane + 32 * j, r = i / TBT_SCP, pc = i % TBT_SCP;
+                    if (i < ROWS * TBT_SCP) {
+                        const tb_u8 *src = below(sa, dsr[j], w.sc_row) + 16 * pc;
+                        const long long left = sc_end - src;
+                        const int valid = left >= 16 ? 16 : (left > 0 ? (int)left : 0);
+                        tb_cp_async16z(tb_smem_addr(dst + OFF_SC + r * TBT_SC_STRIDE + 16 * pc), valid ? src : sc, valid);
+                    }
+                }
+            }
+            gs += SCSTAGE;
         }
         tb_cp_commit(); /* empty groups past the end keep the wait count uniform */
         ibase += TBT_U;
@@ -899,7 +903,6 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
             if (itile < tiles) aim();
         }
     };
-    (void)SCSTAGE;
 
     /* the stage in slot st (landed) of chunks base .. base + 7: unpack, mma, scale */
     /* per row tile of the compute side: the low bits of the scale rows g, g + 8 (+ 16 r) of this lane (the ring
