@@ -744,31 +744,32 @@ TB_DEV tb_u32 tbt_iq4xs_ls(const tb_u32 *sw, int jt) {
     const tb_u32 sp = tb_prmt(sh, sh, 0x1100u);
     return (sl & 0x0F0F0F0Fu) | ((((sp << 4) & 0x00FF00FFu) | (sp & 0xFF00FF00u)) & 0x30303030u);
 }
-/* (a & b) | c as one LOP3 of three registers */
-TB_DEV tb_u32 tbt_and_or(tb_u32 a, tb_u32 b, tb_u32 c) {
+/* (a & 0x44444444) | c as one LOP3 (the mask an immediate, c in a register) */
+TB_DEV tb_u32 tbt_and44_or(tb_u32 a, tb_u32 c) {
 #if defined(TB_CUDA_EMULATION)
-    return (a & b) | c;
+    return (a & 0x44444444u) | c;
 #else
     tb_u32 r;
-    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(a), "r"(b), "r"(c)); /* 0xEA = (0xF0 & 0xCC) | 0xAA */
+    asm("lop3.b32 %0, %1, 0x44444444, %2, 0xEA;" : "=r"(r) : "r"(a), "r"(c)); /* 0xEA = (0xF0 & 0xCC) | 0xAA */
     return r;
 #endif
 }
-/* tb_iq4_lookup_il_t with the selector from one LOP3 of three registers (k44 = 0x44444444, k3210 = 0x32103210
- * held in registers): 6 prmt + 6 ALU per payload word */
-TB_DEV void tbt_iq4_lookup(tb_u32 w, tb_u32 t0, tb_u32 t2, tb_u32 k44, tb_u32 k3210, tb_u32 *r0, tb_u32 *r1) {
+/* tb_iq4_lookup_il_t with the selector from one LOP3 (k3210 = 0x32103210 held in a register): 6 prmt + 6 ALU per
+ * payload word */
+TB_DEV void tbt_iq4_lookup(tb_u32 w, tb_u32 t0, tb_u32 t2, tb_u32 k3210, tb_u32 *r0, tb_u32 *r1) {
     const tb_u32 wx = w ^ 0x88888888u;
-    const tb_u32 sel = tbt_and_or(w >> 1, k44, k3210);
+    const tb_u32 sel = tbt_and44_or(w >> 1, k3210);
     *r0 = tb_prmt_raw(tb_prmt_raw(t0, TB_IQ4_T1, w), tb_prmt_raw(t2, TB_IQ4_T3, wx), sel);
     *r1 = tb_prmt_raw(tb_prmt_raw(t0, TB_IQ4_T1, w >> 16), tb_prmt_raw(t2, TB_IQ4_T3, wx >> 16), sel >> 16);
 }
-/* (a & b) ^ c as one LOP3 of three registers (NVVM splits it into two LOP3s with immediates otherwise) */
-TB_DEV tb_u32 tbt_and_xor(tb_u32 a, tb_u32 b, tb_u32 c) {
+/* (a & 0xF0F0F0F0) ^ c as one LOP3, the mask an immediate and c in a register (NVVM splits it into two LOP3s
+ * with immediates otherwise) */
+TB_DEV tb_u32 tbt_andf0_xor(tb_u32 a, tb_u32 c) {
 #if defined(TB_CUDA_EMULATION)
-    return (a & b) ^ c;
+    return (a & 0xF0F0F0F0u) ^ c;
 #else
     tb_u32 r;
-    asm("lop3.b32 %0, %1, %2, %3, 0x6A;" : "=r"(r) : "r"(a), "r"(b), "r"(c)); /* 0x6A = (0xF0 & 0xCC) ^ 0xAA */
+    asm("lop3.b32 %0, %1, 0xF0F0F0F0, %2, 0x6A;" : "=r"(r) : "r"(a), "r"(c)); /* 0x6A = (0xF0 & 0xCC) ^ 0xAA */
     return r;
 #endif
 }
@@ -915,12 +916,12 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
     const int x_tok = x_on ? g % MX : m - 1, s_tok = (2 * t) % MX < m ? (2 * t) % MX : m - 1;
     const bool s_on1 = (2 * t) % MX + 1 < m;
 #if TB_X_IL
-    /* tbt_iq4_lookup's selector masks in registers (a per-lane zero, as tb_iq4_tables) */
-    const tb_u32 iq_k44 = 0x44444444u ^ (((tb_u32)k >> 31) & (tb_u32)w.tid), iq_k3210 = 0x32103210u ^ (((tb_u32)k >> 31) & (tb_u32)w.tid);
+    /* tbt_iq4_lookup's selector base in a register (a per-lane zero, as tb_iq4_tables) */
+    const tb_u32 iq_k3210 = 0x32103210u ^ (((tb_u32)k >> 31) & (tb_u32)w.tid);
 #endif
 #if defined(TB_FMT_Q4_0)
-    /* 0xF0F0F0F0 and 0x80808080 from a per-lane zero ptxas cannot fold (as tb_iq4_tables): kept in registers */
-    const tb_u32 q4_zero = ((tb_u32)k >> 31) & (tb_u32)w.tid, q4_hi = 0xF0F0F0F0u ^ q4_zero, q4_sign = 0x80808080u ^ q4_zero;
+    /* 0x80808080 from a per-lane zero ptxas cannot fold (as tb_iq4_tables): kept in a register */
+    const tb_u32 q4_sign = 0x80808080u ^ (((tb_u32)k >> 31) & (tb_u32)w.tid);
 #endif
     auto aim_c = [&](int ctile) {
         const int row0 = ctile * W::ROWS_WG + warp * ROWS;
@@ -1011,13 +1012,13 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
                     tb_u32 lo, hi;
 #if TB_X_IL
                     (void)jg;
-                    tbt_iq4_lookup(q[h][grp], w.iq4t0, w.iq4t2, iq_k44, iq_k3210, &lo, &hi);
+                    tbt_iq4_lookup(q[h][grp], w.iq4t0, w.iq4t2, iq_k3210, &lo, &hi);
 #elif defined(TB_FMT_Q4_0)
                     /* tbp_unpack's 16 (q - 8) operands with both masks in registers: one LOP3 per word (+ the
                      * shift of the low nibbles) instead of two with immediates */
                     (void)jg;
-                    lo = tbt_and_xor(q[h][grp] << 4, q4_hi, q4_sign);
-                    hi = tbt_and_xor(q[h][grp], q4_hi, q4_sign);
+                    lo = tbt_andf0_xor(q[h][grp] << 4, q4_sign);
+                    hi = tbt_andf0_xor(q[h][grp], q4_sign);
 #else
                     tbp_unpack(&q[h][grp * TBP_QS_CHUNKS], hw, jg, t, lo, hi);
 #endif
