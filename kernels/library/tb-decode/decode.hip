@@ -699,7 +699,8 @@ __device__ TB_FORCEINLINE void tb_decode_ring(TB_DECODE_PARAMS) {
  * is one (row, row of M, block) dot: the per-block scales (weight dw x activation dx, as fp32) apply to all four
  * elements of a lane, none wasted on padding, and the inner loop does the same work for every M <= MX. The int32
  * accumulators start at bits(1.5 * 2^23) so fma(acc, dw, -1.5 * 2^23 * dw) is dot * dw without a convert
- * (TBP_MAGIC, as in tb-prefill); Q6_K's 16-weight scales take two m16n8k16 chains.
+ * (TBP_MAGIC, as in tb-prefill); Q6_K's 16-weight scales take two m16n8k16 chains. x's staged scale carries the
+ * unpacked operands' power-of-two factor (TBP_OPERAND_SCALE), so a weight scale is its fp16 value as stored.
  * Weights stream through a per-warp cp.async ring of PP stages, each stage 16 x RW rows x 128 payload bytes
  * (8 chunks: 256 weights, Q8_0 128) plus the rows' high-bit and raw scale bytes of those blocks; ldmatrix reads
  * the payload words in fragment order. A warp reads only its own ring (warp barriers, no block barrier after x).
@@ -936,8 +937,7 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
                              (SCSTAGE % 16 == 0 ? (int)sdl[r][h] : 0);
             }
     };
-    auto compute = [&](int st, int base, int row0) {
-        (void)row0;
+    auto compute = [&](int st, int base) {
         const tb_u8 *src = ring + st * STAGE;
         const int fb = base / TB_CHUNKS_PER_BLOCK;
         const int b32 = fb * (TB_BLOCK_WEIGHTS / 32); /* first 32-block of the stage in the row */
@@ -1014,8 +1014,8 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
                     (void)jg;
                     tbt_iq4_lookup(q[h][grp], w.iq4t0, w.iq4t2, iq_k3210, &lo, &hi);
 #elif defined(TB_FMT_Q4_0)
-                    /* tbp_unpack's 16 (q - 8) operands with both masks in registers: one LOP3 per word (+ the
-                     * shift of the low nibbles) instead of two with immediates */
+                    /* tbp_unpack's 16 (q - 8) operands by one LOP3 per operand word (+ the shift of the low
+                     * nibbles) instead of two: the mask an immediate, the sign flip in a register */
                     (void)jg;
                     lo = tbt_andf0_xor(q[h][grp] << 4, q4_sign);
                     hi = tbt_andf0_xor(q[h][grp], q4_sign);
@@ -1126,7 +1126,7 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
         issue(slot == 0 ? S - 1 : slot - 1);
         tb_cp_wait<S - 1>();
         tb_syncwarp(); /* every lane's copies of this stage have landed */
-        compute(slot, base, tile * W::ROWS_WG + warp * ROWS);
+        compute(slot, base);
         slot = slot == S - 1 ? 0 : slot + 1;
         base += TBT_U;
         if (base >= w.c1) {
