@@ -64,6 +64,26 @@
 #else
 #define TB_X_IL 0
 #endif
+#if TB_X_IL
+/* (a & 0x44444444) | c as one LOP3 (the mask an immediate, c in a register) */
+TB_DEV tb_u32 tbt_and44_or(tb_u32 a, tb_u32 c) {
+#if !defined(TB_CUDA) || defined(TB_CUDA_EMULATION)
+    return (a & 0x44444444u) | c;
+#else
+    tb_u32 r;
+    asm("lop3.b32 %0, %1, 0x44444444, %2, 0xEA;" : "=r"(r) : "r"(a), "r"(c)); /* 0xEA = (0xF0 & 0xCC) | 0xAA */
+    return r;
+#endif
+}
+/* tb_iq4_lookup_il_t with the selector from one LOP3 (k3210 = 0x32103210 held in a register): 6 prmt + 6 ALU per
+ * payload word */
+TB_DEV void tbt_iq4_lookup(tb_u32 w, tb_u32 t0, tb_u32 t2, tb_u32 k3210, tb_u32 *r0, tb_u32 *r1) {
+    const tb_u32 wx = w ^ 0x88888888u;
+    const tb_u32 sel = tbt_and44_or(w >> 1, k3210);
+    *r0 = tb_prmt_raw(tb_prmt_raw(t0, TB_IQ4_T1, w), tb_prmt_raw(t2, TB_IQ4_T3, wx), sel);
+    *r1 = tb_prmt_raw(tb_prmt_raw(t0, TB_IQ4_T1, w >> 16), tb_prmt_raw(t2, TB_IQ4_T3, wx >> 16), sel >> 16);
+}
+#endif
 
 #define TB_THREADS 256
 #define TB_WAVES (TB_THREADS / TB_WAVE)
@@ -354,7 +374,7 @@ struct tb_work {
     tb_u32 *counters;
     int m, n, tid, lg, rowoff, slice, c0, c1, nchunks, xb0, nxb;
 #if TB_X_IL
-    tb_u32 iq4t0, iq4t2; /* tb_iq4_tables */
+    tb_u32 iq4t0, iq4t2, iq4k3210; /* tb_iq4_tables, tbt_iq4_lookup's selector base */
 #endif
     tb_size qs_row, qh_row, sc_row;
     const tb_u32x4 *xq;
@@ -382,6 +402,10 @@ struct tb_work {
 
     /* unpack chunk c of the RW rows (payload q, meta mt) and add its dot products with x (from LDS) into acc */
     /* u: the chunk's slot in its batch; chunk c = base + u * G + lg with base a multiple of 8 */
+    /* RING: the cp.async ring's dot (PP >= 2, CUDA): the IQ4 lookup's selector from one LOP3 with its base in a
+     * register (tbt_iq4_lookup, -14 instructions per 4 chunks); the register kernels (PP 0, 1, shared with AMD)
+     * keep tb_unpack_il (with the extra live register NVRTC gave some one-shot IQ4 kernels a block less per SM) */
+    template <bool RING = false>
     __device__ TB_FORCEINLINE void dot(const tb_u32 (&q)[RW][4], const tb_meta (&mt)[RW], int c, int u,
                                        float *acc) const {
         const int lc = c - c0;
@@ -400,7 +424,14 @@ struct tb_work {
             static_assert(TB_CHUNKS_PER_BLOCK == 8, "IQ4_XS: 8 chunks per super-block");
             m1.e = (tb_u32)((u * G + lg) & 7);
 #endif
-            ch[r] = tb_unpack_il(q[r], m1, c, iq4t0, iq4t2);
+            if constexpr (RING) {
+                ch[r] = tb_unpack(q[r], m1, c); /* the scale; its lookups are dead code, dropped by the compiler */
+#pragma unroll
+                for (int i = 0; i < 4; ++i)
+                    tbt_iq4_lookup(q[r][i], iq4t0, iq4t2, iq4k3210, (tb_u32 *)&ch[r].lo[i], (tb_u32 *)&ch[r].hi[i]);
+            } else {
+                ch[r] = tb_unpack_il(q[r], m1, c, iq4t0, iq4t2);
+            }
         }
 #else
         for (int r = 0; r < RW; ++r) ch[r] = tb_unpack(q[r], mt[r], c);
@@ -486,7 +517,7 @@ struct tb_work {
                     q[r][0] = v.x, q[r][1] = v.y, q[r][2] = v.z, q[r][3] = v.w;
                     m1[r] = mt[r][u];
                 }
-                dot(q, m1, c, u, acc);
+                dot<true>(q, m1, c, u, acc);
             }
         }
     }
@@ -527,6 +558,7 @@ __device__ TB_FORCEINLINE void tb_setup(W &w, TB_DECODE_PARAMS) {
     w.tid = TB_TID;
 #if TB_X_IL
     tb_iq4_tables(((tb_u32)k >> 31) & (tb_u32)w.tid, &w.iq4t0, &w.iq4t2); /* 0, per-lane: in registers, not uniform ones */
+    w.iq4k3210 = 0x32103210u ^ (((tb_u32)k >> 31) & (tb_u32)w.tid);
 #endif
     const int lane = w.tid & (TB_WAVE - 1);
     w.lg = lane & (W::G - 1);                                       /* lane inside its row group */
@@ -745,24 +777,6 @@ TB_DEV tb_u32 tbt_iq4xs_ls(const tb_u32 *sw, int jt) {
     const tb_u32 sp = tb_prmt(sh, sh, 0x1100u);
     return (sl & 0x0F0F0F0Fu) | ((((sp << 4) & 0x00FF00FFu) | (sp & 0xFF00FF00u)) & 0x30303030u);
 }
-/* (a & 0x44444444) | c as one LOP3 (the mask an immediate, c in a register) */
-TB_DEV tb_u32 tbt_and44_or(tb_u32 a, tb_u32 c) {
-#if defined(TB_CUDA_EMULATION)
-    return (a & 0x44444444u) | c;
-#else
-    tb_u32 r;
-    asm("lop3.b32 %0, %1, 0x44444444, %2, 0xEA;" : "=r"(r) : "r"(a), "r"(c)); /* 0xEA = (0xF0 & 0xCC) | 0xAA */
-    return r;
-#endif
-}
-/* tb_iq4_lookup_il_t with the selector from one LOP3 (k3210 = 0x32103210 held in a register): 6 prmt + 6 ALU per
- * payload word */
-TB_DEV void tbt_iq4_lookup(tb_u32 w, tb_u32 t0, tb_u32 t2, tb_u32 k3210, tb_u32 *r0, tb_u32 *r1) {
-    const tb_u32 wx = w ^ 0x88888888u;
-    const tb_u32 sel = tbt_and44_or(w >> 1, k3210);
-    *r0 = tb_prmt_raw(tb_prmt_raw(t0, TB_IQ4_T1, w), tb_prmt_raw(t2, TB_IQ4_T3, wx), sel);
-    *r1 = tb_prmt_raw(tb_prmt_raw(t0, TB_IQ4_T1, w >> 16), tb_prmt_raw(t2, TB_IQ4_T3, wx >> 16), sel >> 16);
-}
 /* (a & 0xF0F0F0F0) ^ c as one LOP3, the mask an immediate and c in a register (NVVM splits it into two LOP3s
  * with immediates otherwise) */
 TB_DEV tb_u32 tbt_andf0_xor(tb_u32 a, tb_u32 c) {
@@ -916,10 +930,6 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
     const bool x_on = g % MX < m;
     const int x_tok = x_on ? g % MX : m - 1, s_tok = (2 * t) % MX < m ? (2 * t) % MX : m - 1;
     const bool s_on1 = (2 * t) % MX + 1 < m;
-#if TB_X_IL
-    /* tbt_iq4_lookup's selector base in a register (a per-lane zero, as tb_iq4_tables) */
-    const tb_u32 iq_k3210 = 0x32103210u ^ (((tb_u32)k >> 31) & (tb_u32)w.tid);
-#endif
 #if defined(TB_FMT_Q4_0)
     /* 0x80808080 from a per-lane zero ptxas cannot fold (as tb_iq4_tables): kept in a register */
     const tb_u32 q4_sign = 0x80808080u ^ (((tb_u32)k >> 31) & (tb_u32)w.tid);
@@ -1012,7 +1022,7 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
                     tb_u32 lo, hi;
 #if TB_X_IL
                     (void)jg;
-                    tbt_iq4_lookup(q[h][grp], w.iq4t0, w.iq4t2, iq_k3210, &lo, &hi);
+                    tbt_iq4_lookup(q[h][grp], w.iq4t0, w.iq4t2, w.iq4k3210, &lo, &hi);
 #elif defined(TB_FMT_Q4_0)
                     /* tbp_unpack's 16 (q - 8) operands by one LOP3 per operand word (+ the shift of the low
                      * nibbles) instead of two: the mask an immediate, the sign flip in a register */
