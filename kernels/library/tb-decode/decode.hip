@@ -816,22 +816,24 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
     if (tile >= tiles) return; /* uniform over the workgroup */
 
     /* copy stage (tile itile, chunks ibase .. ibase + 7 of the row) into ring slot st; rows past n read row n - 1.
-     * Lane l copies row 16 rr + (l & 15), bytes 16 (l >> 4) + 32 j (j < 4) of the stage's 128: the two lanes of a
-     * row fetch one whole 32-byte sector per copy, and the lane's 4 copies are one pointer plus immediates. Each
-     * kind of bytes keeps ONE pointer per lane (its first piece), set once per tile (aim) and advanced with the
-     * stage; its other pieces are whole rows below, by a row delta (clamped at row n - 1) times the row's bytes
-     * (one IMAD.WIDE; pointers per piece took 16 registers at Q6_K RW2 and spilled under NVRTC 13.0) */
+     * Lane l copies chunk l & 7 of rows 16 rr + 4 j + (l >> 3) (j < 4): each copy instruction of a warp reads 4
+     * whole 128-byte rows (H200, 2026-12-01 call 10: with 16 rows x 32 bytes per instruction instead, every Q4_0
+     * RG16 kernel ran at ~2.6 TB/s, 1.05-1.37x slower, whatever its instruction count). Each kind of bytes keeps
+     * ONE pointer per lane (its first piece), set once per tile (aim) and advanced with the stage; its other
+     * pieces are whole rows below: in a row tile inside n by a constant times the row's bytes (one IMAD.WIDE),
+     * in the last one by row deltas clamped at row n - 1 (pointers per piece took 16 registers at Q6_K RW2 and
+     * spilled under NVRTC 13.0) */
     int itile = tile, ibase = w.c0;
-    const tb_u8 *gq;                /* the lane's payload bytes of stage ibase, row (lane & 15) */
-    int dqr[RW];                    /* rows from it to row 16 rr + (lane & 15) */
-    tb_u8 *dq = ring + (lane & 15) * TBT_QS_STRIDE + 16 * (lane >> 4); /* its ring bytes (slot 0) */
+    const tb_u8 *gq;                /* the lane's payload bytes of stage ibase, row (lane >> 3), chunk lane & 7 */
+    int rq = 0;                     /* that row (unclamped) */
+    bool t_fast = false; /* warp-uniform: the warp's rows of this tile are below n, its scale pieces inside sc */
+    tb_u8 *dq = ring + (lane >> 3) * TBT_QS_STRIDE + 16 * (lane & 7); /* its ring bytes (slot 0) */
     constexpr int SCJ = (ROWS * TBT_SCP + 31) / 32;        /* scale pieces per lane */
     constexpr int SCSTAGE = TBT_U / TB_CHUNKS_PER_BLOCK * TB_SC_BYTES; /* scale bytes of a row per stage */
     /* the lane's scale piece 0 of stage ibase: its row's window start, or (whole 16-byte scale steps per stage:
      * the misalignment stays) the 16-aligned address at or below it; piece j is dsr[j] rows below */
     const tb_u8 *gs;
     int dsr[SCJ];
-    bool sc_fast = false; /* warp-uniform: no piece of this tile's rows reaches past the end of sc */
 #if TBT_QHP
     constexpr int QHJ = ROWS * TBT_QHP / 32;
     const tb_u8 *gh;                /* the lane's high-bit piece 0 of stage ibase; piece j dhr[j] rows below */
@@ -843,10 +845,9 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
     };
     auto aim = [&]() {
         const int row0 = itile * W::ROWS_WG + warp * ROWS;
-        const int rq = row0 + (lane & 15);
-        gq = qs + (tb_size)(rq < n ? rq : n - 1) * w.qs_row + 16 * (tb_size)(ibase + (lane >> 4));
-#pragma unroll
-        for (int rr = 0; rr < RW; ++rr) dqr[rr] = rows_below(rq, 16 * rr);
+        rq = row0 + (lane >> 3);
+        gq = qs + (tb_size)(rq < n ? rq : n - 1) * w.qs_row + 16 * (tb_size)(ibase + (lane & 7));
+
         const int rs = row0 + lane / TBT_SCP;
         const tb_u8 *a = sc + (tb_size)(rs < n ? rs : n - 1) * w.sc_row + (tb_size)(ibase / TB_CHUNKS_PER_BLOCK * TB_SC_BYTES);
         gs = SCSTAGE % 16 == 0 ? (const tb_u8 *)((unsigned long long)a & ~15ull) : a;
@@ -854,7 +855,7 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
         for (int j = 0; j < SCJ; ++j) dsr[j] = rows_below(rs, 32 * j / TBT_SCP);
         /* a piece ends before its window's start + 16 TBT_SCP: inside sc while 16 TBT_SCP bytes of rows follow */
         const int rowmax = row0 + ROWS - 1 < n - 1 ? row0 + ROWS - 1 : n - 1;
-        sc_fast = (long long)(n - 1 - rowmax) * (long long)w.sc_row >= 16 * TBT_SCP;
+        t_fast = row0 + ROWS <= n && (long long)(n - 1 - rowmax) * (long long)w.sc_row >= 16 * TBT_SCP;
 #if TBT_QHP
         const int rh = row0 + lane / TBT_QHP;
         gh = qh + (tb_size)(rh < n ? rh : n - 1) * w.qh_row + (tb_size)(ibase / TB_CHUNKS_PER_BLOCK) * TB_QH_BYTES +
@@ -871,14 +872,6 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
     auto issue = [&](int st) {
         if (itile < tiles) {
             tb_u8 *dst = ring + st * STAGE;
-#pragma unroll
-            for (int rr = 0; rr < RW; ++rr) {
-                const tb_u8 *from = rr == 0 ? gq : below(gq, dqr[rr], w.qs_row);
-#pragma unroll
-                for (int j = 0; j < 4; ++j)
-                    tb_cp_async16(tb_smem_addr(dq + st * STAGE + 16 * rr * TBT_QS_STRIDE + 32 * j), from + 32 * j);
-            }
-            gq += 16 * TBT_U;
 #if TBT_QHP
 #pragma unroll
             for (int j = 0; j < QHJ; ++j) {
@@ -890,7 +883,11 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
             /* raw scale bytes: 16-byte pieces from the 16-aligned address at or below the row's window, the bytes
              * past the end of sc zero-filled (they are never used) */
             const tb_u8 *sa = SCSTAGE % 16 == 0 ? gs : (const tb_u8 *)((unsigned long long)gs & ~15ull);
-            if (sc_fast) { /* a branch of its own: if-converted, the zero-fill path cost ~20 issue slots a stage */
+            if (t_fast) { /* a branch of its own (if-converted, the last tile's path cost ~20 issue slots a stage) */
+#pragma unroll
+                for (int i = 0; i < 4 * RW; ++i) /* row 4 i + (lane >> 3) */
+                    tb_cp_async16(tb_smem_addr(dq + st * STAGE + 4 * i * TBT_QS_STRIDE),
+                                  i == 0 ? gq : below(gq, 4 * i, w.qs_row));
 #pragma unroll
                 for (int j = 0; j < SCJ; ++j) {
                     const int i = lane + 32 * j, r = i / TBT_SCP, pc = i % TBT_SCP;
@@ -898,7 +895,11 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
                         tb_cp_async16(tb_smem_addr(dst + OFF_SC + r * TBT_SC_STRIDE + 16 * pc),
                                       (j == 0 ? sa : below(sa, dsr[j], w.sc_row)) + 16 * pc);
                 }
-            } else {
+            } else { /* the last row tile: rows past n read row n - 1, scale bytes past sc zero-filled */
+#pragma unroll
+                for (int i = 0; i < 4 * RW; ++i)
+                    tb_cp_async16(tb_smem_addr(dq + st * STAGE + 4 * i * TBT_QS_STRIDE),
+                                  below(gq, rows_below(rq, 4 * i), w.qs_row));
 #pragma unroll
                 for (int j = 0; j < SCJ; ++j) {
                     const int i = lane + 32 * j, r = i / TBT_SCP, pc = i % TBT_SCP;
@@ -910,6 +911,7 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
                     }
                 }
             }
+            gq += 16 * TBT_U;
             gs += SCSTAGE;
         }
         tb_cp_commit(); /* empty groups past the end keep the wait count uniform */
