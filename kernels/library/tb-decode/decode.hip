@@ -884,10 +884,15 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
              * past the end of sc zero-filled (they are never used) */
             const tb_u8 *sa = SCSTAGE % 16 == 0 ? gs : (const tb_u8 *)((unsigned long long)gs & ~15ull);
             if (t_fast) { /* a branch of its own (if-converted, the last tile's path cost ~20 issue slots a stage) */
+                /* row 4 i + (lane >> 3): RW1 one IMAD.WIDE per copy; RW2 a pointer stepped by 4 rows (with 7
+                 * addresses live NVRTC 13.0 spilled Q5_0 MX8/KB1/RW2/U8/RG16/PG2/PP2) */
+                const tb_u8 *from = gq;
 #pragma unroll
-                for (int i = 0; i < 4 * RW; ++i) /* row 4 i + (lane >> 3) */
+                for (int i = 0; i < 4 * RW; ++i) {
                     tb_cp_async16(tb_smem_addr(dq + st * STAGE + 4 * i * TBT_QS_STRIDE),
-                                  i == 0 ? gq : below(gq, 4 * i, w.qs_row));
+                                  RW == 1 ? (i == 0 ? gq : below(gq, 4 * i, w.qs_row)) : from);
+                    from += 4 * w.qs_row;
+                }
 #pragma unroll
                 for (int j = 0; j < SCJ; ++j) {
                     const int i = lane + 32 * j, r = i / TBT_SCP, pc = i % TBT_SCP;
