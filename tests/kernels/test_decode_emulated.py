@@ -138,10 +138,13 @@ def test_ring_long_k_at_m1(tmp_path: Path) -> None:
     _check(problem, {name: _run(binary, "Q4_0", name, problem, folder, late=True) for name in names})
 
 
-# the int8 tensor-core kernels (RG16): every mx (8 / mx blocks per C tile), split-K, persistent, one-shot
+# the int8 tensor-core kernels (RG16): every mx (8 / mx blocks per C tile), split-K, persistent, one-shot, and
+# two row groups per warp where the shared memory allows (RW2: the ring copies' second pieces of payload, high
+# bits and scales, rows below; Q5_1's two PG2 blocks do not fit at K = 5120)
 TC = [
     "MX2/KB1/RW1/U8/RG16/PG2/PP3", "MX4/KB4/RW1/U8/RG16/PG0/PP2", "MX8/KB1/RW1/U8/RG16/PG0/PP2",
 ]  # fmt: skip
+TC_RW2 = "MX4/KB1/RW2/U8/RG16/PG2/PP2"
 
 
 @pytest.mark.parametrize("fmt", ["Q8_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q4_K", "Q6_K", "IQ4_XS"])
@@ -149,7 +152,9 @@ def test_every_format_on_the_emulator(tmp_path: Path, fmt: str) -> None:
     """Each format's unpack through the persistent MX2 kernel, a split-K MX4 one, the MX2 / MX4
     (quarter-warp rows) cp.async rings and the tensor-core kernels (copies landing late), at M = 2."""
     names = ["MX2/KB1/RW1/U4/RG1/PG3/PP1", "MX4/KB4/RW2/U2/RG1/PG0/PP1"]
+    rw2 = DECODE.bindings(DECODE.parse(TC_RW2, "cuda"), N, K, 2, get_format(fmt), FACTS)
     ring = ["MX2/KB1/RW2/U2/RG1/PG3/PP3", "MX4/KB1/RW2/U2/RG8/PG3/PP2", *TC]
+    ring += [TC_RW2] if DECODE.point_problems(rw2) == [] else []
     binary = _emulator(tmp_path, fmt, names + ring)
     problem, folder = _data(tmp_path, fmt, 2)
     results = {name: _run(binary, fmt, name, problem, folder) for name in names}

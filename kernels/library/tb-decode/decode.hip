@@ -66,6 +66,26 @@
 #else
 #define TB_X_IL 0
 #endif
+#if TB_X_IL
+/* (a & 0x44444444) | c as one LOP3 (the mask an immediate, c in a register) */
+TB_DEV tb_u32 tbt_and44_or(tb_u32 a, tb_u32 c) {
+#if !defined(TB_CUDA) || defined(TB_CUDA_EMULATION)
+    return (a & 0x44444444u) | c;
+#else
+    tb_u32 r;
+    asm("lop3.b32 %0, %1, 0x44444444, %2, 0xEA;" : "=r"(r) : "r"(a), "r"(c)); /* 0xEA = (0xF0 & 0xCC) | 0xAA */
+    return r;
+#endif
+}
+/* tb_iq4_lookup_il_t with the selector from one LOP3 (k3210 = 0x32103210 held in a register): 6 prmt + 6 ALU per
+ * payload word */
+TB_DEV void tbt_iq4_lookup(tb_u32 w, tb_u32 t0, tb_u32 t2, tb_u32 k3210, tb_u32 *r0, tb_u32 *r1) {
+    const tb_u32 wx = w ^ 0x88888888u;
+    const tb_u32 sel = tbt_and44_or(w >> 1, k3210);
+    *r0 = tb_prmt_raw(tb_prmt_raw(t0, TB_IQ4_T1, w), tb_prmt_raw(t2, TB_IQ4_T3, wx), sel);
+    *r1 = tb_prmt_raw(tb_prmt_raw(t0, TB_IQ4_T1, w >> 16), tb_prmt_raw(t2, TB_IQ4_T3, wx >> 16), sel >> 16);
+}
+#endif
 
 #define TB_THREADS 256
 #define TB_WAVES (TB_THREADS / TB_WAVE)
@@ -292,7 +312,9 @@ TB_DEV void tb_stage_x(const float *__restrict__ x, int m, int k, int b0, int nb
                 }
                 if (part == 0) {
                     const float xs = amax / 127.0f;
-                    xm[2 * (i * nb + b)] = xs;
+                    /* RG16: dw * dx carries the unpacked operands' power-of-two factor (tb_i8mma.h
+                     * TBP_OPERAND_SCALE) on x's scale, so the weight scales decode without a multiply */
+                    xm[2 * (i * nb + b)] = TC ? xs * TBP_OPERAND_SCALE : xs;
                     xm[2 * (i * nb + b) + 1] = xs * sum;
                 }
             }
@@ -378,7 +400,7 @@ struct tb_work {
     tb_u32 *counters;
     int m, n, tid, lg, rowoff, slice, c0, c1, nchunks, xb0, nxb;
 #if TB_X_IL
-    tb_u32 iq4t0, iq4t2; /* tb_iq4_tables */
+    tb_u32 iq4t0, iq4t2, iq4k3210; /* tb_iq4_tables, tbt_iq4_lookup's selector base */
 #endif
     tb_size qs_row, qh_row, sc_row;
     const tb_u32x4 *xq;
@@ -409,6 +431,10 @@ struct tb_work {
 
     /* unpack chunk c of the RW rows (payload q, meta mt) and add its dot products with x (from LDS) into acc */
     /* u: the chunk's slot in its batch; chunk c = base + u * G + lg with base a multiple of 8 */
+    /* RING: the cp.async ring's dot (PP >= 2, CUDA): the IQ4 lookup's selector from one LOP3 with its base in a
+     * register (tbt_iq4_lookup, -14 instructions per 4 chunks); the register kernels (PP 0, 1, shared with AMD)
+     * keep tb_unpack_il (with the extra live register NVRTC gave some one-shot IQ4 kernels a block less per SM) */
+    template <bool RING = false>
     __device__ TB_FORCEINLINE void dot(const tb_u32 (&q)[RW][4], const tb_meta (&mt)[RW], int c, int u,
                                        float *acc) const {
         const int lc = c - c0;
@@ -427,7 +453,14 @@ struct tb_work {
             static_assert(TB_CHUNKS_PER_BLOCK == 8, "IQ4_XS: 8 chunks per super-block");
             m1.e = (tb_u32)((u * G + lg) & 7);
 #endif
-            ch[r] = tb_unpack_il(q[r], m1, c, iq4t0, iq4t2);
+            if constexpr (RING) {
+                ch[r] = tb_unpack(q[r], m1, c); /* the scale; its lookups are dead code, dropped by the compiler */
+#pragma unroll
+                for (int i = 0; i < 4; ++i)
+                    tbt_iq4_lookup(q[r][i], iq4t0, iq4t2, iq4k3210, (tb_u32 *)&ch[r].lo[i], (tb_u32 *)&ch[r].hi[i]);
+            } else {
+                ch[r] = tb_unpack_il(q[r], m1, c, iq4t0, iq4t2);
+            }
         }
 #else
         for (int r = 0; r < RW; ++r) ch[r] = tb_unpack(q[r], mt[r], c);
@@ -515,7 +548,7 @@ struct tb_work {
                     q[r][0] = v.x, q[r][1] = v.y, q[r][2] = v.z, q[r][3] = v.w;
                     m1[r] = mt[r][u];
                 }
-                dot(q, m1, c, u, acc);
+                dot<true>(q, m1, c, u, acc);
             }
         }
     }
@@ -561,6 +594,7 @@ __device__ TB_FORCEINLINE void tb_setup(W &w, TB_DECODE_PARAMS) {
     w.tid = TB_TID;
 #if TB_X_IL
     tb_iq4_tables(((tb_u32)k >> 31) & (tb_u32)w.tid, &w.iq4t0, &w.iq4t2); /* 0, per-lane: in registers, not uniform ones */
+    w.iq4k3210 = 0x32103210u ^ (((tb_u32)k >> 31) & (tb_u32)w.tid);
 #endif
     const int lane = w.tid & (TB_WAVE - 1);
     w.lg = lane & (W::G - 1);                                       /* lane inside its row group */
@@ -876,7 +910,8 @@ __device__ TB_FORCEINLINE void tb_decode_stream(TB_DECODE_PARAMS) {
  * is one (row, row of M, block) dot: the per-block scales (weight dw x activation dx, as fp32) apply to all four
  * elements of a lane, none wasted on padding, and the inner loop does the same work for every M <= MX. The int32
  * accumulators start at bits(1.5 * 2^23) so fma(acc, dw, -1.5 * 2^23 * dw) is dot * dw without a convert
- * (TBP_MAGIC, as in tb-prefill); Q6_K's 16-weight scales take two m16n8k16 chains.
+ * (TBP_MAGIC, as in tb-prefill); Q6_K's 16-weight scales take two m16n8k16 chains. x's staged scale carries the
+ * unpacked operands' power-of-two factor (TBP_OPERAND_SCALE), so a weight scale is its fp16 value as stored.
  * Weights stream through a per-warp cp.async ring of PP stages, each stage 16 x RW rows x 128 payload bytes
  * (8 chunks: 256 weights, Q8_0 128) plus the rows' high-bit and raw scale bytes of those blocks; ldmatrix reads
  * the payload words in fragment order. A warp reads only its own ring (warp barriers, no block barrier after x).
@@ -913,6 +948,25 @@ __device__ TB_FORCEINLINE void tb_decode_stream(TB_DECODE_PARAMS) {
 
 #if defined(TB_DSMEM)
 TB_DEV float tb_bits_float(tb_i32 v) { return __int_as_float(v); }
+/* IQ4_XS: the 6-bit scales of sub-blocks 2 i + jt (i = 0..3) as the bytes of a word, from the super-block's
+ * sw[0] = d | scales_h << 16 (2 bits per sub-block), sw[1] = scales_l (a nibble per sub-block): scales_h's 2-bit
+ * pieces 4 i to bits 4, 5 of byte i (nibbles to bytes by prmt, the even ones shifted up) */
+TB_DEV tb_u32 tbt_iq4xs_ls(const tb_u32 *sw, int jt) {
+    const tb_u32 sl = sw[1] >> (4 * jt), sh = sw[0] >> (16 + 2 * jt);
+    const tb_u32 sp = tb_prmt(sh, sh, 0x1100u);
+    return (sl & 0x0F0F0F0Fu) | ((((sp << 4) & 0x00FF00FFu) | (sp & 0xFF00FF00u)) & 0x30303030u);
+}
+/* (a & 0xF0F0F0F0) ^ c as one LOP3, the mask an immediate and c in a register (NVVM splits it into two LOP3s
+ * with immediates otherwise) */
+TB_DEV tb_u32 tbt_andf0_xor(tb_u32 a, tb_u32 c) {
+#if defined(TB_CUDA_EMULATION)
+    return (a & 0xF0F0F0F0u) ^ c;
+#else
+    tb_u32 r;
+    asm("lop3.b32 %0, %1, 0xF0F0F0F0, %2, 0x6A;" : "=r"(r) : "r"(a), "r"(c)); /* 0x6A = (0xF0 & 0xCC) ^ 0xAA */
+    return r;
+#endif
+}
 
 template <int RW, int KB, int PG, int MX, int S>
 __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
@@ -940,48 +994,146 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
     int tile = TB_BID_X;
     if (tile >= tiles) return; /* uniform over the workgroup */
 
-    /* copy stage (tile it, chunks ib .. ib + 7 of the row) into ring slot st; rows past n read row n - 1 */
+    /* copy stage (tile itile, chunks ibase .. ibase + 7 of the row) into ring slot st; rows past n read row n - 1.
+     * Lane l copies chunk l & 7 of rows 16 rr + 4 j + (l >> 3) (j < 4): each copy instruction of a warp reads 4
+     * whole 128-byte rows (H200, 2026-12-01 call 10: with 16 rows x 32 bytes per instruction instead, every Q4_0
+     * RG16 kernel ran at ~2.6 TB/s, 1.05-1.37x slower, whatever its instruction count). Each kind of bytes keeps
+     * ONE pointer per lane (its first piece), set once per tile (aim) and advanced with the stage; its other
+     * pieces are whole rows below: in a row tile inside n by a constant times the row's bytes (one IMAD.WIDE),
+     * in the last one by row deltas clamped at row n - 1 (pointers per piece took 16 registers at Q6_K RW2 and
+     * spilled under NVRTC 13.0) */
     int itile = tile, ibase = w.c0;
+    const tb_u8 *gq;                /* the lane's payload bytes of stage ibase, row (lane >> 3), chunk lane & 7 */
+    int rq = 0;                     /* that row (unclamped) */
+    bool t_fast = false; /* warp-uniform: the warp's rows of this tile are below n, its scale pieces inside sc */
+    tb_u8 *dq = ring + (lane >> 3) * TBT_QS_STRIDE + 16 * (lane & 7); /* its ring bytes (slot 0) */
+    constexpr int SCJ = (ROWS * TBT_SCP + 31) / 32;        /* scale pieces per lane */
+    constexpr int SCSTAGE = TBT_U / TB_CHUNKS_PER_BLOCK * TB_SC_BYTES; /* scale bytes of a row per stage */
+    /* the lane's scale piece 0 of stage ibase: its row's window start, or (whole 16-byte scale steps per stage:
+     * the misalignment stays) the 16-aligned address at or below it; piece j is dsr[j] rows below */
+    const tb_u8 *gs;
+    int dsr[SCJ];
+#if TBT_QHP
+    constexpr int QHJ = ROWS * TBT_QHP / 32;
+    const tb_u8 *gh;                /* the lane's high-bit piece 0 of stage ibase; piece j dhr[j] rows below */
+    int dhr[QHJ];
+#endif
+    /* rows from row `from` to row `from + add`, both clamped at n - 1 */
+    auto rows_below = [&](int from, int add) {
+        return (from + add < n ? from + add : n - 1) - (from < n ? from : n - 1);
+    };
+    auto aim = [&]() {
+        const int row0 = itile * W::ROWS_WG + warp * ROWS;
+        rq = row0 + (lane >> 3);
+        gq = qs + (tb_size)(rq < n ? rq : n - 1) * w.qs_row + 16 * (tb_size)(ibase + (lane & 7));
+
+        const int rs = row0 + lane / TBT_SCP;
+        const tb_u8 *a = sc + (tb_size)(rs < n ? rs : n - 1) * w.sc_row + (tb_size)(ibase / TB_CHUNKS_PER_BLOCK * TB_SC_BYTES);
+        gs = SCSTAGE % 16 == 0 ? (const tb_u8 *)((unsigned long long)a & ~15ull) : a;
+#pragma unroll
+        for (int j = 0; j < SCJ; ++j) dsr[j] = rows_below(rs, 32 * j / TBT_SCP);
+        /* a piece ends before its window's start + 16 TBT_SCP: inside sc while 16 TBT_SCP bytes of rows follow */
+        const int rowmax = row0 + ROWS - 1 < n - 1 ? row0 + ROWS - 1 : n - 1;
+        t_fast = row0 + ROWS <= n && (long long)(n - 1 - rowmax) * (long long)w.sc_row >= 16 * TBT_SCP;
+#if TBT_QHP
+        const int rh = row0 + lane / TBT_QHP;
+        gh = qh + (tb_size)(rh < n ? rh : n - 1) * w.qh_row + (tb_size)(ibase / TB_CHUNKS_PER_BLOCK) * TB_QH_BYTES +
+             16 * (lane % TBT_QHP);
+#pragma unroll
+        for (int j = 0; j < QHJ; ++j) dhr[j] = rows_below(rh, 32 * j / TBT_QHP);
+#endif
+    };
+    /* piece pointers: base + delta rows (delta >= 0, delta x row bytes < 2^32) */
+    auto below = [](const tb_u8 *base, int delta, tb_size row_bytes) {
+        return base + (tb_size)(unsigned)delta * (tb_size)(unsigned)row_bytes;
+    };
+    if (itile < tiles) aim();
     auto issue = [&](int st) {
         if (itile < tiles) {
             tb_u8 *dst = ring + st * STAGE;
-            const int row0 = itile * W::ROWS_WG + warp * ROWS;
-            const tb_size fb = (tb_size)(ibase / TB_CHUNKS_PER_BLOCK); /* format block of the stage */
-#pragma unroll
-            for (int j = 0; j < ROWS * TBT_U / 32; ++j) {
-                const int i = lane + 32 * j, r = i / TBT_U, c = i % TBT_U;
-                const tb_size row = (tb_size)(row0 + r < n ? row0 + r : n - 1);
-                tb_cp_async16(tb_smem_addr(dst + r * TBT_QS_STRIDE + 16 * c), qs + row * w.qs_row + 16 * (tb_size)(ibase + c));
-            }
 #if TBT_QHP
 #pragma unroll
-            for (int j = 0; j < ROWS * TBT_QHP / 32; ++j) {
+            for (int j = 0; j < QHJ; ++j) {
                 const int i = lane + 32 * j, r = i / TBT_QHP, pc = i % TBT_QHP;
-                const tb_size row = (tb_size)(row0 + r < n ? row0 + r : n - 1);
-                tb_cp_async16(tb_smem_addr(dst + OFF_QH + r * TBT_QH_STRIDE + 16 * pc),
-                              qh + row * w.qh_row + fb * TB_QH_BYTES + 16 * pc);
+                tb_cp_async16(tb_smem_addr(dst + OFF_QH + r * TBT_QH_STRIDE + 16 * pc), j == 0 ? gh : below(gh, dhr[j], w.qh_row));
             }
+            gh += 16 * TBT_QHP;
 #endif
+            /* raw scale bytes: 16-byte pieces from the 16-aligned address at or below the row's window, the bytes
+             * past the end of sc zero-filled (they are never used) */
+            const tb_u8 *sa = SCSTAGE % 16 == 0 ? gs : (const tb_u8 *)((unsigned long long)gs & ~15ull);
+            if (t_fast) { /* a branch of its own (if-converted, the last tile's path cost ~20 issue slots a stage) */
+                /* row 4 i + (lane >> 3): RW1 one IMAD.WIDE per copy; RW2 a pointer stepped by 4 rows (with 7
+                 * addresses live NVRTC 13.0 spilled Q5_0 MX8/KB1/RW2/U8/RG16/PG2/PP2) */
+                const tb_u8 *from = gq;
 #pragma unroll
-            for (int j = 0; j < (ROWS * TBT_SCP + 31) / 32; ++j) {
-                const int i = lane + 32 * j, r = i / TBT_SCP, pc = i % TBT_SCP;
-                if (i < ROWS * TBT_SCP) {
-                    const tb_size row = (tb_size)(row0 + r < n ? row0 + r : n - 1);
-                    const tb_u8 *a = sc + row * w.sc_row + fb * TB_SC_BYTES;
-                    const tb_u8 *src = a - ((unsigned long long)a & 15u) + 16 * pc;
-                    const long long left = sc_end - src;
-                    const int valid = left >= 16 ? 16 : (left > 0 ? (int)left : 0);
-                    tb_cp_async16z(tb_smem_addr(dst + OFF_SC + r * TBT_SC_STRIDE + 16 * pc), valid ? src : sc, valid);
+                for (int i = 0; i < 4 * RW; ++i) {
+                    tb_cp_async16(tb_smem_addr(dq + st * STAGE + 4 * i * TBT_QS_STRIDE),
+                                  RW == 1 ? (i == 0 ? gq : below(gq, 4 * i, w.qs_row)) : from);
+                    from += 4 * w.qs_row;
+                }
+#pragma unroll
+                for (int j = 0; j < SCJ; ++j) {
+                    const int i = lane + 32 * j, r = i / TBT_SCP, pc = i % TBT_SCP;
+                    if (i < ROWS * TBT_SCP)
+                        tb_cp_async16(tb_smem_addr(dst + OFF_SC + r * TBT_SC_STRIDE + 16 * pc),
+                                      (j == 0 ? sa : below(sa, dsr[j], w.sc_row)) + 16 * pc);
+                }
+            } else { /* the last row tile: rows past n read row n - 1, scale bytes past sc zero-filled */
+#pragma unroll
+                for (int i = 0; i < 4 * RW; ++i)
+                    tb_cp_async16(tb_smem_addr(dq + st * STAGE + 4 * i * TBT_QS_STRIDE),
+                                  below(gq, rows_below(rq, 4 * i), w.qs_row));
+#pragma unroll
+                for (int j = 0; j < SCJ; ++j) {
+                    const int i = lane + 32 * j, r = i / TBT_SCP, pc = i % TBT_SCP;
+                    if (i < ROWS * TBT_SCP) {
+                        const tb_u8 *src = below(sa, dsr[j], w.sc_row) + 16 * pc;
+                        const long long left = sc_end - src;
+                        const int valid = left >= 16 ? 16 : (left > 0 ? (int)left : 0);
+                        tb_cp_async16z(tb_smem_addr(dst + OFF_SC + r * TBT_SC_STRIDE + 16 * pc), valid ? src : sc, valid);
+                    }
                 }
             }
+            gq += 16 * TBT_U;
+            gs += SCSTAGE;
         }
         tb_cp_commit(); /* empty groups past the end keep the wait count uniform */
         ibase += TBT_U;
-        if (ibase >= w.c1) itile += grid_x, ibase = w.c0;
+        if (ibase >= w.c1) {
+            itile += grid_x, ibase = w.c0;
+            if (itile < tiles) aim();
+        }
     };
 
     /* the stage in slot st (landed) of chunks base .. base + 7: unpack, mma, scale */
-    auto compute = [&](int st, int base, int row0) {
+    /* per row tile of the compute side: the low bits of the scale rows g, g + 8 (+ 16 r) of this lane (the ring
+     * holds each row's scale window from the 16-aligned address at or below it); with whole 16-byte scale steps
+     * per stage (Q4_0, Q4_1, Q5_*, IQ4_NL) the misalignment is the tile's, else it moves with the stage */
+    unsigned sdl[RW][2];
+    int soff[RW][2]; /* non-K-quants: ring offset of the lane's scale of row 16 r + 8 h + g, block 2t / MX of a C tile */
+    (void)P;
+    const bool x_on = g % MX < m;
+    const int x_tok = x_on ? g % MX : m - 1, s_tok = (2 * t) % MX < m ? (2 * t) % MX : m - 1;
+    const bool s_on1 = (2 * t) % MX + 1 < m;
+#if defined(TB_FMT_Q4_0)
+    /* 0x80808080 from a per-lane zero ptxas cannot fold (as tb_iq4_tables): kept in a register */
+    const tb_u32 q4_sign = 0x80808080u ^ (((tb_u32)k >> 31) & (tb_u32)w.tid);
+#endif
+    auto aim_c = [&](int ctile) {
+        const int row0 = ctile * W::ROWS_WG + warp * ROWS;
+#pragma unroll
+        for (int r = 0; r < RW; ++r)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int rr = row0 + 16 * r + 8 * h + g, rowg = rr < n ? rr : n - 1;
+                const unsigned lo = (unsigned)(unsigned long long)(sc + (tb_size)rowg * w.sc_row);
+                sdl[r][h] = SCSTAGE % 16 == 0 ? (lo + (unsigned)(w.c0 / TB_CHUNKS_PER_BLOCK * TB_SC_BYTES)) & 15u : lo;
+                soff[r][h] = OFF_SC + (16 * r + 8 * h + g) * TBT_SC_STRIDE + (2 * t) / MX * TBP_SCB +
+                             (SCSTAGE % 16 == 0 ? (int)sdl[r][h] : 0);
+            }
+    };
+    auto compute = [&](int st, int base) {
         const tb_u8 *src = ring + st * STAGE;
         const int fb = base / TB_CHUNKS_PER_BLOCK;
         const int b32 = fb * (TB_BLOCK_WEIGHTS / 32); /* first 32-block of the stage in the row */
@@ -1005,21 +1157,44 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
                          hq[0][pc], hq[1][pc], hq[0][pc + 1], hq[1][pc + 1]);
             }
 #endif
+#if defined(TB_FMT_IQ4_XS)
+            /* each row's super-block scales once per stage (not per C tile): d, -32 d, and the 6-bit sub-block scales
+             * of the lane's blocks as bytes (tbt_iq4xs_ls): MX4 block 2 i + t / 2 of C tile i in byte i; MX2 block
+             * 4 i + t in byte 2 i; MX8 block i in byte i / 2 of word i % 2 */
+            float iq_d[2], iq_m[2];
+            tb_u32 iq_ls[2][MX == 8 ? 2 : 1];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int delta = (int)((sdl[r][h] + (unsigned)(fb * TB_SC_BYTES)) & 15u);
+                tb_u32 sw[2]; /* d | scales_h << 16, scales_l (8 nibbles) */
+                tb_ld_u32x2(src + OFF_SC + (16 * r + 8 * h + g) * TBT_SC_STRIDE + delta, sw);
+                iq_d[h] = tb_half(sw[0] & 0xFFFFu);
+                iq_m[h] = -32.0f * iq_d[h];
+                if constexpr (MX == 4) {
+                    iq_ls[h][0] = tbt_iq4xs_ls(sw, t >> 1);
+                } else if constexpr (MX == 2) {
+                    iq_ls[h][0] = tbt_iq4xs_ls(sw, t & 1) >> (8 * (t >> 1));
+                } else {
+                    iq_ls[h][0] = tbt_iq4xs_ls(sw, 0);
+                    iq_ls[h][MX == 8 ? 1 : 0] = tbt_iq4xs_ls(sw, 1);
+                }
+            }
+#endif
             tb_i32 d[4], dh[4];
             tb_u32 bx0 = 0, bx1 = 0;
+            /* this lane's x words: row of M g % MX of block kb + g / MX (zero past m), one C tile after another;
+             * its x scales: rows of M (2t) % MX + e of block kb + 2t / MX ([row of M][block]: immediates) */
+            const tb_u32 *xp = xw + ((b32 - w.xb0 + g / MX) * m + x_tok) * 8 + 2 * t;
+            const float *xmp = xm + 2 * (s_tok * w.nxb + b32 - w.xb0 + (2 * t) / MX);
 #pragma unroll
             for (int kb = 0; kb < TBT_NB; ++kb) {
                 const int jc = kb % P, grp = kb / TBP_G, jg = kb % TBP_G;
                 if (jc == 0) {
                     TBT_MAGIC_INIT(d);
                     TBT_MAGIC_INIT(dh);
-                    /* this lane's x words: row of M g % MX of block kb + g / MX (zero past m) */
-                    const int tok = g % MX, xb = b32 + kb + g / MX - w.xb0;
-                    bx0 = bx1 = 0;
-                    if (tok < m) {
-                        const tb_u32x2 v = *(const tb_u32x2 *)(xw + (xb * m + tok) * 8 + 2 * t);
-                        bx0 = v.x, bx1 = v.y;
-                    }
+                    const tb_u32x2 v = *(const tb_u32x2 *)xp;
+                    bx0 = v.x, bx1 = v.y;
+                    xp += P * 8 * m;
                 }
                 tb_u32 a[4];
 #pragma unroll
@@ -1033,13 +1208,19 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
                     tb_u32 lo, hi;
 #if TB_X_IL
                     (void)jg;
-                    tb_iq4_lookup_il_t(q[h][grp], w.iq4t0, w.iq4t2, &lo, &hi);
+                    tbt_iq4_lookup(q[h][grp], w.iq4t0, w.iq4t2, w.iq4k3210, &lo, &hi);
+#elif defined(TB_FMT_Q4_0)
+                    /* tbp_unpack's 16 (q - 8) operands by one LOP3 per operand word (+ the shift of the low
+                     * nibbles) instead of two: the mask an immediate, the sign flip in a register */
+                    (void)jg;
+                    lo = tbt_andf0_xor(q[h][grp] << 4, q4_sign);
+                    hi = tbt_andf0_xor(q[h][grp], q4_sign);
 #else
                     tbp_unpack(&q[h][grp * TBP_QS_CHUNKS], hw, jg, t, lo, hi);
 #endif
                     a[h] = lo, a[2 + h] = hi;
                 }
-                const bool mine = g / MX == jc; /* columns jc * MX .. : x of this block */
+                const bool mine = g / MX == jc && x_on; /* columns jc * MX .. : x of this block (rows of M < m) */
                 const tb_u32 b0 = mine ? bx0 : 0u, b1 = mine ? bx1 : 0u;
 #if TBP_G16
                 tbp_mma16_acc(d, a[0], a[1], b0);
@@ -1051,28 +1232,41 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
                     /* elements: rows g, g + 8 (e >> 1) x columns 2t, 2t + 1: rows of M (2t) % MX + (e & 1) of
                      * block kb0 + 2t / MX */
                     const int ke = kb - (P - 1) + (2 * t) / MX;
-                    const int tok = (2 * t) % MX, xb = b32 + ke - w.xb0;
-                    float dx[2] = {0.0f, 0.0f}, sx[2] = {0.0f, 0.0f};
+                    /* a column of an absent row of M (its dots are 0: B's column is zero) takes row m - 1's scales */
+                    float dx[2], sx[2];
 #pragma unroll
                     for (int e = 0; e < 2; ++e) {
-                        if (tok + e < m) {
-                            const tb_f2 v = *(const tb_f2 *)(xm + 2 * ((tok + e) * w.nxb + xb));
-                            dx[e] = v.x, sx[e] = v.y;
-                        }
+                        const tb_f2 v = *(const tb_f2 *)(xmp + (e && s_on1) * 2 * w.nxb + 2 * (kb - (P - 1)));
+                        dx[e] = v.x, sx[e] = v.y;
                     }
                     (void)sx;
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
                         const int rr = 16 * r + 8 * h + g;
                         const tb_u8 *raw = src + OFF_SC + rr * TBT_SC_STRIDE;
-                        /* the misalignment of the row's scale window, as the copy saw it */
-                        const int rowg = row0 + rr < n ? row0 + rr : n - 1;
-                        const int delta = (int)((unsigned long long)(sc + (tb_size)rowg * w.sc_row + (tb_size)fb * TB_SC_BYTES) & 15u);
+                        (void)raw;
+                        /* the misalignment of the row's scale window, as the copy saw it (set per tile: aim_c) */
+                        const int delta = SCSTAGE % 16 == 0 ? (int)sdl[r][h] : (int)((sdl[r][h] + (unsigned)(fb * TB_SC_BYTES)) & 15u);
                         float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #if defined(TB_FMT_Q6_K)
                         tbp_decode_scale(raw, ke, b32 + ke, delta, o);
-#else
+#elif defined(TB_FMT_IQ4_XS)
+                        (void)delta;
+                        /* the C tile's byte of the lane's scale word(s): MX4 kb / 2, MX2 2 (kb / 4), MX8 kb / 2 of word kb % 2 */
+                        const tb_u32 lsw = iq_ls[h][MX == 8 ? kb % 2 : 0] >> (8 * (MX == 2 ? 2 * (kb / 4) : kb / 2));
+                        o[0] = fmaf((float)(lsw & 0xFFu), iq_d[h], iq_m[h]); /* d (ls - 32) */
+                        o[1] = -TBP_MAGIC * o[0];
+#elif TBP_KQUANT
                         tbp_decode_scale(raw + delta, ke, b32 + ke, 0, o);
+#else
+                        /* x's scale has the operand factor; the lane's block (2t / MX) is in its offset */
+                        (void)delta;
+                        const tb_u8 *sp = src + (SCSTAGE % 16 == 0 ? soff[r][h] : soff[r][h] + delta) + (kb - (P - 1)) * TBP_SCB;
+                        o[0] = tb_half(tb_ld_u16(sp));
+                        o[1] = -TBP_MAGIC * o[0];
+#if TBP_ASYM
+                        o[2] = tb_half(tb_ld_u16(sp + 2));
+#endif
 #endif
 #pragma unroll
                         for (int e = 0; e < 2; ++e) {
@@ -1121,19 +1315,21 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
     for (int s = 0; s < S - 1; ++s) issue(s);
     tb_stage_x<TB_XP(MX), true>(x, m, k, w.xb0, w.nxb, w.c0, w.nchunks, xq, xm);
     tb_sync();
+    aim_c(tile);
     int base = w.c0, slot = 0;
     for (;;) {
         tb_syncwarp(); /* every lane is done with the slot the next issue refills */
         issue(slot == 0 ? S - 1 : slot - 1);
         tb_cp_wait<S - 1>();
         tb_syncwarp(); /* every lane's copies of this stage have landed */
-        compute(slot, base, tile * W::ROWS_WG + warp * ROWS);
+        compute(slot, base);
         slot = slot == S - 1 ? 0 : slot + 1;
         base += TBT_U;
         if (base >= w.c1) {
             finish(tile);
             tile += grid_x, base = w.c0;
             if (tile >= tiles) break;
+            aim_c(tile);
         }
     }
     tb_cp_wait<0>();
