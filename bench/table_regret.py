@@ -66,14 +66,15 @@ from service.tables.collapse import collapse_aliases  # noqa: E402
 from service.tables.fallback import aspect_class, pick_rule  # noqa: E402
 from service.tables.metrics import percentile  # noqa: E402
 from service.tables.model import MeasuredPoint  # noqa: E402
-from service.tables.neighbours import Validity, always_valid, neighbours_answer, validity_for  # noqa: E402
+from service.tables.neighbours import neighbours_answer  # noqa: E402
 from service.tables.policy import Fallback, Fits, fit_policy  # noqa: E402
 from service.tables.surrogate import (  # noqa: E402
     Geometry,
-    complete_variants,
+    candidate_variants,
     geometry_for,
     model_answer,
 )
+from service.tables.validity import Validity, always_valid, validity_for  # noqa: E402
 from service.tables.versions import alias_points, build_table  # noqa: E402
 
 MEAN_TARGET, P95_TARGET = 0.01, 0.03
@@ -124,7 +125,9 @@ POLICIES: dict[str, Answerer] = {
     "segments": lambda f: fallback_answer(fit_policy(f.points, ("segments",), f.geometry, f)),
     "tree": lambda f: fallback_answer(fit_policy(f.points, ("tree",), f.geometry, f)),
     "surrogate": lambda f: fallback_answer(fit_policy(f.points, ("surrogate",), f.geometry, f)),
-    "surrogate_model_argmin_not_emitted": lambda f: model_answer(f.models, complete_variants(f.points)),
+    "surrogate_model_argmin_not_emitted": lambda f: model_answer(
+        f.models, candidate_variants(f.points, f.validity), f.validity
+    ),
     "neighbours": lambda f: fallback_answer(fit_policy(f.points, ("neighbours",), f.geometry, f)),
     "neighbours_argmin_not_emitted": lambda f: neighbours_answer(f.neighbours),
     "chosen": lambda f: fallback_answer(fit_policy(f.points, geometry=f.geometry, fits=f)),

@@ -27,7 +27,6 @@ from service.tables.model import (
     PointTimes,
     TableChoice,
 )
-from service.tables.neighbours import validity_for
 from service.tables.overlays import entries_of, fallback_regret, select_overlays
 from service.tables.policy import POLICIES, Fallback, fit_policy
 from service.tables.surrogate import geometry_for
@@ -38,6 +37,7 @@ from service.tables.validate import (
     check_choices,
     validate_table,
 )
+from service.tables.validity import validity_for
 
 GENERATOR_NAME = "tunebase.tables"
 GENERATOR_VERSION = "0.2.0"

@@ -25,17 +25,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from service.tables.model import CODEBOOK_FORMATS, MeasuredPoint
+from service.tables.model import MeasuredPoint
 from service.tables.surrogate import grid_values
 from service.tables.tree import MISSING_COST, FallbackTree, fit_tree_matrix
-
-if TYPE_CHECKING:
-    from kernels.packages.package import KernelPackage
+from service.tables.validity import Validity, always_valid, grid_validity, whole_blocks
 
 BANDWIDTHS: tuple[float, ...] = (0.5, 0.75, 1.0)  # octaves of N and of K, each chosen by inner LOSO
 DEFAULT_BANDWIDTH = (0.75, 0.75)  # fewer than 3 shapes: nothing to choose on
@@ -45,80 +41,6 @@ GRID_STEP = 0.125  # 0.25 lost 0.4% mean held-out regret to the argmin on the H2
 GRID_BEYOND = 1.0  # octaves of N and K labelled beyond the training range
 TREE_DEPTH = 14
 MIN_GAIN = 0.0  # the tree reproduces the labels; 0.001 and 0.0002 lost 0.3-0.6%
-K_QUANTUM = 256
-
-# (variant, codebook, M, N, K) -> can this variant run there (the package's restrictions)
-Validity = Callable[[str, int, int, int, int], bool]
-
-
-def always_valid(variant: str, codebook: int, m: int, n: int, k: int) -> bool:
-    return True
-
-
-class PackageValidity:
-    """A package's point restrictions as a Validity: a variant is valid for a codebook key when it is
-    valid for every format of the codebook the package reads (the table answers all of them). Names
-    the package does not parse are valid (the measured times decide). When no point rule reads N
-    (through derived values too), answers are cached per (variant, codebook, M, K)."""
-
-    def __init__(self, package: KernelPackage, arch: str) -> None:
-        from kernels.arches import get_arch
-        from kernels.packages.expressions import parse
-        from kernels.packages.package import DeviceFacts
-
-        spec = get_arch(arch)
-        self.package = package
-        self.backend = spec.backend
-        self.facts = DeviceFacts(spec.backend, arch, spec.cus, spec.wave)
-        derived = {name: parse(src).names for name, src in package.manifest.derived.items()}
-
-        def reads(names: frozenset[str], seen: frozenset[str] = frozenset()) -> set[str]:
-            out = set(names)
-            for name in names & derived.keys() - seen:
-                out |= reads(derived[name], seen | {name})
-            return out
-
-        used: set[str] = set()
-        for rule in package.manifest.restrictions.rules:
-            used |= reads(parse(rule).names)
-        self.reads_n = "n" in used
-        self._check = lru_cache(maxsize=1 << 20)(self._valid)
-
-    def _valid(self, variant: str, codebook: int, m: int, n: int, k: int) -> bool:
-        from kernels.formats.registry import FORMATS
-
-        try:
-            parsed = self.package.parse(variant, self.backend)
-        except ValueError:
-            return True
-        formats = [f for f in CODEBOOK_FORMATS.get(codebook, ()) if f in self.package.manifest.formats]
-        for fmt in formats:
-            values = self.package.bindings(parsed, n, k, m, FORMATS[fmt], self.facts)
-            if self.package.point_problems(values):
-                return False
-        return True
-
-    def __call__(self, variant: str, codebook: int, m: int, n: int, k: int) -> bool:
-        return bool(self._check(variant, codebook, m, n if self.reads_n else 1, k))
-
-
-def validity_for(variants: Sequence[str], arch: str | None, package: KernelPackage | None = None) -> Validity:
-    """``package``'s restrictions (default: the built-in decode package's) when every variant is one of
-    its names on the arch's backend; else always valid (e.g. an older space's names: the measured
-    times alone decide)."""
-    if arch is None or not variants:
-        return always_valid
-    from kernels.arches import get_arch
-    from kernels.packages.loader import BUILTIN_FOR_PHASE, builtin_packages
-
-    try:
-        backend = get_arch(arch).backend
-        chosen = package or builtin_packages()[BUILTIN_FOR_PHASE["decode"]]
-        for v in variants:
-            chosen.parse(v, backend)
-    except (ValueError, KeyError):
-        return always_valid
-    return PackageValidity(chosen, arch)
 
 
 @dataclass
@@ -254,36 +176,16 @@ def neighbours_tree(model: NeighbourModel) -> FallbackTree:
     ns_all = [round(2**x) for kern in model.kernels.values() for x in kern.log_n]
     ks_all = [round(2**x) for kern in model.kernels.values() for x in kern.log_k]
     ns = grid_values(ns_all, GRID_BEYOND, GRID_BEYOND, GRID_STEP)
-    # K on whole super-blocks (every GGUF block size divides 256), as a real K is: a restriction such as
-    # k % block_weights == 0 must not rule a variant out at a grid K no model has
-    ks = sorted(
-        {
-            max(K_QUANTUM, round(k / K_QUANTUM) * K_QUANTUM)
-            for k in grid_values(ks_all, GRID_BEYOND, GRID_BEYOND, GRID_STEP)
-        }
-    )
+    ks = whole_blocks(grid_values(ks_all, GRID_BEYOND, GRID_BEYOND, GRID_STEP))
     names = sorted({v for kern in model.kernels.values() for v in kern.variants})
     col = {v: j for j, v in enumerate(names)}
     parts, bases = [], []
     for m, kern in model.kernels.items():
         qn = np.repeat(ns, len(ks))
         qk = np.tile(ks, len(ns))
-        at = np.array(
-            [
-                [model.valid(v, model.codebook, m, int(n), int(k)) for v in kern.variants]
-                for n, k in zip(qn, qk, strict=True)
-            ],
-            dtype=bool,
-        ).reshape(len(ns), len(ks), -1)
-        # A leaf holding a grid point answers every (N, K) up to the cuts halfway to its grid neighbours:
-        # a variant is a candidate at a grid point only if valid at its 8 neighbours too (a restriction
-        # such as the K slice fitting shared memory flips between grid values)
-        padded = np.pad(at, ((1, 1), (1, 1), (0, 0)), mode="edge")
-        ok = np.ones_like(at)
-        for dn in range(3):
-            for dk in range(3):
-                ok &= padded[dn : dn + len(ns), dk : dk + len(ks)]
-        ok = ok.reshape(len(ns) * len(ks), -1)
+        ok = grid_validity(model.valid, model.codebook, m, kern.variants, ns, ks).reshape(
+            len(ns) * len(ks), -1
+        )
         score = kern.predict(qn.tolist(), qk.tolist(), model.bandwidth, ok)
         keep = np.isfinite(score).any(axis=1)
         matrix = np.full((int(keep.sum()), len(names)), MISSING_COST)

@@ -36,23 +36,17 @@ from service.tables.fallback import (
     shape_folds,
 )
 from service.tables.model import FallbackRule, MeasuredPoint
-from service.tables.neighbours import (
-    NeighbourModel,
-    Validity,
-    always_valid,
-    fit_neighbours,
-    neighbours_answer,
-    neighbours_tree,
-)
+from service.tables.neighbours import NeighbourModel, fit_neighbours, neighbours_answer, neighbours_tree
 from service.tables.surrogate import (
     Geometry,
     TimeModel,
-    complete_variants,
+    candidate_variants,
     fit_models,
     fit_surrogate_trees,
     model_answer,
 )
 from service.tables.tree import DEPTHS, MIN_LEAF, FallbackTree, fit_tree, truncate
+from service.tables.validity import Validity, always_valid
 
 POLICIES: tuple[str, ...] = ("segments", "tree", "surrogate", "neighbours")
 Answer = Callable[[MeasuredPoint], str | None]
@@ -199,7 +193,10 @@ def by_codebook(points: Iterable[MeasuredPoint]) -> dict[int, list[MeasuredPoint
 
 
 def surrogate_held_out(
-    points: Sequence[MeasuredPoint], group: Sequence[MeasuredPoint], geometry: Geometry | None
+    points: Sequence[MeasuredPoint],
+    group: Sequence[MeasuredPoint],
+    geometry: Geometry | None,
+    validity: Validity = always_valid,
 ) -> list[float] | None:
     """Per point of one codebook's ``group``, the surrogate model's regret fitted without the point's
     shape fold (the model sees every codebook's points outside the fold's shapes; None: < 2 folds)."""
@@ -212,7 +209,7 @@ def surrogate_held_out(
         train = [p for p in points if (p.n, p.k) not in shapes and p.times_us]
         if not train:
             return None
-        answer = model_answer(fit_models(train, geometry), complete_variants(train))
+        answer = model_answer(fit_models(train, geometry), candidate_variants(train, validity), validity)
         for i in fold:
             variant = answer(group[i])
             regrets[i] = UNMEASURED_PENALTY if variant is None else _held_out_regret(group[i], variant)
@@ -280,7 +277,7 @@ class Fits:
     @property
     def surrogate_trees(self) -> dict[int, FallbackTree]:
         if self._surrogate is None:
-            self._surrogate = fit_surrogate_trees(self.points, self.geometry)
+            self._surrogate = fit_surrogate_trees(self.points, self.geometry, self.validity)
         return self._surrogate
 
     @property
@@ -305,7 +302,7 @@ class Fits:
         if (codebook, policy) not in self._scores:
             group = self.groups[codebook]
             if policy == "surrogate":
-                held = surrogate_held_out(self.points, group, self.geometry)
+                held = surrogate_held_out(self.points, group, self.geometry, self.validity)
             elif policy == "neighbours":
                 held = neighbours_held_out(group, self.validity)
             else:

@@ -13,15 +13,13 @@ from kernels.packages.package import DeviceFacts
 from service.tables.model import MeasuredPoint
 from service.tables.neighbours import (
     BANDWIDTHS,
-    PackageValidity,
     RegretKernel,
-    always_valid,
     fit_neighbours,
     neighbours_answer,
     neighbours_tree,
-    validity_for,
 )
 from service.tables.policy import fit_policy
+from service.tables.validity import PackageValidity, always_valid, validity_for
 
 NS = (256, 512, 1024, 2048, 4096, 8192)
 KS = (512, 1024, 2048, 4096)
