@@ -8,11 +8,17 @@ GPU run; the JSON names the file, the devices and what it holds. Host (CPU) data
    shapes and answers the held-out shape's points (every codebook and M), for each policy: work-size
    segments only, decision tree only, the surrogate only (per-variant time model -> synthetic grid ->
    tree, service/tables/surrogate.py; its emitted tree answers, and beside it the model's own argmin),
+   the neighbours (every variant's regret interpolated between the measured shapes, valid-only
+   answers, service/tables/neighbours.py; its emitted tree, and beside it its argmin),
    and the per-codebook choice the generator makes (by its own inner held-out regret, so nothing is
    tuned on the held-out shape); a modal-winner baseline beside. Per policy also per codebook.
    regret = worst-alias time(answer) / time(best achievable) - 1 from the measured medians; a variant
    not measured (or failing parity) at the held-out point costs 100%; a point the policy cannot answer
    is "uncovered" and reported both left out and charged 100%. Targets: mean <= 1%, p95 <= 3%.
+   Beside each figure, the regret beyond the recording's own noise: per point the lower end of the
+   95% bootstrap interval of median(answer) / median(best) - 1 over the dispatches, floored at 0.
+   Where the data's variant names are the current package's, its restrictions say which variants can
+   run at a held-out point (a function of M, N, K alone; no measurement enters).
    Per held-out shape one service.tables.policy.Fits of the other shapes is shared by every policy
    (each component fit and inner held-out score made once), and nothing of the held-out shape enters
    it (tests/tables/test_table_regret_loso.py). ``--held-out-shapes NxK,...`` holds out only those
