@@ -210,6 +210,7 @@ def loso(
     shapes: Sequence[tuple[int, int]] | None = None,
     validity: Validity = always_valid,
     dispatches: Dispatches | None = None,
+    policies: Mapping[str, Answerer] = POLICIES,
 ) -> dict[str, Any]:
     """Leave-one-shape-out per policy; with ``dispatches``, each regret also beyond noise (beyond_noise)."""
     answered: dict[str, list[float]] = defaultdict(list)
@@ -220,7 +221,7 @@ def loso(
     worst: dict[str, list[tuple[float, str]]] = defaultdict(list)
     started = time.monotonic()
     held_shapes: set[tuple[int, int]] = set()
-    for (n, k), name, p, variant in held_out_answers(points, geometry, POLICIES, shapes, validity):
+    for (n, k), name, p, variant in held_out_answers(points, geometry, policies, shapes, validity):
         held_shapes.add((n, k))
         if variant is None:
             uncovered[name] += 1
@@ -251,7 +252,7 @@ def loso(
         "seconds": round(time.monotonic() - started, 1),
         "policies": {},
     }
-    for name in POLICIES:
+    for name in policies:
         out["policies"][name] = {
             "answered": summary(answered[name]),
             "uncovered_points": uncovered[name],
@@ -378,7 +379,11 @@ def trainer_comparison(points: Sequence[RecordedPoint], arch: str, workdir: Path
 
 
 def run(
-    data: Path, allow_host: bool, trainer: bool, shapes: Sequence[tuple[int, int]] | None = None
+    data: Path,
+    allow_host: bool,
+    trainer: bool,
+    shapes: Sequence[tuple[int, int]] | None = None,
+    policies: Mapping[str, Answerer] = POLICIES,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="table-regret-") as tmp:
         url, points, provenance = open_measured(data, Path(tmp))
@@ -410,6 +415,7 @@ def run(
                     [s for s in shapes if s in {(p.n, p.k) for p in measured}] if shapes else None,
                     validity_for(names, arch),
                     dispatches_of(group),
+                    policies,
                 ),
                 "validity": "the tb-decode package's restrictions at each point (a variant invalid there "
                 "is never answered by the neighbours policy)"
@@ -442,6 +448,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="",
         help="NxK[,NxK...]: hold out only these shapes (quick look: the JSON says subset, claims no target)",
     )
+    parser.add_argument(
+        "--policies",
+        default="",
+        help="P[,P...]: report only these policies (chosen always; e.g. leave out the slow surrogate tree "
+        f"on a large recording); known: {', '.join(POLICIES)}",
+    )
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args(argv)
     started = time.monotonic()
@@ -449,8 +461,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         shapes = [(int(n), int(k)) for n, k in (s.split("x") for s in args.held_out_shapes.split(",") if s)]
     except ValueError:
         parser.error(f"--held-out-shapes: expected NxK[,NxK...], got {args.held_out_shapes!r}")
+    wanted = {p for p in args.policies.split(",") if p} | {"chosen"}
+    if wanted - set(POLICIES):
+        parser.error(f"--policies: unknown {', '.join(sorted(wanted - set(POLICIES)))}")
+    policies = {name: fit for name, fit in POLICIES.items() if not args.policies or name in wanted}
     try:
-        body = run(args.data, args.allow_host, not args.no_trainer, shapes or None)
+        body = run(args.data, args.allow_host, not args.no_trainer, shapes or None, policies)
     except DataError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

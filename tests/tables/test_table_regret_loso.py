@@ -130,3 +130,10 @@ def test_loso_reports_regret_beyond_noise_beside_the_raw_figures() -> None:
         beyond = out["policies"][name]["beyond_noise_uncovered_charged_100pct"]
         assert beyond["points"] == out["points"]
         assert abs(beyond["mean"] - raw["mean"]) < 2e-3  # medians of integer-ns copies: rounding only
+
+
+def test_loso_reports_only_the_policies_asked_for() -> None:
+    wanted = {name: table_regret.POLICIES[name] for name in ("tree", "chosen")}
+    out = table_regret.loso(measured(), kbtw_geometry(132, 32), HELD[:1], policies=wanted)
+    assert set(out["policies"]) == {"tree", "chosen"}
+    assert out["subset"] is not None and out["targets"]["chosen_meets"] is False  # a subset claims nothing
