@@ -9,7 +9,7 @@
 # roofline gets up to 300 s (2026-11-30: 169 s for 42 variants, now 68) and writes its JSON after every point,
 # the tests what is left (at most 130 s, 5 processes), ncu only with NCU_MIN_S left.
 # Usage (device):  bash bench/device_k1n.sh <tag> [roofline,tests,ncu]       carry: [".whl"]
-# Env: GPU, FORMATS (--formats), VARIANTS (--variants: names, 'ring', 'registers', 'tc'), SHAPES (--shapes),
+# Env: GPU, FORMATS (--formats), VARIANTS (--variants: names, 'ring', 'registers', 'tc', 'stream'), SHAPES (--shapes),
 #      M (--m, default 1,2,3,4), ROOFLINE_TIMEOUT, BUDGET_S, NCU_POINTS (FORMAT:SHAPE:M[:VARIANT] ...)
 # Dry run here:    DRY=1 OUT=/tmp/k1n-out bash bench/device_k1n.sh t        (prints the commands it would run)
 set -u

@@ -10,8 +10,15 @@
 # Budget: on 2026-11-30 a GPU task took 2.8-14 s (median 3.6 s) under the watchdog (a fresh process, CUDA
 # context and CUPTI session per backend call), so the 64-task sweep needs ~4 min once one worker is killed:
 # give the stack stage its own call (`... <tag> stack`, ~6 device-minutes with the start) or raise the limits.
+# Compile queue (2026-12-01): a `tunebase worker --compile` (COMPILE_PROCS processes, default nproc) NVRTC-compiles
+# each format's tb-decode unit (~70 s each on the H200 host, all four at once on 16 cores) into the artifact
+# dir the GPU workers share, while they take their first tasks (a GPU task that reaches a unit being compiled
+# waits on its lock instead of compiling it again). PRECOMPILE=off: the old behaviour, for an A/B.
+# TUNEBASE_ARTIFACT_DIR=$PWD/.cubins with carry .cubins: a cache compiled elsewhere (same NVRTC 13.0) is reused.
 # Usage (device): bash bench/device_stack.sh <date-tag> [stack|record|all]
 # Dry run here:   ARCH=host PROFILE=smoke GPUS=0,1 FORMATS=Q4_0 SHAPES=smoke LOCAL=1 bash bench/device_stack.sh t
+# Compile side only, no GPU (sm_90 cubins with NVRTC; TUNEBASE_ARTIFACT_DIR=$PWD/.cubins keeps them to carry):
+#   ARCH=sm_90 COMPILE_ONLY=1 LOCAL=1 PY=.venv/bin/python bash bench/device_stack.sh t stack
 set -u
 tag=${1:-$(date -u +%F)}; what=${2:-all}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -38,9 +45,12 @@ fi
 if [ "$what" = stack ] || [ "$what" = all ]; then
   t=$(date +%s)
   echo "== stack $(date -u +%T)" >> "$log"
+  extra=(--compile-concurrency "${COMPILE_PROCS:-$(nproc)}")
+  [ -n "${PRECOMPILE:-}" ] && extra+=(--precompile "$PRECOMPILE")
+  [ -n "${COMPILE_ONLY:-}" ] && extra+=(--compile-only)
   timeout -k 15 "${STACK_TIMEOUT:-345}" $py bench/stack_run.py --servers .srv --arch "$ARCH" --gpus "$GPUS" \
     --profile "$PROFILE" --timeout "${SWEEP_TIMEOUT:-300}" --kill-after "${KILL_AFTER:-10}" \
-    --out /tmp/stack-out >> "$log" 2>&1
+    "${extra[@]}" --out /tmp/stack-out >> "$log" 2>&1
   echo "# stack rc=$? in $(( $(date +%s) - t )) s" >> "$log"
   for pid in $(cat /tmp/stack-out/stack-pids 2>/dev/null); do  # only what stack_run started, by id
     kill -9 "$pid" 2>/dev/null && echo "# ended leftover pid $pid" >> "$log"

@@ -27,7 +27,9 @@ def main() -> int:
     parser.add_argument("--json", type=Path, required=True)
     parser.add_argument("--point", required=True, help="FORMAT,SHAPE,M e.g. Q4_0,GateUp,2048")
     parser.add_argument("--artifacts", type=Path)
-    parser.add_argument("--engine", choices=("E0", "E1", "E2"), help="this engine's fastest passing variant")
+    parser.add_argument(
+        "--engine", choices=("E0", "E1", "E2", "E3"), help="this engine's fastest passing variant"
+    )
     args = parser.parse_args()
     os.environ["TUNEBASE_CUPTI"] = "0"
     fmt, short, m = args.point.split(",")

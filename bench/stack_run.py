@@ -1,7 +1,12 @@
-"""The production stack end to end: Postgres, Redis, the API, Celery beat, a maintenance worker and two
-pinned `tunebase worker --gpu N` Celery workers; a sweep submitted over HTTP; one GPU worker SIGKILLed
-mid-sweep; the sweep must still finish (the reconciler re-queues what the dead worker held) with no
-duplicate measurements (checked in SQL); then the nightly task must regenerate tables.
+"""The production stack end to end: Postgres, Redis, the API, Celery beat, a maintenance worker, a
+`tunebase worker --compile` (NVRTC/cc on every core, no GPU) and two pinned `tunebase worker --gpu N`
+Celery workers; a sweep submitted over HTTP; one GPU worker SIGKILLed mid-sweep; the sweep must still
+finish (the reconciler re-queues what the dead worker held) with no duplicate measurements (checked in
+SQL); then the nightly task must regenerate tables. The summary splits compile time (the compile worker's
+jobs, per format) from measure time (the GPU workers' tasks).
+
+``--compile-only`` starts no GPU worker: it submits the sweep and waits for the compile worker to build
+every unit (e.g. the sm_90 cubins on a machine without a GPU, to carry them as a warm cache).
 
 Servers: ``--servers .srv`` starts Postgres 16 and Redis 7 from carried files (bench/stack_servers.py; the
 device machine has no network), or ``--database-url``/``--broker-url`` use running ones (a fresh database
@@ -10,6 +15,7 @@ is created; the Redis DB must be empty). ``--arch host`` runs the same thing on 
 
     python3 bench/stack_run.py --servers .srv --arch sm_90 --profile qwen36-moe --out $OUT   # 2x H200
     .venv/bin/python bench/stack_run.py --servers .srv --arch host --profile smoke --out var/stack
+    .venv/bin/python bench/stack_run.py --servers .srv --arch sm_90 --compile-only --out var/stack  # no GPU
 Writes ``stack-summary.json`` (``"mode": "celery"``) and every process's log under ``--out``.
 """
 
@@ -44,6 +50,7 @@ sys.path.insert(0, str(REPO / "bench"))
 import stack_servers  # noqa: E402
 
 SUCCEEDED = re.compile(r"Task tunebase\.run_task\[[0-9a-f-]+\] succeeded in [0-9.]+s: '(\w+)'")
+COMPILE_JOB = re.compile(r"compile-job (.*)$")
 STOP_TIMEOUT_S = 30.0
 
 
@@ -100,6 +107,37 @@ def task_seconds(log: Path) -> dict[str, float] | None:
         return None
     return {"tasks": len(times), "min": round(times[0], 2), "median": round(times[len(times) // 2], 2),
             "max": round(times[-1], 2)}  # fmt: skip
+
+
+def compile_jobs_logged(log: Path) -> list[dict[str, Any]]:
+    """The compile worker's ``compile-job key=value ...`` lines (workers/precompile.py), parsed."""
+    try:
+        text_ = log.read_text(errors="replace")
+    except OSError:
+        return []
+    jobs = []
+    for line in text_.splitlines():
+        found = COMPILE_JOB.search(line)
+        if found is None:
+            continue
+        head, _, error = found[1].partition(" error=")
+        job: dict[str, Any] = dict(re.findall(r"(\w+)=(\S+)", head))
+        for key in ("seconds", "waited"):
+            if key in job:
+                job[key] = float(job[key])
+        for key in ("task", "units", "compiled"):
+            if key in job:
+                job[key] = int(job[key])
+        job["ok"] = job.get("ok") == "True"
+        if error:
+            job["error"] = error
+        jobs.append(job)
+    return jobs
+
+
+def task_seconds_all(log: Path) -> list[float]:
+    found = re.findall(r"run_task\[[0-9a-f-]+\] succeeded in ([0-9.]+)s", log.read_text(errors="replace"))
+    return [float(x) for x in found]
 
 
 def descendants(pid: int) -> list[int]:
@@ -272,7 +310,18 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--work", type=Path, default=None, help="scratch folder (default: a temp dir)")
     p.add_argument("--out", type=Path, required=True, help="stack-summary.json and logs go here")
     p.add_argument("--keep", action="store_true", help="keep the scratch folder and the database")
+    p.add_argument("--precompile", choices=["gpu", "all", "off"], default=None,
+                   help="TUNEBASE_PRECOMPILE for the stack (default: all on --arch host, else gpu); "
+                   "off starts no compile worker")  # fmt: skip
+    p.add_argument("--compile-concurrency", type=int, default=os.cpu_count() or 1,
+                   help="processes of the compile worker (default: every core)")  # fmt: skip
+    p.add_argument("--compile-only", action="store_true",
+                   help="no GPU workers: submit, wait for the compile worker's units, stop")  # fmt: skip
     args = p.parse_args()
+    if args.precompile is None:
+        args.precompile = "all" if args.arch == "host" else "gpu"
+    if args.compile_only and args.precompile == "off":
+        p.error("--compile-only needs a compile worker: leave out --precompile off")
     if args.servers is None and not (args.database_url and args.broker_url):
         p.error("give --servers DIR, or both --database-url and --broker-url")
     return args
@@ -289,6 +338,8 @@ class StackRun:
         self.work.mkdir(parents=True, exist_ok=True)
         self.logs = args.out / "stack-logs"
         self.logs.mkdir(parents=True, exist_ok=True)
+        for stale in [*self.logs.glob("*.log"), args.out / "stack-pids"]:  # an earlier run's, same --out:
+            stale.unlink(missing_ok=True)  # its lines would be counted as this run's, its pids ended
         self.failures: list[str] = []
         self.summary: dict[str, Any] = {
             "bench": "stack_run",
@@ -297,10 +348,14 @@ class StackRun:
             "command": " ".join(["python", "bench/stack_run.py", *sys.argv[1:]]),
             "machine": {"hostname": socket.gethostname(), "cpus": os.cpu_count(), "gpus": gpu_inventory()},
             "arch": args.arch,
+            "precompile": args.precompile,
+            "compile_only": args.compile_only,
         }
         self.servers: stack_servers.Servers | None = None
         self.procs: list[Proc] = []
         self.workers: list[Proc] = []
+        self.compiler: Proc | None = None
+        self.compile_jobs_expected = 0
         self.engine: Engine | None = None
         self.gpus = [int(g) for g in args.gpus.split(",") if g.strip()]
         self.admin_url = ""
@@ -346,6 +401,7 @@ class StackRun:
             "TUNEBASE_HEARTBEAT_SECONDS": str(max(1.0, args.lease_seconds / 4)),
             "TUNEBASE_RECONCILE_SECONDS": str(args.reconcile_seconds),
             "TUNEBASE_REQUEUE_LOST_AFTER_SECONDS": str(max(10.0, 2 * args.lease_seconds)),
+            "TUNEBASE_PRECOMPILE": args.precompile,
         }
         t = time.monotonic()
         run_cli(["db", "upgrade"], env, 180)
@@ -356,9 +412,15 @@ class StackRun:
         port = stack_servers.free_port()
         py, cli, logs = sys.executable, ["-m", "service.cli"], self.logs
         beat = [py, "-m", "celery", "-A", "workers.celery_app", "beat", "--loglevel", "INFO", "--schedule"]
-        maintenance = Proc("maintenance", [py, *cli, "worker", "--queues", "maintenance,compile"],
+        maintenance = Proc("maintenance", [py, *cli, "worker", "--queues", "maintenance"],
                            logs / "worker-maintenance.log")  # fmt: skip
-        for gpu in self.gpus:
+        cpu_workers = [maintenance]
+        if args.precompile != "off":
+            concurrency = ["--concurrency", str(max(1, args.compile_concurrency))]
+            self.compiler = Proc("compile", [py, *cli, "worker", "--compile", *concurrency],
+                                 logs / "worker-compile.log")  # fmt: skip
+            cpu_workers.append(self.compiler)
+        for gpu in [] if args.compile_only else self.gpus:
             argv = [py, *cli, "worker", "--gpu", str(gpu)]
             if args.arch == "host":  # no GPU to read the arch from
                 argv += ["--arch", "host"]
@@ -366,7 +428,7 @@ class StackRun:
         self.procs = [
             Proc("api", [py, *cli, "serve", "--port", str(port), "--no-access-log"], logs / "api.log"),
             Proc("beat", [*beat, str(self.work / "beat-schedule")], logs / "beat.log"),
-            maintenance,
+            *cpu_workers,
             *self.workers,
         ]
         t = time.monotonic()
@@ -375,7 +437,7 @@ class StackRun:
         auth = {"Authorization": f"Bearer {token.strip()}"}
         client = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=auth)
         wait_http(client, "/healthz", 120, self.procs)
-        wait_ready([maintenance, *self.workers], 180)
+        wait_ready([*cpu_workers, *self.workers], 180)
         self.phase("start_s", t)
         return client
 
@@ -396,10 +458,21 @@ class StackRun:
         status: dict[str, Any] = reply.json()
         sweep_id = int(status["id"])
         self.summary["sweep"] = {"id": sweep_id, "spec": spec, "tasks": status["tasks"]["total"]}
-        victim = self.workers[self.gpus.index(args.kill_gpu)] if args.kill_gpu in self.gpus else None
+        self.compile_jobs_expected = self.expected_compile_jobs(sweep_id)
+        victim = None
+        if not args.compile_only and args.kill_gpu in self.gpus:
+            victim = self.workers[self.gpus.index(args.kill_gpu)]
         killed: dict[str, Any] | None = None
         online: set[int] = set()
         while time.monotonic() < submitted + args.timeout:
+            compiler = self.compiler if "compile_wall_s" not in self.phases else None
+            if compiler is not None and len(compile_jobs_logged(compiler.log)) >= self.compile_jobs_expected:
+                self.phase("compile_wall_s", submitted)  # submit -> the last compile job logged
+            if args.compile_only:
+                if "compile_wall_s" in self.phases:
+                    break
+                time.sleep(0.5)
+                continue
             status = client.get(f"/v1/sweeps/{sweep_id}", timeout=30).json()
             if status.get("workers_online") is not None:
                 online.add(int(status["workers_online"]))
@@ -427,6 +500,10 @@ class StackRun:
         )  # fmt: skip
         self.summary["killed_worker"] = killed
         self.summary["tasks_done_per_worker_log"] = {p.name: p.done_tasks() for p in self.workers}
+        if args.compile_only:
+            if "compile_wall_s" not in self.phases:
+                self.failures.append(f"compile jobs not all done within {args.timeout:g} s")
+            return sweep_id
         if victim is not None and killed is None:
             self.failures.append("the victim was never killed (too few tasks, or none caught mid-task)")
         if status["tasks"]["queued"] or status["tasks"]["running"]:
@@ -434,6 +511,54 @@ class StackRun:
         if status["tasks"]["failed"]:
             self.failures.append(f"{status['tasks']['failed']} task(s) failed")
         return sweep_id
+
+    def expected_compile_jobs(self, sweep_id: int) -> int:
+        """What enqueue_sweep sent to the compile queue for this sweep (workers/precompile.py's rule)."""
+        from workers.precompile import compile_jobs
+
+        assert self.engine is not None
+        rows = sql_rows(self.engine, "SELECT id, arch, format, kernel, kernel_version, variants FROM tasks "
+                        "WHERE sweep_id = :s ORDER BY id", s=sweep_id)  # fmt: skip
+        points = [
+            (r["id"], r["arch"], r["format"], r["kernel"], r["kernel_version"],
+             r["variants"] if isinstance(r["variants"], list) else json.loads(r["variants"]))
+            for r in rows
+        ]  # fmt: skip
+        return len(compile_jobs(points, self.args.precompile))
+
+    def compile_vs_measure(self) -> None:
+        """Compile time (the compile worker's jobs) beside measure time (the GPU workers' tasks)."""
+        jobs = compile_jobs_logged(self.compiler.log) if self.compiler is not None else []
+        per_format: dict[str, float] = {}
+        for job in jobs:
+            key = f"{job.get('format')}@{job.get('arch')}"
+            per_format[key] = round(per_format.get(key, 0.0) + float(job.get("seconds", 0.0)), 1)
+        self.summary["compile"] = {
+            "worker": None if self.compiler is None else self.compiler.argv[-4:],
+            "jobs_expected": self.compile_jobs_expected,
+            "jobs_logged": len(jobs),
+            "failed_jobs": [j for j in jobs if not j.get("ok")],
+            "units_compiled": sum(int(j.get("compiled", 0)) for j in jobs),
+            "seconds_per_format": per_format,
+            "seconds_total": round(sum(float(j.get("seconds", 0.0)) for j in jobs), 1),
+            "wall_s_submit_to_last_job": round(self.phases["compile_wall_s"], 1)
+            if "compile_wall_s" in self.phases else None,
+            "jobs": jobs,
+            "note": "seconds = one job's wall time in the compile worker (a job that found the cubin, or "
+            "waited on a GPU worker's compile of it, shows compiled=0); GPU tasks still compile on a miss",
+        }  # fmt: skip
+        measure = {p.name: task_seconds_all(p.log) for p in self.workers}
+        self.summary["measure"] = {
+            "task_seconds_total_per_worker": {k: round(sum(v), 1) for k, v in measure.items()},
+            "tasks_over_20s_per_worker": {k: sum(1 for x in v if x > 20) for k, v in measure.items()},
+            "note": "Celery's 'succeeded in' of run_task; a task over 20 s is one that compiled (or waited "
+            "for) its unit: 2.6 s median otherwise on the H200 (2026-12-01)",
+        }  # fmt: skip
+        failed = self.summary["compile"]["failed_jobs"]
+        if failed:
+            self.failures.append(f"{len(failed)} compile job(s) failed: {failed}")
+        if self.compiler is not None and len(jobs) < self.compile_jobs_expected:
+            self.failures.append(f"{len(jobs)} of {self.compile_jobs_expected} compile jobs logged")
 
     def verify(self, sweep_id: int) -> None:
         """Duplicates, reclaimed tasks, devices, racing's savings: all in SQL."""
@@ -496,6 +621,14 @@ class StackRun:
         if not new:
             self.failures.append("the nightly task stored no table")
 
+    def leave_nothing_queued(self, broker_url: str) -> None:
+        """--compile-only leaves the GPU tasks' messages behind: empty the Redis DB it found empty."""
+        import redis
+
+        left = redis.Redis.from_url(broker_url).llen(f"arch.{self.args.arch}")
+        redis.Redis.from_url(broker_url).flushdb()
+        self.summary["gpu_messages_dropped"] = int(left)
+
     def stop(self) -> None:
         self.summary["exit_codes_at_stop"] = {p.name: p.stop() for p in self.procs}
         if self.engine is not None:
@@ -519,8 +652,12 @@ class StackRun:
             database_url, broker_url = self.start_servers()
             client = self.start_stack(database_url, broker_url)
             sweep_id = self.sweep(client)
-            self.verify(sweep_id)
-            self.nightly(client, broker_url)
+            self.compile_vs_measure()
+            if self.args.compile_only:
+                self.leave_nothing_queued(broker_url)
+            else:
+                self.verify(sweep_id)
+                self.nightly(client, broker_url)
         except (Exception, SystemExit) as error:  # the summary still says what happened up to here
             self.failures.append(f"{type(error).__name__}: {error}")
         finally:
@@ -542,7 +679,10 @@ def main() -> int:
     signal.signal(signal.SIGTERM, _interrupted)
     run = StackRun(parse_args())
     ok = run.run()
-    keys = ("ok", "failures", "phases_s", "tasks_per_device_uuid", "killed_worker", "duplicates", "racing")
+    keys = ("ok", "failures", "phases_s", "tasks_per_device_uuid", "killed_worker", "duplicates", "racing",
+            "measure")  # fmt: skip
+    compiled = run.summary.get("compile") or {}
+    print(json.dumps({k: v for k, v in compiled.items() if k != "jobs"}, indent=2, default=str))
     print(json.dumps({k: run.summary.get(k) for k in keys}, indent=2, default=str))
     return 0 if ok else 1
 

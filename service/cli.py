@@ -973,17 +973,31 @@ def worker(
     gpu: int | None = typer.Option(None, min=0, help="pin to this device index (ROCR_/CUDA_VISIBLE_DEVICES)"),
     arch: str | None = typer.Option(None, help="consume arch.<ARCH> (default: the GPU's arch, else host)"),
     queues: str = typer.Option("", help="extra queues, comma list (e.g. maintenance,compile)"),
+    compile_: bool = typer.Option(
+        False, "--compile", help="a CPU worker for the compile queue: no GPU, --concurrency processes"
+    ),
+    concurrency: int | None = typer.Option(
+        None, min=1, help="with --compile: pool processes (default: one per core)"
+    ),
     loglevel: str = typer.Option("INFO", help="Celery log level"),
 ) -> None:
-    """Run one Celery worker (concurrency 1, prefetch 1, late acks) pinned to one GPU."""
-    from workers.launch import LaunchError, plan_worker, run_worker
+    """Run one Celery worker (concurrency 1, prefetch 1, late acks) pinned to one GPU, or with --compile
+    a CPU worker that fills the shared artifact cache ahead of the GPU workers of this host."""
+    from workers.launch import LaunchError, plan_compile_worker, plan_worker, run_worker
 
     settings = get_settings()
     if not settings.broker_url:
         raise usage_error("TUNEBASE_BROKER_URL is not set (without a broker, `tunebase serve` runs tasks)")
     extra = [q.strip() for q in queues.split(",") if q.strip()]
+    if compile_ and (gpu is not None or arch is not None):
+        raise usage_error("--compile runs no GPU work: leave out --gpu and --arch")
+    if concurrency is not None and not compile_:
+        raise usage_error("--concurrency is for --compile workers (a GPU worker runs one task at a time)")
     try:
-        plan = plan_worker(gpu, arch, extra, settings.worker_arch)
+        if compile_:
+            plan = plan_compile_worker(extra, concurrency)
+        else:
+            plan = plan_worker(gpu, arch, extra, settings.worker_arch)
     except LaunchError as error:
         raise usage_error(str(error)) from None
     console.print(f"worker {plan.name}: queues {', '.join(plan.queues)}; env {plan.env}")
@@ -992,7 +1006,9 @@ def worker(
 
 @app.command("workers")
 def workers_command(
-    maintenance: bool = typer.Option(True, help="also run a CPU worker for the maintenance/compile queues"),
+    maintenance: bool = typer.Option(
+        True, help="also run CPU workers for the maintenance queue and the compile queue (one per core)"
+    ),
     host: bool = typer.Option(False, help="also run a host-arch worker (always when no GPU is found)"),
 ) -> None:
     """One pinned worker per detected GPU, supervised: a worker that dies is restarted."""
@@ -1006,7 +1022,8 @@ def workers_command(
     if host or not gpus:
         children.append(Child("host", worker_argv(None, "host", [])))
     if maintenance:
-        children.append(Child("maintenance", worker_argv(None, None, ["maintenance", "compile"])))
+        children.append(Child("maintenance", worker_argv(None, None, ["maintenance"])))
+        children.append(Child("compile", [*worker_argv(None, None, []), "--compile"]))
     Supervisor(children, echo=console.print).run()
 
 

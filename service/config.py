@@ -61,6 +61,12 @@ class Settings(BaseSettings):
     visibility_timeout_seconds: int = Field(
         7200, gt=0, description="Redis redelivers an unacked message after this (late acks)"
     )
+    precompile: Literal["gpu", "all", "off"] = Field(
+        "gpu",
+        description="with a broker: one compile-queue message per unit a sweep of these arches needs "
+        "(`tunebase worker --compile` builds them while GPUs time; 'all' adds host); tasks still compile "
+        "whatever is missing",
+    )
     nightly_cron: str = Field("0 3 * * *", description="crontab (UTC) of the nightly table regeneration")
     backend_factory: str = Field(
         "", description="'module:callable(artifact_dir) -> Backend' replacing the arch's registry backend"

@@ -2,7 +2,8 @@
 
 The broker only carries task ids; the database holds task state (workers/execute.py), so a lost
 or duplicated message costs nothing but a re-send (workers/reconciler.py).
-Run a worker with `tunebase worker --gpu N --arch A` or `celery -A workers.celery_app worker -Q arch.A`.
+Run a worker with `tunebase worker --gpu N --arch A` or `celery -A workers.celery_app worker -Q arch.A`;
+the compile queue (workers/precompile.py) with `tunebase worker --compile` (no GPU, one process per core).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ ARCHES = ARCH_NAMES
 COMPILE_QUEUE = "compile"
 MAINTENANCE_QUEUE = "maintenance"
 RUN_TASK = "tunebase.run_task"
+COMPILE_UNIT = "tunebase.compile_unit"
 RECONCILE = "tunebase.reconcile"
 NIGHTLY_TABLES = "tunebase.tables.nightly"
 
@@ -44,7 +46,11 @@ def make_celery(settings: Settings) -> Celery:
     celery.conf.update(
         task_queues=[Queue(arch_queue(a)) for a in ARCHES] + [Queue(COMPILE_QUEUE), Queue(MAINTENANCE_QUEUE)],
         task_default_queue=MAINTENANCE_QUEUE,
-        task_routes={RECONCILE: {"queue": MAINTENANCE_QUEUE}, NIGHTLY_TABLES: {"queue": MAINTENANCE_QUEUE}},
+        task_routes={
+            RECONCILE: {"queue": MAINTENANCE_QUEUE},
+            NIGHTLY_TABLES: {"queue": MAINTENANCE_QUEUE},
+            COMPILE_UNIT: {"queue": COMPILE_QUEUE},
+        },
         task_acks_late=True,  # a worker that dies mid-task leaves its message to be redelivered
         task_reject_on_worker_lost=True,  # ... including when the pool process is killed
         worker_prefetch_multiplier=1,  # a GPU worker holds no message it is not running

@@ -1,4 +1,5 @@
-"""Send task ids to their arch queue and note when (tasks.enqueued_at).
+"""Send task ids to their arch queue and note when (tasks.enqueued_at); for GPU arches, first one
+compile-queue message per unit the sweep needs (workers/precompile.py).
 
 A broker that is down never fails a submission: the tasks stay queued in the database with no
 enqueued_at, and the reconciler sends them when the broker is back.
@@ -14,7 +15,8 @@ from sqlalchemy.orm import Session
 
 from service.config import Settings
 from service.db.models import Task, utcnow
-from workers.celery_app import RUN_TASK, arch_queue, celery_for
+from workers.celery_app import COMPILE_QUEUE, COMPILE_UNIT, RUN_TASK, arch_queue, celery_for
+from workers.precompile import compile_jobs
 
 log = logging.getLogger(__name__)
 CHUNK = 500
@@ -42,6 +44,27 @@ def send_tasks(broker_url: str, items: Iterable[tuple[int, str]]) -> list[int]:
     return sent
 
 
+def send_compile_jobs(broker_url: str, task_ids: Sequence[int]) -> list[int]:
+    """One compile-queue message per representative task id (workers/precompile.py); best effort."""
+    celery = celery_for(broker_url)
+    sent: list[int] = []
+    try:
+        with celery.producer_or_acquire() as producer:
+            for task_id in task_ids:
+                celery.send_task(
+                    COMPILE_UNIT,
+                    args=(task_id,),
+                    queue=COMPILE_QUEUE,
+                    producer=producer,
+                    retry=True,
+                    retry_policy=SEND_RETRY,
+                )
+                sent.append(task_id)
+    except Exception as error:  # the GPU tasks compile what is missing
+        log.warning("broker unavailable after %d of the compile jobs were sent: %s", len(sent), error)
+    return sent
+
+
 def mark_enqueued(session: Session, task_ids: Sequence[int]) -> None:
     now = utcnow()
     for start in range(0, len(task_ids), CHUNK):
@@ -56,8 +79,13 @@ def enqueue_sweep(settings: Settings, session: Session, sweep_id: int) -> int:
     if not settings.broker_url:
         return 0
     rows = session.execute(
-        select(Task.id, Task.arch).where(Task.sweep_id == sweep_id, Task.state == "queued").order_by(Task.id)
+        select(Task.id, Task.arch, Task.format, Task.kernel, Task.kernel_version, Task.variants)
+        .where(Task.sweep_id == sweep_id, Task.state == "queued")
+        .order_by(Task.id)
     ).all()
+    jobs = compile_jobs((tuple(r) for r in rows), settings.precompile)
+    if jobs:  # first, so the compile workers start while the GPUs take their first tasks
+        send_compile_jobs(settings.broker_url, jobs)
     sent = send_tasks(settings.broker_url, [(int(r[0]), str(r[1])) for r in rows])
     mark_enqueued(session, sent)
     session.commit()

@@ -6,7 +6,7 @@ import os
 import socket
 from dataclasses import dataclass
 
-from workers.celery_app import ARCHES, arch_queue
+from workers.celery_app import ARCHES, COMPILE_QUEUE, arch_queue
 from workers.gpus import Gpu, detect_gpus, pinning_env
 
 
@@ -21,6 +21,18 @@ class WorkerPlan:
     queues: list[str]
     env: dict[str, str]
     name: str
+    concurrency: int = 1  # one task at a time per GPU; the compile worker runs one per core
+
+
+def plan_compile_worker(extra_queues: list[str], concurrency: int | None = None) -> WorkerPlan:
+    """A CPU worker for the compile queue (no GPU: CUDA_VISIBLE_DEVICES/ROCR_VISIBLE_DEVICES empty),
+    one pool process per core unless told otherwise."""
+    processes = concurrency or os.cpu_count() or 1
+    if processes < 1:
+        raise LaunchError(f"--concurrency must be at least 1, not {processes}")
+    queues = [COMPILE_QUEUE, *(q for q in extra_queues if q != COMPILE_QUEUE)]
+    env = {"CUDA_VISIBLE_DEVICES": "", "ROCR_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": ""}
+    return WorkerPlan(None, None, queues, env, f"compile.{os.getpid()}@{socket.gethostname()}", processes)
 
 
 def plan_worker(gpu: int | None, arch: str | None, extra_queues: list[str], default_arch: str) -> WorkerPlan:
@@ -54,7 +66,7 @@ def run_worker(plan: WorkerPlan, loglevel: str = "INFO") -> None:
             "--queues",
             ",".join(plan.queues),
             "--concurrency",
-            "1",
+            str(plan.concurrency),
             "--prefetch-multiplier",
             "1",
             "--hostname",

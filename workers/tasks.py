@@ -20,7 +20,7 @@ from service.db.models import Device, Task, utcnow
 from service.db.session import session_factory, session_scope
 from workers.backends.base import Backend
 from workers.backends.registry import backend_name_for_arch
-from workers.celery_app import NIGHTLY_TABLES, RECONCILE, RUN_TASK, app
+from workers.celery_app import COMPILE_UNIT, NIGHTLY_TABLES, RECONCILE, RUN_TASK, app
 from workers.execute import (
     ACTIVE,
     Policy,
@@ -34,6 +34,7 @@ from workers.isolation import BackendRef, IsolatedBackend, load_backend
 
 log = logging.getLogger(__name__)
 MESSAGE_RETRIES = 10
+COMPILE_TIME_LIMIT_S = 1800  # a compile job past this is killed (its pool process is replaced)
 
 
 class Heartbeat:
@@ -169,6 +170,27 @@ def run_task(self: CeleryTask, task_id: int) -> str:
         raise self.retry(exc=error, countdown=5) from error
     log.info("task %s: %s", task_id, outcome)
     return outcome
+
+
+@app.task(name=COMPILE_UNIT, acks_late=False, time_limit=COMPILE_TIME_LIMIT_S)
+def compile_unit(task_id: int) -> dict[str, Any]:
+    """Compile the units task ``task_id`` needs into the shared artifact directory (no device).
+
+    Acked on receipt, unlike run_task: precompiling is an optimisation, and a job that crashes its
+    process (or hits the time limit) must not be redelivered forever; the GPU task compiles on a miss.
+    A failure is logged as an error with the compiler's log, never raised.
+    """
+    from workers.precompile import precompile_task
+
+    settings = get_settings()
+    factory = session_factory(settings.resolved_database_url)
+    report = precompile_task(factory, int(task_id), settings.resolved_artifact_dir)
+    if report.ok:
+        log.info(report.line())
+    else:
+        details = report.error or "\n".join(u.log[-2000:] for u in report.units if not u.ok)
+        log.error("%s\n%s", report.line(), details)
+    return report.as_dict()
 
 
 @app.task(name=RECONCILE)

@@ -21,8 +21,9 @@ PARAM_PATTERN = r"^[A-Za-z][A-Za-z0-9_]{0,31}$"
 SOURCE_BACKENDS = ("host", "hip", "cuda")  # hip = one HIP-dialect source for rocm (hipcc/clang) and cuda
 MAX_PARAM_VALUES = 64
 # a bound on the cartesian product walked per backend (rules evaluated per point: ~0.1 ms each); 8192 since
-# tb-prefill's third NVIDIA engine (3 x 3888 / 2 = 5832 points, each backend's space walked in ~0.7 s)
-MAX_POINTS = 8192
+# tb-prefill's third NVIDIA engine (3 x 3888 / 2 = 5832 points, each backend's space walked in ~0.7 s), 16384
+# since its fourth (engine 3, 2-CTA clusters: 10368 points)
+MAX_POINTS = 16384
 
 # names every expression may read besides the package's parameters and derived values
 PROBLEM_NAMES = frozenset({"n", "k", "m"})

@@ -19,6 +19,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
+from kernels.arches import ARCHES
 from service.api.responses import SafeJSONResponse
 
 log = logging.getLogger(__name__)
@@ -82,9 +83,23 @@ def error_body(code: str, message: str, fields: list[dict[str, str]] | None = No
 def _message(error: dict[str, Any]) -> str:
     if error.get("type") == "string_unicode":  # pydantic-core met a lone UTF-16 surrogate
         return "must be valid Unicode text (a lone UTF-16 surrogate such as \\ud800 is not)"
+    pattern = str(error.get("ctx", {}).get("pattern"))
+    if error.get("type") == "string_pattern_mismatch" and pattern.startswith("^(") and "gfx906" in pattern:
+        return f"unknown arch {error.get('input')!r}; known: {', '.join(ARCHES)}"
     if error.get("type") == "string_pattern_mismatch" and "\\x00" in str(error.get("ctx", {}).get("pattern")):
         return "must not contain a NUL character"
     return str(error.get("msg", ""))
+
+
+def _field_error(error: dict[str, Any]) -> dict[str, str]:
+    loc = tuple(error.get("loc", ()))
+    if error.get("type") == "json_invalid":  # loc is ("body", character offset): name the body, say where
+        where = f" at character {loc[1]}" if len(loc) > 1 else ""
+        return {
+            "field": "body",
+            "message": f"not valid JSON{where}: {error.get('ctx', {}).get('error', '')}".rstrip(": "),
+        }
+    return {"field": field_path(loc), "message": _message(error)}
 
 
 def allowed_methods(request: Request) -> list[str]:
@@ -100,7 +115,7 @@ def allowed_methods(request: Request) -> list[str]:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        fields = [{"field": field_path(e.get("loc", ())), "message": _message(e)} for e in exc.errors()]
+        fields = [_field_error(e) for e in exc.errors()]
         message = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
         return SafeJSONResponse(status_code=422, content=error_body("validation_failed", message, fields))
 

@@ -166,6 +166,20 @@ def test_one_error_body_everywhere(populated: Populated) -> None:
     assert responses[422].json()["error"]["fields"][0]["field"] == "measurement_id"
     overflow = reader.get("/v1/sweeps/99999999999999999999999")
     assert overflow.status_code == 422 and overflow.json()["error"]["code"] == "validation_failed"
+    # a body that is not JSON names the body and where it broke, not a bare character offset as the field
+    broken = populated.client(populated.submit_token).post(
+        "/v1/sweeps", content=b'{"arch": "host", "phase": ', headers={"Content-Type": "application/json"}
+    )
+    assert broken.status_code == 422, broken.text
+    field = broken.json()["error"]["fields"][0]
+    assert field["field"] == "body" and "not valid JSON at character" in field["message"], field
+    # a filter naming no registered arch is a mistake to report, not an empty page
+    typo = reader.get("/v1/winners", params={"arch": "gfx960"})
+    assert typo.status_code == 422, typo.text
+    field = typo.json()["error"]["fields"][0]
+    assert field["field"] == "arch" and "unknown arch 'gfx960'" in field["message"], field
+    assert "gfx906" in field["message"], field
+    assert reader.get("/v1/results", params={"arch": "gfx960"}).status_code == 422
 
 
 def test_openapi_documents_examples_and_error_body(populated: Populated) -> None:

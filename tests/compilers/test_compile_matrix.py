@@ -43,7 +43,7 @@ def _matrix() -> list[Any]:
 
 def prefill_sample(backend: str) -> list[Any]:
     """One variant of tb-prefill per (n_tile, m_tile, warp layout), plus every kb / stages / split-K value:
-    the whole space (234 variants on cuda) is one compile per format on the GPU host, too slow for CI."""
+    the whole space (242 variants on cuda) is one compile per format on the GPU host, too slow for CI."""
     package = builtin_packages()["tb-prefill"]
     seen: set[tuple[int, ...]] = set()
     axes: set[tuple[str, int]] = set()

@@ -31,7 +31,7 @@ EXAMPLE = REPO / "docs" / "examples" / "rowsplit-gemv"
 DECODE = builtin_packages()["tb-decode"]
 PREFILL = builtin_packages()["tb-prefill"]
 VARIANTS = tuple(v.name for v in DECODE.space("cuda"))
-# the whole prefill space (234 cuda variants): too many NVRTC compiles per format for a test; each axis value
+# the whole prefill space (242 cuda variants): too many NVRTC compiles per format for a test; each axis value
 PREFILL_VARIANTS = (
     "N64/M64/W2x2/K4/S3/SK1/MB1/E0",
     "N128/M64/W4x2/K4/S3/SK2/MB1/E0",
@@ -47,6 +47,8 @@ PREFILL_VARIANTS = (
     *("N256/M64/W4x4/K4/S3/SK1/MB1/E2", "N128/M128/W4x1/K4/S4/SK2/MB1/E2", "N256/M64/W4x2/K4/S4/SK2/MB1/E2"),
     *("N64/M128/W4x1/K4/S3/SK1/MB1/E2", "N128/M128/W4x2/K4/S4/SK1/MB1/E2"),
     "N256/M64/W4x2/K4/S4/SK0/MB1/E2",  # stream-K: one workgroup per SM, pieces of tiles added into y
+    "N256/M128/W4x4/K4/S3/SK0/MB1/E2",  # WIDE: four consumers of m64 x 128 tokens under setmaxnreg
+    "N256/M128/W4x4/K4/S3/SK1/MB1/E3",  # WIDE in 2-CTA clusters: the activation tile multicast (TMA bulk)
 )
 
 

@@ -122,6 +122,46 @@ def test_the_report_parser_reads_a_serialised_wgmma_pipeline(tmp_path: Path) -> 
     assert report["touched"].wgmma_serialized and not report["pipelined"].wgmma_serialized
 
 
+STARVED_SOURCE = r"""
+typedef unsigned long long u64;
+extern "C" __global__ void __launch_bounds__(640, 1) starved(float *y, const unsigned *x, u64 b, int n) {
+    float d[64];
+    for (int e = 0; e < 64; ++e) d[e] = 0.f;
+    int i = 0;
+    do {
+        unsigned a[4] = {x[4 * i], x[4 * i + 1], x[4 * i + 2], x[4 * i + 3]};
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {ACC}, {%64, %65, %66, %67}, %68, "
+                     "p, 1, 1, 0;\n}\n"
+                     : OUTS : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+    } while (++i < n);
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    for (int e = 0; e < 64; ++e) y[64 * threadIdx.x + e] = d[e];
+}
+"""
+
+
+def test_the_report_parser_reads_a_wgmma_serialised_for_want_of_registers(tmp_path: Path) -> None:
+    """64 accumulators of m64n128k16 in a 640-thread kernel (96 registers): ptxas serialises its wgmma for
+    want of registers (C7512), a note that ends "for the function", not "in the function" (E2's WIDE tile
+    drew it without setmaxnreg, and the census had read it as clean)."""
+    from workers.harness.cuda_compile import compile_cubin
+    from workers.harness.nvrtc_census import PTXAS_VERBOSE
+
+    source = tmp_path / "s.cu"
+    acc = ", ".join(f"%{i}" for i in range(64))
+    outs = ", ".join(f'"+f"(d[{i}])' for i in range(64))
+    source.write_text(STARVED_SOURCE.replace("ACC", acc).replace("OUTS", outs))
+    options = ["--gpu-architecture=sm_90a", PTXAS_VERBOSE]
+    result = compile_cubin(source, tmp_path / "art", "s", options, ["starved"])
+    assert result.ok, result.log
+    assert "C7512" in result.log, result.log
+    assert parse_ptxas_report(result.log)["starved"].wgmma_serialized
+
+
 # make test: the formats with the most registers per variant (Q4_K: 3 meta words) and the bench formats; the
 # rest with `make test-full` (each format's whole decode space is ~100 NVRTC seconds on 2 cores)
 QUICK = ("Q4_0", "Q8_0", "Q4_K")

@@ -1,8 +1,9 @@
 """bench/stack_run.py end to end on the host backend: the same driver the two-GPU machine runs.
 
-API, beat, a maintenance worker and two `tunebase worker --gpu N --arch host` Celery workers against the
-shared Postgres and a private Redis; one worker is SIGKILLed mid-task; the sweep must finish with no
-duplicate measurements and the nightly task must store tables. Slow (about two minutes on two cores).
+API, beat, a maintenance worker, a compile worker and two `tunebase worker --gpu N --arch host` Celery
+workers against the shared Postgres and a private Redis; one worker is SIGKILLed mid-task; the sweep must
+finish with no duplicate measurements and the nightly task must store tables. Slow (40 s to two minutes on
+two cores).
 """
 
 from __future__ import annotations
@@ -41,3 +42,7 @@ def test_stack_run_on_host_survives_a_killed_worker(private_redis: RedisServer, 
     assert summary["nightly"]["new_tables"]
     assert summary["racing"]["dispatches_stored"] < summary["racing"]["exhaustive_budget"]
     assert (out / "stack-logs" / "worker-gpu1.log").read_text().count("succeeded") >= 2
+    compiled = summary["compile"]  # --arch host precompiles too (TUNEBASE_PRECOMPILE=all): one job per format
+    assert compiled["jobs_expected"] == compiled["jobs_logged"] == 2 and not compiled["failed_jobs"]
+    assert set(compiled["seconds_per_format"]) == {"Q8_0@host", "Q4_K@host"}
+    assert set(summary["measure"]["task_seconds_total_per_worker"]) == {"worker-gpu0", "worker-gpu1"}

@@ -138,10 +138,13 @@ def test_ring_long_k_at_m1(tmp_path: Path) -> None:
     _check(problem, {name: _run(binary, "Q4_0", name, problem, folder, late=True) for name in names})
 
 
-# the int8 tensor-core kernels (RG16): every mx (8 / mx blocks per C tile), split-K, persistent, one-shot
+# the int8 tensor-core kernels (RG16): every mx (8 / mx blocks per C tile), split-K, persistent, one-shot, and
+# two row groups per warp where the shared memory allows (RW2: the ring copies' second pieces of payload, high
+# bits and scales, rows below; Q5_1's two PG2 blocks do not fit at K = 5120)
 TC = [
     "MX2/KB1/RW1/U8/RG16/PG2/PP3", "MX4/KB4/RW1/U8/RG16/PG0/PP2", "MX8/KB1/RW1/U8/RG16/PG0/PP2",
 ]  # fmt: skip
+TC_RW2 = "MX4/KB1/RW2/U8/RG16/PG2/PP2"
 
 
 @pytest.mark.parametrize("fmt", ["Q8_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q4_K", "Q6_K", "IQ4_XS"])
@@ -149,7 +152,9 @@ def test_every_format_on_the_emulator(tmp_path: Path, fmt: str) -> None:
     """Each format's unpack through the persistent MX2 kernel, a split-K MX4 one, the MX2 / MX4
     (quarter-warp rows) cp.async rings and the tensor-core kernels (copies landing late), at M = 2."""
     names = ["MX2/KB1/RW1/U4/RG1/PG3/PP1", "MX4/KB4/RW2/U2/RG1/PG0/PP1"]
+    rw2 = DECODE.bindings(DECODE.parse(TC_RW2, "cuda"), N, K, 2, get_format(fmt), FACTS)
     ring = ["MX2/KB1/RW2/U2/RG1/PG3/PP3", "MX4/KB1/RW2/U2/RG8/PG3/PP2", *TC]
+    ring += [TC_RW2] if DECODE.point_problems(rw2) == [] else []
     binary = _emulator(tmp_path, fmt, names + ring)
     problem, folder = _data(tmp_path, fmt, 2)
     results = {name: _run(binary, fmt, name, problem, folder) for name in names}
@@ -203,3 +208,29 @@ def test_iq4_xs_sub_block_from_the_lane(tmp_path: Path) -> None:
     for m, names in ((1, m1), (3, m3)):
         problem, folder = _data(tmp_path, "IQ4_XS", m)
         _check(problem, {name: _run(binary, "IQ4_XS", name, problem, folder, late=True) for name in names})
+
+
+# the stream kernel (PP5, M = 1): every point of the space, one-shot and persistent (PG 3 / 4 on one SM: the
+# groups stride over several units), full- and half-wave rows, K = 5120 (one batch of U5), 6144 (U6), 17408 (x
+# in three cp.async rounds), 2048 (x smaller than the fp32 buffer)
+STREAM = [v.name for v in DECODE.space("cuda") if v.params["pp"] == 5]
+STREAM_CASES = [
+    ("Q4_0", 70, 5120), ("Q4_0", 37, 6144), ("Q4_0", 24, 17408), ("Q4_0", 45, 2048),
+    ("IQ4_XS", 70, 5120), ("Q4_K", 70, 5120), ("Q6_K", 33, 6144),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("fmt", "n", "k"), STREAM_CASES)
+def test_stream_kernel_on_the_emulator(tmp_path: Path, fmt: str, n: int, k: int) -> None:
+    """The M = 1 stream kernel (units of RW rows interleaved over the grid's lane groups, x staged while
+    the first batch is in flight) against the reference and a PP1 register kernel: a unit skipped, written
+    twice or read against the wrong x changes the numbers (x's cp.async copies land only at their wait);
+    n not a multiple of RW x groups leaves groups idle."""
+    ref = "MX1/KB4/RW2/U2/RG1/PG0/PP1" if k > 6144 else "MX1/KB1/RW1/U4/RG1/PG3/PP1"
+    binary = _emulator(tmp_path, fmt, [*STREAM, ref])
+    problem = build_problem(fmt, n, k, 1, seed=17, packed=False)
+    folder = tmp_path / "stream"
+    _write(folder, fmt, problem)
+    results = {ref: _run(binary, fmt, ref, problem, folder)}
+    results.update({name: _run(binary, fmt, name, problem, folder, late=True) for name in STREAM})
+    _check(problem, results)

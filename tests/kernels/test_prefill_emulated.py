@@ -43,6 +43,14 @@ class Emulated:
         self.fmt = get_format(fmt)
         self.device = DeviceFacts(backend, arch, 4, 32 if backend == "cuda" else 64)
 
+    def cluster(self) -> tuple[int, int]:
+        """The compile-time cluster shape (prefill.hip's TBP_CLUSTER): engine 3 pairs workgroups along x for
+        stream-K (its persistent grid), along y (neighbouring weight tiles) otherwise."""
+        p = self.variant.params
+        if p["engine"] != 3:
+            return (1, 1)
+        return (2, 1) if p["split_k"] == 0 else (1, 2)
+
     def run(self, n: int, k: int, m: int, seed: int = 1) -> tuple[Problem, np.ndarray]:
         values = PACKAGE.bindings(self.variant, n, k, m, self.fmt, self.device)
         assert PACKAGE.point_problems(values) == [], PACKAGE.point_problems(values)
@@ -58,7 +66,7 @@ class Emulated:
         common = [*ptrs, VOID(x.ctypes.data), VOID(y.ctypes.data), VOID(ws.ctypes.data), m, n, k]
         self.lib.emu_prep(pre.grid[0], pre.grid[1], *common)
         shared = geometry.shared_bytes if self.device.backend == "cuda" else as_int(values["smem"])
-        self.lib.emu_main(*geometry.grid, geometry.block[0], ctypes.c_long(shared), *common)
+        self.lib.emu_main(*geometry.grid, geometry.block[0], ctypes.c_long(shared), *common, *self.cluster())
         return problem, y
 
 
@@ -76,7 +84,7 @@ def build(tmp: Path, fmt: str, variant_name: str, backend: str = "cuda", arch: s
     if backend == "rocm":
         mfma = {"gfx906": 0, "gfx90a": 16}.get(arch, 32)
         vendor = ["-DTB_EMU_AMD=1", f"-DTB_EMU_MFMA={mfma}", "-DTB_PERM_STYLE=2"]
-    layout = {0: "TbpLayout", 1: "TbpWgLayout", 2: "TbpWsLayout"}[p["engine"]]
+    layout = {0: "TbpLayout", 1: "TbpWgLayout", 2: "TbpWsLayout", 3: "TbpWsLayout"}[p["engine"]]
     smem = f"{layout}<{p['n_tile']},{p['m_tile']},{p['kb']}>::smem({p['stages']})"
     out = tmp / f"emu_{fmt}_{symbol}_{backend}_{arch}.so"
     # the emulator's tb_portability.h must win even over tb_formats.h's own directory: both in one folder
@@ -121,7 +129,7 @@ NV_CASES = [
     ("IQ4_NL", "N128/M128/W2x4/K4/S3/SK1/MB1/E0", 140, 512, 129),
     ("Q4_K", "N128/M64/W4x2/K4/S3/SK2/MB1/E0", 150, 768, 65),
     ("Q6_K", "N64/M64/W2x2/K4/S3/SK1/MB1/E0", 90, 768, 40),
-    ("Q6_K", "N128/M64/W4x2/K8/S3/SK2/MB1/E0", 130, 1024, 17),
+    ("Q6_K", "N64/M64/W2x2/K8/S3/SK2/MB1/E0", 130, 1024, 17),  # Q6_K at K8: 4 warps only (no-spill rules)
     ("IQ4_XS", "N256/M64/W4x2/K4/S3/SK1/MB1/E0", 260, 512, 64),
 ]
 
@@ -199,6 +207,19 @@ WS_CASES = [
     ("Q4_K", "N128/M128/W4x2/K4/S4/SK0/MB1/E2", 300, 1280, 129),  # 3 x 2 x 10: 60 units, 15 each
     ("Q8_0", "N128/M128/W4x2/K4/S4/SK0/MB1/E2", 300, 768, 37),  # 3 tiles x 6: 18 units, 4 / 5 / 4 / 5
     ("Q4_0", "N128/M128/W4x2/K4/S4/SK0/MB1/E2", 100, 256, 20),  # 1 x 2: 2 units, two workgroups idle
+    # the WIDE tile (4 consumers of m64 x 128 tokens under setmaxnreg, each group drained per block, a
+    # stage released after its last block): tails in n and m, the ring wrapping, stream-K shares crossing
+    # tiles mid-K
+    ("Q8_0", "N256/M128/W4x4/K4/S3/SK1/MB1/E2", 300, 1024, 150),
+    ("Q4_K", "N256/M128/W4x4/K4/S4/SK1/MB1/E2", 260, 1536, 129),
+    ("Q4_0", "N256/M128/W4x4/K4/S4/SK0/MB1/E2", 520, 1280, 200),  # 3 x 2 tiles x 10 stages: 60 units, 15 each
+    ("Q8_0", "N256/M128/W4x4/K4/S3/SK0/MB1/E2", 600, 1024, 130),  # 3 x 2 tiles x 8 stages: 48 units, 12 each
+    # engine 3 (the WIDE tile in 2-CTA clusters, one workgroup of each run every third pass: a missing
+    # cross-workgroup wait fails parity): pairs of weight tiles along y, tails, the ring wrapping; stream-K
+    # pairs along x (2 clusters on the emulator's 4 "SMs"): 3 pair tiles x 6 stages, 9 units per cluster
+    ("Q8_0", "N256/M128/W4x4/K4/S3/SK1/MB1/E3", 500, 1024, 150),
+    ("Q4_K", "N256/M128/W4x4/K4/S4/SK1/MB1/E3", 1000, 512, 100),
+    ("Q4_0", "N256/M128/W4x4/K4/S4/SK0/MB1/E3", 500, 768, 300),
 ]
 
 
@@ -225,6 +246,12 @@ def test_warp_specialised_stream_k_fast(tmp_path: Path) -> None:
     check_wgmma(build(tmp_path, "Q4_0", "N256/M64/W4x2/K4/S4/SK0/MB1/E2"), 600, 512, 150)
 
 
+def test_cluster_path_fast(tmp_path: Path) -> None:
+    """The default-run case of engine 3: one cluster of two workgroups (weight tiles 0-255 and 256-499, a
+    tail), each copying half of the shared activation tile into both, 4 stages on a ring of 3, 60 tokens."""
+    check_wgmma(build(tmp_path, "Q4_0", "N256/M128/W4x4/K4/S3/SK1/MB1/E3"), 500, 512, 60)
+
+
 @pytest.mark.parametrize("fmt", ["Q4_0", "Q4_K"])
 def test_nvidia_path_fast(tmp_path: Path, fmt: str) -> None:
     """The default-run subset: one symmetric and one K-quant format, tails in both N and M."""
@@ -239,6 +266,7 @@ def test_kernel_shared_memory_equals_the_manifest(tmp_path: Path, fmt: str) -> N
         "N64/M128/W2x2/K8/S3/SK1/MB1/E0",
         "N128/M128/W4x2/K4/S3/SK1/MB1/E1",
         "N256/M64/W4x4/K4/S3/SK1/MB1/E2",
+        "N256/M128/W4x4/K4/S3/SK1/MB1/E2",
     ):
         emu = build(tmp_path, fmt, name)
         values = PACKAGE.bindings(emu.variant, 4096, 4096, 512, emu.fmt, emu.device)

@@ -72,8 +72,8 @@ def test_families(settings: Settings, read_token: str) -> None:
         "order": 0,
     }
     prefill = fams["tb-prefill"]["backends"]
-    # 156 mma.sync + 54 wgmma + 24 warp-specialised wgmma (4 of them stream-K)
-    assert prefill["cuda"]["count"] == 234 and prefill["host"]["count"] == 4
+    # 156 mma.sync + 54 wgmma + 28 warp-specialised wgmma (6 of them stream-K) + 4 in 2-CTA clusters
+    assert prefill["cuda"]["count"] == 242 and prefill["host"]["count"] == 4
     assert any("stages == 2" in p["rule"] for p in prefill["rocm"]["invalid"])
     assert fams["tb-prefill"]["phase"] == "prefill" and fams["tb-prefill"]["weights"] == "tb-split"
     assert fams["tb-prefill"]["prelaunch"] == {

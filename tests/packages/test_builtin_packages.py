@@ -22,12 +22,15 @@ PREFILL = builtin_packages()["tb-prefill"]
 def test_decode_spaces() -> None:
     gpu = DECODE.space("rocm")
     cuda = DECODE.space("cuda")
-    # CUDA adds the cp.async ring (pp 2, 3) and the int8 tensor-core kernels (rg 16) to the register kernels
-    # both backends share
+    # CUDA adds the cp.async ring (pp 2, 3), the int8 tensor-core kernels (rg 16) and the M = 1 stream kernel
+    # (pp 5) to the register kernels both backends share
     assert len(gpu) == 68 and [v.name for v in cuda if v.params["pp"] < 2] == [v.name for v in gpu]
-    ring = [v.params for v in cuda if v.params["pp"] >= 2 and v.params["rg"] != 16]
+    ring = [v.params for v in cuda if v.params["pp"] in (2, 3) and v.params["rg"] != 16]
     tc = [v.params for v in cuda if v.params["rg"] == 16]
-    assert len(ring) == 36 and len(tc) == 24 and len(cuda) == 128
+    stream = [v.params for v in cuda if v.params["pp"] == 5]
+    assert len(ring) == 36 and len(tc) == 24 and len(stream) == 8 and len(cuda) == 136
+    assert all(p["mx"] == 1 and p["kb"] == 1 and p["rg"] in (1, 2) for p in stream)
+    assert {p["u"] for p in stream} == {4, 5, 6} and all(p["u"] in (2, 4, 8) for p in ring + tc)
     assert all(p["pp"] in (2, 3, 4) and p["u"] == 8 and p["mx"] in (2, 4, 8) for p in tc)
     assert [p["mx"] for p in tc if p["pp"] == 4] == [2, 4, 8]  # RG16 only: the dp4a ring has 2 or 3 stages
     assert {v.params["mx"] for v in cuda if v.params["rg"] != 16} == {1, 2, 4} and {
@@ -50,7 +53,7 @@ def test_decode_spaces() -> None:
     assert host[4].family == "tb-decode"
     # every invalid GPU point names the rule that removes it
     invalid = DECODE.invalid_points("cuda")
-    assert len(invalid) == 4 * 2 * 2 * 3 * 4 * 4 * 5 - 128 and all(p["rule"] for p in invalid)
+    assert len(invalid) == 4 * 2 * 2 * 5 * 4 * 4 * 6 - 136 and all(p["rule"] for p in invalid)
     assert any(p["point"] == "MX4/KB1/RW1/U8/RG16/PG2/PP2" for p in DECODE.invalid_points("rocm"))
     assert any(p["point"] == "MX8/KB1/RW1/U4/RG1/PG0/PP1" and "mx != 8" in p["rule"] for p in invalid)
     assert any(p["point"] == "MX4/KB1/RW2/U2/RG1/PG0/PP2" for p in DECODE.invalid_points("rocm"))
@@ -74,12 +77,19 @@ def test_decode_source_default_list_is_the_gpu_space() -> None:
     assert [tuple(int(x) for x in item.split(",")) for item in ring] == [
         tuple(v.params[p] for p in keys)
         for v in DECODE.space("cuda")
-        if v.params["pp"] >= 2 and v.params["rg"] != 16
+        if v.params["pp"] in (2, 3) and v.params["rg"] != 16
     ]
     start = text.index("#define TB_DECODE_TC_VARIANTS")
-    tc = re.findall(r"TB_DECODE_VARIANT\(([^)]*)\)", text[start : text.index("#else", start)])
+    tc = re.findall(
+        r"TB_DECODE_VARIANT\(([^)]*)\)", text[start : text.index("#define TB_DECODE_STREAM_VARIANTS", start)]
+    )
     assert [tuple(int(x) for x in item.split(",")) for item in tc] == [
         tuple(v.params[p] for p in keys) for v in DECODE.space("cuda") if v.params["rg"] == 16
+    ]
+    start = text.index("#define TB_DECODE_STREAM_VARIANTS")
+    stream = re.findall(r"TB_DECODE_VARIANT\(([^)]*)\)", text[start : text.index("#else", start)])
+    assert [tuple(int(x) for x in item.split(",")) for item in stream] == [
+        tuple(v.params[p] for p in keys) for v in DECODE.space("cuda") if v.params["pp"] == 5
     ]
 
 
@@ -94,20 +104,34 @@ def test_prefill_spaces() -> None:
         assert p["warps_n"] == 4 and p["n_tile"] == 64 * p["warps_m"] and p["min_blocks"] == 1
         assert p["m_tile"] >= 64 and p["warps_m"] * p["m_tile"] <= 256 and p["stages"] >= 3
     # the warp-specialised engine: 1 / 2 / 4 consumer warpgroups of 1 / 2 m64 tiles; 128 accumulators per
-    # thread with one consumer (255 registers), 64 with more (168 / 96 registers: no setmaxnreg)
+    # thread with one consumer (255 registers), 64 with more (168 / 96 registers: no setmaxnreg), but the WIDE
+    # tile N256/M128/W4x4 (setmaxnreg: consumers at 112 registers): split-K 1 and stream-K
     ws = [v.params for v in every if v.params["engine"] == 2]
-    assert len(ws) == 24 and len(every) == 234
+    assert len(ws) == 28 and len(every) == 242
+    # engine 3: the WIDE tile in 2-CTA clusters (the activation tile multicast to both workgroups)
+    assert sorted(v.name for v in every if v.params["engine"] == 3) == [
+        "N256/M128/W4x4/K4/S3/SK0/MB1/E3", "N256/M128/W4x4/K4/S3/SK1/MB1/E3",
+        "N256/M128/W4x4/K4/S4/SK0/MB1/E3", "N256/M128/W4x4/K4/S4/SK1/MB1/E3",
+    ]  # fmt: skip
     # stream-K (split_k 0): engine 2 only, 16384-weight tiles with 2 / 4 consumers (one spills: NVRTC census)
-    assert sorted(v.name for v in every if v.params["split_k"] == 0) == [
-        "N128/M128/W4x2/K4/S4/SK0/MB1/E2", "N256/M64/W4x2/K4/S3/SK0/MB1/E2",
+    assert sorted(v.name for v in every if v.params["split_k"] == 0 and v.params["engine"] == 2) == [
+        "N128/M128/W4x2/K4/S4/SK0/MB1/E2", "N256/M128/W4x4/K4/S3/SK0/MB1/E2",
+        "N256/M128/W4x4/K4/S4/SK0/MB1/E2", "N256/M64/W4x2/K4/S3/SK0/MB1/E2",
         "N256/M64/W4x2/K4/S4/SK0/MB1/E2", "N256/M64/W4x4/K4/S4/SK0/MB1/E2",
+    ]  # fmt: skip
+    wide = sorted(
+        v.name for v in every if v.params["engine"] == 2 and v.params["n_tile"] * v.params["m_tile"] > 16384
+    )
+    assert wide == [
+        "N256/M128/W4x4/K4/S3/SK0/MB1/E2", "N256/M128/W4x4/K4/S3/SK1/MB1/E2",
+        "N256/M128/W4x4/K4/S4/SK0/MB1/E2", "N256/M128/W4x4/K4/S4/SK1/MB1/E2",
     ]  # fmt: skip
     for p in ws:
         tiles = p["n_tile"] // (64 * p["warps_m"])
-        assert tiles in (1, 2) and tiles * p["m_tile"] * p["warps_m"] <= 256
+        assert tiles in (1, 2) and tiles * p["m_tile"] * p["warps_m"] <= 512
         assert (p["kb"], p["min_blocks"], p["warps_n"]) == (4, 1, 4) and p["stages"] in (3, 4)
     assert {(p["n_tile"], p["m_tile"], p["warps_m"]) for p in ws} == {
-        (64, 128, 1), (128, 128, 1), (128, 128, 2), (256, 64, 2), (256, 64, 4),
+        (64, 128, 1), (128, 128, 1), (128, 128, 2), (256, 64, 2), (256, 64, 4), (256, 128, 4),
     }  # fmt: skip
     # NVIDIA warp tiles are 32 or 64 wide in both directions; 4 or 8 warps
     for v in cuda:
@@ -133,7 +157,8 @@ def test_prefill_spaces() -> None:
     assert "backend == 'cuda'" in rocm_invalid["N128/M128/W4x2/K4/S2/SK1/MB1/E2"]
     assert "64 * warps_m" in invalid["N256/M128/W4x1/K4/S3/SK1/MB1/E2"]  # 4 m64 tiles, 256 accumulators
     assert "16384" in invalid["N256/M128/W4x2/K4/S3/SK1/MB1/E2"]  # 128 accumulators at 168 registers
-    assert "16384" in invalid["N256/M128/W4x4/K4/S3/SK1/MB1/E2"]  # 64 accumulators at 96: spills
+    # 64 accumulators at 96 registers spill; the WIDE tile (setmaxnreg) only at split-K 1 and stream-K
+    assert "split_k <= 1" in invalid["N256/M128/W4x4/K4/S3/SK2/MB1/E2"]
     assert "kb == 4" in invalid["N128/M128/W4x2/K8/S3/SK1/MB1/E2"]
     assert "split_k >= 1" in invalid["N128/M128/W4x1/K4/S4/SK0/MB1/E2"]  # 255 registers + 144 bytes of spills
     assert "split_k >= 1" in invalid["N128/M128/W4x2/K4/S3/SK0/MB1/E1"]

@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from kernels.families.base import Variant
+from kernels.packages.package import KernelPackage
 from kernels.reference import Parity
 
 
@@ -61,6 +63,20 @@ class ArtifactInfo:
 
 
 @dataclass
+class UnitCompile:
+    """One translation unit compiled ahead of the GPU (the compile queue), without a device."""
+
+    unit: str  # the artifact's path (or file name) in the shared artifact directory
+    cache_key: str
+    variants: int
+    ok: bool
+    compiled: bool  # False: it was in the cache already (or another process compiled it while we waited)
+    seconds: float  # compiler time spent by this call
+    waited_s: float | None = None  # waiting for another compiler of the same key (None: gave up waiting)
+    log: str = ""
+
+
+@dataclass
 class Dispatch:
     seq: int  # global order inside the task (interleaving is visible)
     device_ns: int  # profiler / in-harness monotonic clock around the kernel only
@@ -102,4 +118,15 @@ class Backend(Protocol):
 
     def run_task(self, spec: TaskSpec, progress: ProgressCallback | None = None) -> TaskResult:
         """Compile (through the artifact cache), time all variants interleaved, check parity."""
+        ...
+
+
+class Precompiler(Protocol):
+    """A backend that can fill the artifact cache without a device (DESIGN §8: compilation may run on
+    CPU workers so GPUs only time); optional: the compile queue skips backends without it."""
+
+    def precompile(
+        self, package: KernelPackage, arch: str, format_name: str, variants: list[Variant]
+    ) -> list[UnitCompile]:
+        """Compile through the cache exactly what ``run_task`` would build for these variants."""
         ...

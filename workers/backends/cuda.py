@@ -23,7 +23,15 @@ from kernels.families.base import Variant
 from kernels.packages.build import CompileUnit, compile_units
 from kernels.packages.loader import package_for
 from kernels.packages.package import DeviceFacts, Geometry, KernelPackage
-from workers.backends.base import ArtifactInfo, DeviceInfo, Dispatch, ProgressCallback, TaskResult, TaskSpec
+from workers.backends.base import (
+    ArtifactInfo,
+    DeviceInfo,
+    Dispatch,
+    ProgressCallback,
+    TaskResult,
+    TaskSpec,
+    UnitCompile,
+)
 from workers.harness import cuda_driver as cd
 from workers.harness.cuda_compile import CompileResult, compile_cubin, sass_census, summarize_census
 from workers.harness.interleave import DispatchFn
@@ -164,14 +172,18 @@ class CudaDevice:
             "binary_version": get("CU_FUNC_ATTRIBUTE_BINARY_VERSION"),
             "block_threads": threads,
         }
-        blocks = int(
-            cd.check(
-                cd.driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
-                    function, threads, geometry.shared_bytes
-                ),
-                "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+        try:
+            blocks = int(
+                cd.check(
+                    cd.driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                        function, threads, geometry.shared_bytes
+                    ),
+                    "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+                )
             )
-        )
+        except cd.CudaError as exc:  # a report, not a reason to drop the variant (e.g. a cluster kernel)
+            blocks = 0
+            out["occupancy_error"] = str(exc)[:200]
         max_warps = self.ctx.attribute("CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR") // 32
         warps = blocks * (threads // 32)
         out["blocks_per_sm"] = blocks
@@ -286,6 +298,17 @@ class CudaBackend:
                 sorted(names),
             )
             out.append((unit, result))
+        return out
+
+    def precompile(
+        self, package: KernelPackage, arch: str, format_name: str, variants: list[Variant]
+    ) -> list[UnitCompile]:
+        """The compile queue's work: the units ``build`` will need, into the shared cache, no GPU."""
+        out = []
+        for unit, r in self.compile(package, format_name, variants):
+            log = "" if r.ok else r.log
+            out.append(UnitCompile(Path(r.path).name, r.cache_key, len(unit.variants), r.ok, r.compiled,
+                                   r.seconds, r.waited_s, log))  # fmt: skip
         return out
 
     def build(self, package: KernelPackage, format_name: str, variants: list[Variant]) -> CompiledVariants:

@@ -19,6 +19,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cached_property
@@ -33,7 +34,16 @@ from kernels.packages.build import CompileUnit, compile_units
 from kernels.packages.loader import INCLUDE_DIR, package_for
 from kernels.packages.manifest import ArgSpec
 from kernels.packages.package import DeviceFacts, Geometry, KernelPackage
-from workers.backends.base import ArtifactInfo, DeviceInfo, Dispatch, ProgressCallback, TaskResult, TaskSpec
+from workers.backends.base import (
+    ArtifactInfo,
+    DeviceInfo,
+    Dispatch,
+    ProgressCallback,
+    TaskResult,
+    TaskSpec,
+    UnitCompile,
+)
+from workers.compilers.lock import unit_lock
 from workers.harness.interleave import DispatchFn
 from workers.runner import ArgValue, CompiledVariants, Prelaunch, parse_variants, run_task
 
@@ -290,6 +300,15 @@ class HostBackend:
         if not self.toolchain:
             return lib_path, False, f"C compiler {self.cc!r} not found"
         out_dir.mkdir(parents=True, exist_ok=True)
+        with unit_lock(lib_path.with_suffix(".lock")):  # one compiler per unit on this host
+            if lib_path.is_file():  # the one we waited for built it
+                return lib_path, True, ""
+            return self._compile_locked(package, unit, lib_path)
+
+    def _compile_locked(
+        self, package: KernelPackage, unit: CompileUnit, lib_path: Path
+    ) -> tuple[Path, bool, str]:
+        out_dir = lib_path.parent
         with tempfile.TemporaryDirectory(dir=out_dir) as private:
             shim = Path(private) / "tb_timing_shim.c"
             kinds = arg_kinds(package.args_for("host"))
@@ -309,6 +328,19 @@ class HostBackend:
                 return lib_path, False, log
             os.replace(tmp, lib_path)  # atomic: concurrent workers never load a half-written file
         return lib_path, True, log
+
+    def precompile(
+        self, package: KernelPackage, arch: str, format_name: str, variants: list[Variant]
+    ) -> list[UnitCompile]:
+        """The compile queue's work: the units ``build`` will need, into the shared cache."""
+        out = []
+        for unit in compile_units(package, format_name, "host", variants):
+            started = time.monotonic()
+            path, ok, log = self.compile_unit(package, unit)
+            seconds = round(time.monotonic() - started, 3)
+            out.append(UnitCompile(path.name, self.unit_key(package, unit), len(unit.variants), ok, bool(log),
+                                   seconds if log else 0.0, log="" if ok else log))  # fmt: skip
+        return out
 
     def build(self, package: KernelPackage, format_name: str, variants: list[Variant]) -> CompiledVariants:
         """Compile (through the cache) and load every variant; failures become per-variant errors."""

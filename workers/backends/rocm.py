@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ from workers.backends.base import (
     ProgressCallback,
     TaskResult,
     TaskSpec,
+    UnitCompile,
     VariantResult,
 )
 from workers.compilers import compiler_for_arch
@@ -271,6 +273,22 @@ class RocmBackend:
         return self.cache.get_or_compile(
             choose_compiler(arch), unit.source, package.name, package.version[:16], arch, unit.defines
         )
+
+    def precompile(
+        self, package: KernelPackage, arch: str, format_name: str, variants: list[Variant]
+    ) -> list[UnitCompile]:
+        """The compile queue's work: the units ``build`` compiles first, into the shared cache, no GPU
+        (a unit that fails is left to ``build``, which splits it per variant)."""
+        out = []
+        for unit in compile_units(package, format_name, "rocm", variants):
+            started = time.monotonic()
+            done = self._compile(package, unit, arch)
+            seconds = round(time.monotonic() - started, 3) if done.compiled else 0.0
+            name = done.result.path.name if done.result.path is not None else unit.source.name
+            ok = done.result.ok and done.result.path is not None
+            out.append(UnitCompile(name, done.key, len(unit.variants), ok, done.compiled, seconds,
+                                   log="" if ok else done.result.log[-4000:]))  # fmt: skip
+        return out
 
     def build(
         self, package: KernelPackage, arch: str, format_name: str, variants: list[Variant]

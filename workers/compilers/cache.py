@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workers.compilers.base import INCLUDE_DIR, Compiler, CompileResult
+from workers.compilers.lock import unit_lock
 
 _INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 
@@ -98,6 +99,17 @@ class CompileCache:
             log = log_path.read_text() if log_path.is_file() else ""
             return CachedCompile(CompileResult(True, log, final), key, src_hash, compiled=False)
         final.parent.mkdir(parents=True, exist_ok=True)
+        with unit_lock(final.with_suffix(".lock")):  # one compiler per unit on this host
+            if final.is_file():  # the one we waited for compiled it
+                log = log_path.read_text() if log_path.is_file() else ""
+                return CachedCompile(CompileResult(True, log, final), key, src_hash, compiled=False)
+            return self._compile_locked(compiler, source, arch, defines, final, key, src_hash)
+
+    def _compile_locked(
+        self, compiler: Compiler, source: Path, arch: str, defines: dict[str, str], final: Path, key: str,
+        src_hash: str,
+    ) -> CachedCompile:  # fmt: skip
+        log_path = final.with_suffix(".log")
         fd, tmp_name = tempfile.mkstemp(suffix=".co.tmp", dir=final.parent)
         os.close(fd)
         tmp = Path(tmp_name)

@@ -13,14 +13,17 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernels.packages.loader import INCLUDE_DIR
+from workers.compilers.lock import DEFAULT_WAIT_S, unit_lock
 from workers.harness import cuda_driver as cd
 
 SASS_TIMEOUT_S = 60
+NVRTC_ERROR_COMPILATION = 6  # nvrtcResult: the source did not compile (anything else is not its fault)
 
 
 @dataclass
@@ -34,6 +37,9 @@ class CompileResult:
     ok: bool
     log: str = ""
     symbols: dict[str, str] = field(default_factory=dict)  # requested name -> lowered (mangled) name
+    seconds: float = 0.0  # NVRTC time of this call (0 when reused)
+    waited_s: float | None = None  # time spent waiting for another compiler of this key (None: gave up)
+    rejected: bool = False  # NVRTC refused the source (a compile error, recorded and not retried)
 
 
 def nvrtc_version() -> str:
@@ -74,10 +80,14 @@ def compile_cubin(
     stem: str,
     options: list[str],
     name_expressions: list[str],
+    lock_wait_s: float = DEFAULT_WAIT_S,
 ) -> CompileResult:
     """Compile (or reuse) one cubin; ``name_expressions`` are template instantiations to keep and lower.
 
-    Never raises for compiler errors: they come back as ``ok=False`` with NVRTC's log.
+    One compiler per cache key on a host: the first caller takes a file lock beside the cubin and
+    compiles; concurrent callers wait for it and reuse its cubin (``compiled=False``, ``waited_s``).
+    A unit NVRTC rejects is remembered beside it too (``.error.json``): every later caller gets the
+    same log without recompiling. Never raises for compiler errors: they come back as ``ok=False``.
     """
     toolchain = nvrtc_version()
     try:
@@ -89,22 +99,58 @@ def compile_cubin(
     key = cache_key(source, headers, options, name_expressions, toolchain)
     out_dir = artifact_dir / key[:2]
     cubin = out_dir / f"{stem}_{key[:24]}.cubin"
-    names_file = cubin.with_suffix(".names.json")
     result = CompileResult(key, str(cubin), source_hash, toolchain, tuple(options), False, True)
+    if _reuse(cubin, result):
+        return result
+    if cd.nvrtc is None:
+        result.compiled, result.ok, result.log = True, False, cd.IMPORT_ERROR or "NVRTC unavailable"
+        return result
+    with unit_lock(cubin.with_suffix(".lock"), lock_wait_s) as waited:
+        result.waited_s = round(waited, 3) if waited is not None else None
+        if _reuse(cubin, result):  # the holder we waited for compiled it
+            return result
+        started = time.monotonic()
+        data = _nvrtc(source, source_path.name, headers, options, name_expressions, result)
+        result.compiled, result.seconds = True, round(time.monotonic() - started, 3)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if data is None:
+            if result.rejected:  # NVRTC's verdict on these exact inputs: the same every time
+                record = json.dumps({"log": result.log}).encode()
+                _atomic_write(cubin.with_suffix(".error.json"), record, out_dir)
+            return result
+        _atomic_write(cubin.with_suffix(".names.json"), json.dumps(result.symbols).encode(), out_dir)
+        _atomic_write(cubin, data, out_dir)  # last: a cubin on disk means its names are there too
+    return result
+
+
+def _reuse(cubin: Path, result: CompileResult) -> bool:
+    """Fill ``result`` from a finished compile of this key (a cubin, or NVRTC's recorded rejection)."""
+    names_file, error_file = cubin.with_suffix(".names.json"), cubin.with_suffix(".error.json")
     if cubin.is_file() and names_file.is_file():
         result.symbols = json.loads(names_file.read_text())
-        return result
-    result.compiled = True
-    if cd.nvrtc is None:
-        result.ok, result.log = False, cd.IMPORT_ERROR or "NVRTC unavailable"
-        return result
+        return True
+    if error_file.is_file():
+        result.ok, result.rejected = False, True
+        result.log = "(cached NVRTC rejection) " + str(json.loads(error_file.read_text()).get("log", ""))
+        return True
+    return False
+
+
+def _nvrtc(
+    source: str,
+    source_name: str,
+    headers: dict[str, str],
+    options: list[str],
+    name_expressions: list[str],
+    result: CompileResult,
+) -> bytes | None:
+    """NVRTC one program; the cubin, or None with ``result.ok`` False and the log filled."""
     nv = cd.nvrtc
+    assert nv is not None
     header_names = [n.encode() for n in headers]
     header_srcs = [headers[n].encode() for n in headers]
     prog = cd.check(
-        nv.nvrtcCreateProgram(
-            source.encode(), source_path.name.encode(), len(headers), header_srcs, header_names
-        ),
+        nv.nvrtcCreateProgram(source.encode(), source_name.encode(), len(headers), header_srcs, header_names),
         "nvrtcCreateProgram",
     )
     try:
@@ -119,7 +165,8 @@ def compile_cubin(
         result.log = (" ".join(options) + "\n" + log.decode(errors="replace").rstrip("\0 ")).strip()
         if int(err) != 0:
             result.ok = False
-            return result
+            result.rejected = int(err) == NVRTC_ERROR_COMPILATION
+            return None
         size = cd.check(nv.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
         data = b" " * size
         cd.check(nv.nvrtcGetCUBIN(prog, data), "nvrtcGetCUBIN")
@@ -131,10 +178,7 @@ def compile_cubin(
             result.symbols[expr] = lowered.decode() if isinstance(lowered, bytes) else str(lowered)
     finally:
         nv.nvrtcDestroyProgram(prog)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    _atomic_write(names_file, json.dumps(result.symbols).encode(), out_dir)
-    _atomic_write(cubin, data, out_dir)
-    return result
+    return data
 
 
 def _atomic_write(path: Path, data: bytes, out_dir: Path) -> None:

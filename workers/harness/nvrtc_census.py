@@ -19,8 +19,11 @@ PTXAS_VERBOSE = "--ptxas-options=-v"
 _ENTRY = re.compile(r"Compiling entry function '(\S+)'")
 _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _USED = re.compile(r"Used (\d+) registers")
-# ptxas' C7510-C7520 notes: it inserted waits between the asynchronous wgmma (each then runs alone)
-_SERIALIZED = re.compile(r"wgmma\.mma_async instructions are serialized due to .* in the function '(\S+)'")
+# ptxas' C7510-C7520 notes: it inserted waits between the asynchronous wgmma (each then runs alone); most end
+# "in the function 'f'", C7512 (insufficient register resources) "for the function 'f'"
+_SERIALIZED = re.compile(
+    r"wgmma\.mma_async instructions are serialized due to .* (?:in|for) the function '(\S+)'"
+)
 
 
 @dataclass(frozen=True)

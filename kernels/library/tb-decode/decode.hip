@@ -38,7 +38,9 @@
  *   PP  1: software pipeline: a workgroup's (tile, batch) sequence is one stream, and the loads of the
  *       next batch are issued before the arithmetic of this one (two register buffers); 0: batches in turn
  *       (measured on the H200, 2026-11-30: the single-buffered kernel left the GateUp at 62 % of copy
- *       bandwidth, latency-bound with one batch per row and 16-24 warps per SM)
+ *       bandwidth, latency-bound with one batch per row and 16-24 warps per SM); 2 / 3 (CUDA): the cp.async
+ *       ring (tb_decode_ring); 5 (CUDA, M = 1): the stream kernel (tb_decode_stream: the first batch issued
+ *       before x is quantised, x through a cp.async fp32 buffer, rows interleaved over the grid's lane groups)
  *
  * Data flow: (1) x of this workgroup's K slice is loaded (TB_XP passes in flight at once) and quantised
  * per 32-block to int8 into static LDS (kernels/activations.py's rule; each 16-weight half stored at the
@@ -63,6 +65,26 @@
 #define TB_X_IL 1
 #else
 #define TB_X_IL 0
+#endif
+#if TB_X_IL
+/* (a & 0x44444444) | c as one LOP3 (the mask an immediate, c in a register) */
+TB_DEV tb_u32 tbt_and44_or(tb_u32 a, tb_u32 c) {
+#if !defined(TB_CUDA) || defined(TB_CUDA_EMULATION)
+    return (a & 0x44444444u) | c;
+#else
+    tb_u32 r;
+    asm("lop3.b32 %0, %1, 0x44444444, %2, 0xEA;" : "=r"(r) : "r"(a), "r"(c)); /* 0xEA = (0xF0 & 0xCC) | 0xAA */
+    return r;
+#endif
+}
+/* tb_iq4_lookup_il_t with the selector from one LOP3 (k3210 = 0x32103210 held in a register): 6 prmt + 6 ALU per
+ * payload word */
+TB_DEV void tbt_iq4_lookup(tb_u32 w, tb_u32 t0, tb_u32 t2, tb_u32 k3210, tb_u32 *r0, tb_u32 *r1) {
+    const tb_u32 wx = w ^ 0x88888888u;
+    const tb_u32 sel = tbt_and44_or(w >> 1, k3210);
+    *r0 = tb_prmt_raw(tb_prmt_raw(t0, TB_IQ4_T1, w), tb_prmt_raw(t2, TB_IQ4_T3, wx), sel);
+    *r1 = tb_prmt_raw(tb_prmt_raw(t0, TB_IQ4_T1, w >> 16), tb_prmt_raw(t2, TB_IQ4_T3, wx >> 16), sel >> 16);
+}
 #endif
 
 #define TB_THREADS 256
@@ -145,7 +167,31 @@
  * ring of a Q4_0 MX4 kernel at K = 5120 take 66.5 KB of shared memory: 3 per SM; NVRTC 13.0 sm_90a fits every format
  * in the 80 registers of 3 blocks without spills, 90-128 registers uncapped), 2 at RW = 2 */
 #define TB_MINB_TC(RW, PG) ((PG) >= 2 ? (PG) : ((RW) == 1 ? 3 : 2))
-#define TB_MINB_VG(RG, RW, U, KB, MX, PG, PP) ((RG) == 16 ? TB_MINB_TC(RW, PG) : TB_MINB_V(RW, U, KB, MX, PG, PP))
+/* PP 5 (the stream kernel, MX1): blocks per SM by the registers of its one batch, TB_STREAM_CW = chunks in flight x
+ * twice the registers one chunk costs (payload, meta, their unpack: 10 for one meta word, 11 for IQ4_NL and Q8_0,
+ * 13 for two meta words, Q4_K 20 for its 6-bit scale pairs, Q6_K 22): 4 blocks (64 registers) up to 60, 3 (80) up
+ * to 100, 2 (128) up to 180, else 1; a persistent grid's PG where it is fewer. NVRTC 13.0 sm_90 (k1u census, x
+ * quantised one thread per block, unguarded full batches): Q4_0 RW1/U6 (60) 56 registers at 4 blocks, RW2/U5
+ * (100) 78 at 3; at 3 blocks IQ4_NL RW2/U5 and Q6_K RW1/U5 spilled 16 bytes (weighed 10 and 18 then), Q8_0 RW2/U5
+ * 8 (weighed 10); IQ4_XS RW1/U5 RG2 (65) spilled 8 bytes at 4; Q4_K RW2/U5 (200) spilled 16 bytes at 2 */
+#if defined(TB_FMT_Q4_K)
+#define TB_STREAM_W2 20
+#elif defined(TB_FMT_Q6_K)
+#define TB_STREAM_W2 22
+#elif TB_META_REGS >= 2
+#define TB_STREAM_W2 13
+#elif defined(TB_FMT_IQ4_NL) || defined(TB_FMT_Q8_0)
+#define TB_STREAM_W2 11
+#else
+#define TB_STREAM_W2 10
+#endif
+#define TB_STREAM_CW(RW, U) ((RW) * (U) * TB_STREAM_W2)
+#define TB_STREAM_OCC(RW, U) \
+    (TB_STREAM_CW(RW, U) <= 60 ? 4 : TB_STREAM_CW(RW, U) <= 100 ? 3 : TB_STREAM_CW(RW, U) <= 180 ? 2 : 1)
+#define TB_MINB_STREAM(RW, U, PG) ((PG) > 0 && (PG) < TB_STREAM_OCC(RW, U) ? (PG) : TB_STREAM_OCC(RW, U))
+#define TB_MINB_VG(RG, RW, U, KB, MX, PG, PP)                                                           \
+    ((RG) == 16 ? TB_MINB_TC(RW, PG)                                                                    \
+                : (PP) == 5 ? TB_MINB_STREAM(RW, U, PG) : TB_MINB_V(RW, U, KB, MX, PG, PP))
 /* passes of x staging loaded before any is reduced (tb_stage_x): 6 x 256 float4 cover K = 6144 at M = 1.
  * AMD: 1, the order measured before (gfx906 hipcc: 2 passes or x first made the 4-wave PP0 variants spill) */
 #if defined(TB_AMD)
@@ -266,7 +312,9 @@ TB_DEV void tb_stage_x(const float *__restrict__ x, int m, int k, int b0, int nb
                 }
                 if (part == 0) {
                     const float xs = amax / 127.0f;
-                    xm[2 * (i * nb + b)] = xs;
+                    /* RG16: dw * dx carries the unpacked operands' power-of-two factor (tb_i8mma.h
+                     * TBP_OPERAND_SCALE) on x's scale, so the weight scales decode without a multiply */
+                    xm[2 * (i * nb + b)] = TC ? xs * TBP_OPERAND_SCALE : xs;
                     xm[2 * (i * nb + b) + 1] = xs * sum;
                 }
             }
@@ -352,7 +400,7 @@ struct tb_work {
     tb_u32 *counters;
     int m, n, tid, lg, rowoff, slice, c0, c1, nchunks, xb0, nxb;
 #if TB_X_IL
-    tb_u32 iq4t0, iq4t2; /* tb_iq4_tables */
+    tb_u32 iq4t0, iq4t2, iq4k3210; /* tb_iq4_tables, tbt_iq4_lookup's selector base */
 #endif
     tb_size qs_row, qh_row, sc_row;
     const tb_u32x4 *xq;
@@ -360,7 +408,10 @@ struct tb_work {
 
     /* issue the loads of batch `base` of tile `tile` (rows past n are clamped: loads stay valid) */
     __device__ TB_FORCEINLINE void load(tb_batch<RW, U> &b, int tile, int base) const {
-        const int row0 = tile * ROWS_WG + rowoff;
+        load_at(b, tile * ROWS_WG + rowoff, base);
+    }
+    /* the same for the RW rows from row0 (PP5: rows interleaved over the grid, not tiles) */
+    __device__ TB_FORCEINLINE void load_at(tb_batch<RW, U> &b, int row0, int base) const {
 #pragma unroll
         for (int r = 0; r < RW; ++r) {
             const tb_size row = (tb_size)(row0 + r < n ? row0 + r : n - 1);
@@ -380,6 +431,10 @@ struct tb_work {
 
     /* unpack chunk c of the RW rows (payload q, meta mt) and add its dot products with x (from LDS) into acc */
     /* u: the chunk's slot in its batch; chunk c = base + u * G + lg with base a multiple of 8 */
+    /* RING: the cp.async ring's dot (PP >= 2, CUDA): the IQ4 lookup's selector from one LOP3 with its base in a
+     * register (tbt_iq4_lookup, -14 instructions per 4 chunks); the register kernels (PP 0, 1, shared with AMD)
+     * keep tb_unpack_il (with the extra live register NVRTC gave some one-shot IQ4 kernels a block less per SM) */
+    template <bool RING = false>
     __device__ TB_FORCEINLINE void dot(const tb_u32 (&q)[RW][4], const tb_meta (&mt)[RW], int c, int u,
                                        float *acc) const {
         const int lc = c - c0;
@@ -398,7 +453,14 @@ struct tb_work {
             static_assert(TB_CHUNKS_PER_BLOCK == 8, "IQ4_XS: 8 chunks per super-block");
             m1.e = (tb_u32)((u * G + lg) & 7);
 #endif
-            ch[r] = tb_unpack_il(q[r], m1, c, iq4t0, iq4t2);
+            if constexpr (RING) {
+                ch[r] = tb_unpack(q[r], m1, c); /* the scale; its lookups are dead code, dropped by the compiler */
+#pragma unroll
+                for (int i = 0; i < 4; ++i)
+                    tbt_iq4_lookup(q[r][i], iq4t0, iq4t2, iq4k3210, (tb_u32 *)&ch[r].lo[i], (tb_u32 *)&ch[r].hi[i]);
+            } else {
+                ch[r] = tb_unpack_il(q[r], m1, c, iq4t0, iq4t2);
+            }
         }
 #else
         for (int r = 0; r < RW; ++r) ch[r] = tb_unpack(q[r], mt[r], c);
@@ -429,11 +491,13 @@ struct tb_work {
     }
 
     /* the batch held in registers (PP <= 1) */
+    /* FULL: the caller knows the batch lies inside the slice (base + G U <= c1): no per-chunk guards */
+    template <bool FULL = false>
     __device__ TB_FORCEINLINE void compute(const tb_batch<RW, U> &b, int base, float *acc) const {
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const int c = base + u * G + lg;
-            if (c < c1) {
+            if (FULL || c < c1) {
                 tb_u32 q[RW][4];
                 tb_meta mt[RW];
 #pragma unroll
@@ -484,7 +548,7 @@ struct tb_work {
                     q[r][0] = v.x, q[r][1] = v.y, q[r][2] = v.z, q[r][3] = v.w;
                     m1[r] = mt[r][u];
                 }
-                dot(q, m1, c, u, acc);
+                dot<true>(q, m1, c, u, acc);
             }
         }
     }
@@ -493,6 +557,12 @@ struct tb_work {
     /* reduce the lane group's sums, write y (KB = 1) or this slice's partials; with KB > 1 the
      * last slice of the tile to arrive adds the partials in slice order. Zeroes acc. */
     __device__ TB_FORCEINLINE void finish(int tile, float *acc) const {
+        store(tile * ROWS_WG + rowoff, acc);
+        if (KB > 1) tb_splitk_tail<KB, ROWS_WG>(tile, tid, m, n, y, workspace, counters);
+    }
+    /* reduce the lane group's sums of rows row0 .. row0 + RW - 1, write them (y, or this slice's partials);
+     * zeroes acc. Every lane of the wave takes part (shuffles), rows past n are not written */
+    __device__ TB_FORCEINLINE void store(int row0, float *acc) const {
         tb_reduce<V, G>::run(acc, lg);
         /* V <= G: one lane in G / V holds one sum; V > G (RG = 8 at MX >= 2): every lane holds V / G */
         constexpr int VL = V > G ? V / G : 1;
@@ -502,7 +572,7 @@ struct tb_work {
         for (int jj = 0; jj < VL; ++jj) {
             const int j = j0 + jj;
             const int r = j / MX, i = j % MX;
-            const int row = tile * ROWS_WG + rowoff + r;
+            const int row = row0 + r;
             if ((lg & WMASK) == 0 && i < m && row < n) {
                 if (KB == 1)
                     y[(tb_size)i * (tb_size)n + (tb_size)row] = acc[jj];
@@ -512,7 +582,6 @@ struct tb_work {
         }
 #pragma unroll
         for (int v = 0; v < V; ++v) acc[v] = 0.0f;
-        if (KB > 1) tb_splitk_tail<KB, ROWS_WG>(tile, tid, m, n, y, workspace, counters);
     }
 };
 
@@ -525,6 +594,7 @@ __device__ TB_FORCEINLINE void tb_setup(W &w, TB_DECODE_PARAMS) {
     w.tid = TB_TID;
 #if TB_X_IL
     tb_iq4_tables(((tb_u32)k >> 31) & (tb_u32)w.tid, &w.iq4t0, &w.iq4t2); /* 0, per-lane: in registers, not uniform ones */
+    w.iq4k3210 = 0x32103210u ^ (((tb_u32)k >> 31) & (tb_u32)w.tid);
 #endif
     const int lane = w.tid & (TB_WAVE - 1);
     w.lg = lane & (W::G - 1);                                       /* lane inside its row group */
@@ -688,6 +758,149 @@ __device__ TB_FORCEINLINE void tb_decode_ring(TB_DECODE_PARAMS) {
 }
 #endif
 
+#if defined(TB_DSMEM)
+/* PP = 5 (CUDA, M = 1): the stream kernel. Evidence (the H200, 2026-12-01, device log c, calls 8-9): on the
+ * 5-50 MB shapes the M = 1 kernels took 1.5-2x the time of a plain reader of the same bytes (Z 9.28 vs 5.52 us,
+ * Down 25.09 vs 12.66), ncu of the Z winner (RG2 one-shot): DRAM 35.5%, 0.47 eligible warps per scheduler;
+ * x staged before the first weight load (a global latency in series), 3 batches of a half-full last one per
+ * row (10 chunks per lane in batches of 4), 192 tiles on 132 SMs (60 SMs with two, 72 with one). Here:
+ *  - the first weight batch is issued before x is quantised, and x costs no registers and one L2 latency per
+ *    TB_STREAM_XF floats: cp.async copies x (fp32) into a shared buffer, then it is quantised from there, one
+ *    thread per 32-block (tb_stage_x1: a third of tb_stage_x's instructions, the same bits);
+ *    x of the whole K, as int8, sits in dynamic shared memory (no split-K: K = 17408 fits, 21.8 KB);
+ *  - work units of RW rows are interleaved over the grid's lane groups (unit = group * grid_x + block), so
+ *    every block, and so every SM, gets the same number of rows (+-1 unit per group), one-shot or persistent;
+ *  - U chunks per lane per row in a batch, U = 5 / 6 with full-wave rows: a K = 5120 / 6144 row is ONE
+ *    batch (160 / 192 chunks), so every lane of a wave has all its bytes in flight from the first instruction;
+ *  - blocks per SM asked of ptxas: PG, or 4 (64 registers) / 3 (80) by the chunks in flight (TB_MINB_STREAM);
+ *  - batches one after the other (no second register buffer: the occupancy keeps other waves' loads in flight).
+ * No block-wide barrier after x is staged: the loop runs while the wave's first group has a unit (wave-uniform,
+ * for the shuffles); a group past the last unit loads clamped rows and writes nothing. */
+#define TB_STREAM_XF 6144 /* floats of x per cp.async round; with a 16-byte pad per 32-block, 4.5 bytes each */
+
+/* M = 1: quantise the 32-blocks b0 .. b0 + nb - 1 of x, fp32 in shared memory at xf4[9 b + j] (a float4 of padding
+ * per block, so the 8 lanes of an LDS.128 phase hit 8 different bank groups), ONE thread per block. The same rule,
+ * slots and bits as tb_stage_x (amax by fmaxf, inv = 127 / amax, q = rint(x inv), xs = amax / 127, xs * sum q), with
+ * a third of its instructions: tb_stage_x spends 8 lanes, 3 + 3 shuffles and 8 divisions on a block (the H200,
+ * 2026-12-01 call 10: one-shot stream grids of 8-row blocks ran 14.8 us on Z, the per-block x staging costing about
+ * twice the block's dot products in issue slots). xm: this round's (xs, xs * sum) pairs from block 0 of the round */
+TB_DEV void tb_stage_x1(const tb_u32x4 *xf4, int b0, int nb, int c0, int nchunks, tb_u32x4 *xq, float *xm) {
+    for (int b = TB_TID; b < nb; b += TB_THREADS) {
+        const tb_f4 *v = (const tb_f4 *)(xf4 + 9 * b);
+        float amax = 0.0f;
+#pragma unroll 2
+        for (int j = 0; j < 8; ++j) {
+            const tb_f4 f = v[j];
+            amax = tb_fmaxf(amax, tb_fmaxf(tb_fmaxf(tb_fabsf(f.x), tb_fabsf(f.y)), tb_fmaxf(tb_fabsf(f.z), tb_fabsf(f.w))));
+        }
+        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        /* read the block again rather than keep its 32 floats live (NVRTC kept them: 8-64 bytes of spills at 64-80
+         * registers): an offset the compiler cannot see through */
+        int off = 9 * b;
+        asm volatile("" : "+r"(off));
+        const tb_f4 *v2 = (const tb_f4 *)(xf4 + off);
+        /* the 16-byte slots of the block's two halves (runs); words stored as made, so at most two are live */
+        tb_u32 *slot[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            int c, run;
+            tb_half_slot(2 * (b0 + b) + h, &c, &run);
+            slot[h] = (tb_u32 *)(xq + run * nchunks + (c - c0));
+        }
+        tb_i32 sum = 0;
+#pragma unroll 1 /* unrolled, ptxas hoisted all 8 loads beside the weights' batch: spills at 64-80 registers */
+        for (int j = 0; j < 4; ++j) {
+            tb_u32 word[2]; /* x 4j.. of the block's first half, and of its second */
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const tb_f4 f = v2[j + 4 * h];
+                const tb_i32 q0 = (tb_i32)tb_rintf(f.x * inv), q1 = (tb_i32)tb_rintf(f.y * inv);
+                const tb_i32 q2 = (tb_i32)tb_rintf(f.z * inv), q3 = (tb_i32)tb_rintf(f.w * inv);
+                sum += q0 + q1 + q2 + q3;
+                word[h] = (tb_u32)(q0 & 0xFF) | ((tb_u32)(q1 & 0xFF) << 8) | ((tb_u32)(q2 & 0xFF) << 16) |
+                          ((tb_u32)(q3 & 0xFF) << 24);
+            }
+#if TB_X_IL
+            /* tb_stage_x's pairing of the first half's word j with the second's (its lanes part and part ^ 4) */
+            slot[0][j] = tb_prmt(word[0], word[1], 0x5140u);
+            slot[1][j] = tb_prmt(word[0], word[1], 0x7362u);
+#else
+            slot[0][j] = word[0];
+            slot[1][j] = word[1];
+#endif
+        }
+        const float xs = amax / 127.0f;
+        xm[2 * b] = xs;
+        xm[2 * b + 1] = xs * (float)sum;
+    }
+}
+template <int RG, int RW, int U, int MX>
+__device__ TB_FORCEINLINE void tb_decode_stream(TB_DECODE_PARAMS) {
+    typedef tb_work<RG, RW, U, 1, MX> W;
+    static_assert(MX == 1, "the stream kernel serves M = 1");
+    static_assert(W::V <= W::G, "the butterfly needs RW * MX <= lanes per row");
+    constexpr int GPB = TB_WAVES * RG;                  /* lane groups per block */
+    constexpr int STEP = W::G * U;
+    static_assert(!(TB_X_IL && TB_CHUNKS_PER_BLOCK == 8) || STEP % 8 == 0, "tb_work::dot: batches at multiples of 8");
+
+    W w;
+    tb_setup<W, 1>(w, qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
+    /* dynamic shared memory: [x fp32: min(K, TB_STREAM_XF) floats, a float4 of padding after every 32][x int8 of the
+     * K slice: 1.25 bytes per weight] */
+    tb_u32x4 *xf4 = (tb_u32x4 *)TB_DSMEM;
+    tb_u32x4 *xq = xf4 + 9 * (w.nxb < TB_STREAM_XF / 32 ? w.nxb : TB_STREAM_XF / 32);
+    float *xm = (float *)(xq + m * TB_RUNS * w.nchunks);
+    w.xq = xq, w.xm = xm;
+
+    float acc[W::V];
+#pragma unroll
+    for (int v = 0; v < W::V; ++v) acc[v] = 0.0f;
+    const int units = (n + RW - 1) / RW;
+    const int gstride = grid_x * GPB;
+    const int wave = w.tid / TB_WAVE;
+    int unit = (wave * RG + (w.tid & (TB_WAVE - 1)) / W::G) * grid_x + TB_BID_X; /* this group's */
+    int unit0 = wave * RG * grid_x + TB_BID_X;                                    /* the wave's first group's */
+    if (w.c1 == w.c0) return; /* k = 0 */
+
+    /* x in rounds of TB_STREAM_XF floats: every float4 of a round in flight at once (cp.async), then quantised
+     * from shared memory by tb_stage_x (the same rule and slots as the other kernels: bit-identical x). The first
+     * round is issued before the weights (its L2 hits then do not queue behind the batch's DRAM misses; issuing it
+     * costs a few instructions and no registers), the weights' first batch next, then x is quantised */
+    constexpr int XFB = TB_STREAM_XF / 32; /* 32-blocks of x per round */
+    auto issue_x = [&](int r0) {
+        const int rb = w.nxb - r0 < XFB ? w.nxb - r0 : XFB;
+        const float *src = x + (tb_size)(w.xb0 + r0) * 32;
+        for (int t = w.tid; t < 8 * rb; t += TB_THREADS) tb_cp_async16(tb_smem_addr(xf4 + t + (t >> 3)), src + 4 * t);
+        tb_cp_commit();
+    };
+    issue_x(0);
+    tb_batch<RW, U> a;
+    int base = w.c0;
+    if (unit0 < units) w.load_at(a, unit * RW, base);
+    for (int r0 = 0; r0 < w.nxb; r0 += XFB) {
+        if (r0 > 0) issue_x(r0);
+        const int rb = w.nxb - r0 < XFB ? w.nxb - r0 : XFB;
+        tb_cp_wait<0>();
+        tb_sync();
+        tb_stage_x1(xf4, w.xb0 + r0, rb, w.c0, w.nchunks, xq, xm + 2 * r0);
+        tb_sync(); /* x of the round quantised (and xf4 free for the next round) */
+    }
+    while (unit0 < units) {
+        if (base + STEP <= w.c1) /* a batch wholly inside the row (every one of a K = 5120 row at U5): no guards */
+            w.template compute<true>(a, base, acc);
+        else
+            w.compute(a, base, acc);
+        base += STEP;
+        if (base >= w.c1) {
+            w.store(unit * RW, acc);
+            unit += gstride, unit0 += gstride, base = w.c0;
+            if (unit0 >= units) break;
+        }
+        w.load_at(a, unit * RW, base);
+    }
+}
+#endif
+
 /* ---- RG = 16 (CUDA): int8 tensor cores, mma.sync m16n8k32 s8 (sm_80+) ---------------------------------------
  * A warp owns 16 weight rows (x RW): they are the A operand (16 rows x 32 k), unpacked in registers from the
  * true-bytes payload with tb_i8mma.h's tbp_unpack (one payload word per lane and block gives both operand words
@@ -697,7 +910,8 @@ __device__ TB_FORCEINLINE void tb_decode_ring(TB_DECODE_PARAMS) {
  * is one (row, row of M, block) dot: the per-block scales (weight dw x activation dx, as fp32) apply to all four
  * elements of a lane, none wasted on padding, and the inner loop does the same work for every M <= MX. The int32
  * accumulators start at bits(1.5 * 2^23) so fma(acc, dw, -1.5 * 2^23 * dw) is dot * dw without a convert
- * (TBP_MAGIC, as in tb-prefill); Q6_K's 16-weight scales take two m16n8k16 chains.
+ * (TBP_MAGIC, as in tb-prefill); Q6_K's 16-weight scales take two m16n8k16 chains. x's staged scale carries the
+ * unpacked operands' power-of-two factor (TBP_OPERAND_SCALE), so a weight scale is its fp16 value as stored.
  * Weights stream through a per-warp cp.async ring of PP stages, each stage 16 x RW rows x 128 payload bytes
  * (8 chunks: 256 weights, Q8_0 128) plus the rows' high-bit and raw scale bytes of those blocks; ldmatrix reads
  * the payload words in fragment order. A warp reads only its own ring (warp barriers, no block barrier after x).
@@ -734,6 +948,25 @@ __device__ TB_FORCEINLINE void tb_decode_ring(TB_DECODE_PARAMS) {
 
 #if defined(TB_DSMEM)
 TB_DEV float tb_bits_float(tb_i32 v) { return __int_as_float(v); }
+/* IQ4_XS: the 6-bit scales of sub-blocks 2 i + jt (i = 0..3) as the bytes of a word, from the super-block's
+ * sw[0] = d | scales_h << 16 (2 bits per sub-block), sw[1] = scales_l (a nibble per sub-block): scales_h's 2-bit
+ * pieces 4 i to bits 4, 5 of byte i (nibbles to bytes by prmt, the even ones shifted up) */
+TB_DEV tb_u32 tbt_iq4xs_ls(const tb_u32 *sw, int jt) {
+    const tb_u32 sl = sw[1] >> (4 * jt), sh = sw[0] >> (16 + 2 * jt);
+    const tb_u32 sp = tb_prmt(sh, sh, 0x1100u);
+    return (sl & 0x0F0F0F0Fu) | ((((sp << 4) & 0x00FF00FFu) | (sp & 0xFF00FF00u)) & 0x30303030u);
+}
+/* (a & 0xF0F0F0F0) ^ c as one LOP3, the mask an immediate and c in a register (NVVM splits it into two LOP3s
+ * with immediates otherwise) */
+TB_DEV tb_u32 tbt_andf0_xor(tb_u32 a, tb_u32 c) {
+#if defined(TB_CUDA_EMULATION)
+    return (a & 0xF0F0F0F0u) ^ c;
+#else
+    tb_u32 r;
+    asm("lop3.b32 %0, %1, 0xF0F0F0F0, %2, 0x6A;" : "=r"(r) : "r"(a), "r"(c)); /* 0x6A = (0xF0 & 0xCC) ^ 0xAA */
+    return r;
+#endif
+}
 
 template <int RW, int KB, int PG, int MX, int S>
 __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
@@ -761,48 +994,146 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
     int tile = TB_BID_X;
     if (tile >= tiles) return; /* uniform over the workgroup */
 
-    /* copy stage (tile it, chunks ib .. ib + 7 of the row) into ring slot st; rows past n read row n - 1 */
+    /* copy stage (tile itile, chunks ibase .. ibase + 7 of the row) into ring slot st; rows past n read row n - 1.
+     * Lane l copies chunk l & 7 of rows 16 rr + 4 j + (l >> 3) (j < 4): each copy instruction of a warp reads 4
+     * whole 128-byte rows (H200, 2026-12-01 call 10: with 16 rows x 32 bytes per instruction instead, every Q4_0
+     * RG16 kernel ran at ~2.6 TB/s, 1.05-1.37x slower, whatever its instruction count). Each kind of bytes keeps
+     * ONE pointer per lane (its first piece), set once per tile (aim) and advanced with the stage; its other
+     * pieces are whole rows below: in a row tile inside n by a constant times the row's bytes (one IMAD.WIDE),
+     * in the last one by row deltas clamped at row n - 1 (pointers per piece took 16 registers at Q6_K RW2 and
+     * spilled under NVRTC 13.0) */
     int itile = tile, ibase = w.c0;
+    const tb_u8 *gq;                /* the lane's payload bytes of stage ibase, row (lane >> 3), chunk lane & 7 */
+    int rq = 0;                     /* that row (unclamped) */
+    bool t_fast = false; /* warp-uniform: the warp's rows of this tile are below n, its scale pieces inside sc */
+    tb_u8 *dq = ring + (lane >> 3) * TBT_QS_STRIDE + 16 * (lane & 7); /* its ring bytes (slot 0) */
+    constexpr int SCJ = (ROWS * TBT_SCP + 31) / 32;        /* scale pieces per lane */
+    constexpr int SCSTAGE = TBT_U / TB_CHUNKS_PER_BLOCK * TB_SC_BYTES; /* scale bytes of a row per stage */
+    /* the lane's scale piece 0 of stage ibase: its row's window start, or (whole 16-byte scale steps per stage:
+     * the misalignment stays) the 16-aligned address at or below it; piece j is dsr[j] rows below */
+    const tb_u8 *gs;
+    int dsr[SCJ];
+#if TBT_QHP
+    constexpr int QHJ = ROWS * TBT_QHP / 32;
+    const tb_u8 *gh;                /* the lane's high-bit piece 0 of stage ibase; piece j dhr[j] rows below */
+    int dhr[QHJ];
+#endif
+    /* rows from row `from` to row `from + add`, both clamped at n - 1 */
+    auto rows_below = [&](int from, int add) {
+        return (from + add < n ? from + add : n - 1) - (from < n ? from : n - 1);
+    };
+    auto aim = [&]() {
+        const int row0 = itile * W::ROWS_WG + warp * ROWS;
+        rq = row0 + (lane >> 3);
+        gq = qs + (tb_size)(rq < n ? rq : n - 1) * w.qs_row + 16 * (tb_size)(ibase + (lane & 7));
+
+        const int rs = row0 + lane / TBT_SCP;
+        const tb_u8 *a = sc + (tb_size)(rs < n ? rs : n - 1) * w.sc_row + (tb_size)(ibase / TB_CHUNKS_PER_BLOCK * TB_SC_BYTES);
+        gs = SCSTAGE % 16 == 0 ? (const tb_u8 *)((unsigned long long)a & ~15ull) : a;
+#pragma unroll
+        for (int j = 0; j < SCJ; ++j) dsr[j] = rows_below(rs, 32 * j / TBT_SCP);
+        /* a piece ends before its window's start + 16 TBT_SCP: inside sc while 16 TBT_SCP bytes of rows follow */
+        const int rowmax = row0 + ROWS - 1 < n - 1 ? row0 + ROWS - 1 : n - 1;
+        t_fast = row0 + ROWS <= n && (long long)(n - 1 - rowmax) * (long long)w.sc_row >= 16 * TBT_SCP;
+#if TBT_QHP
+        const int rh = row0 + lane / TBT_QHP;
+        gh = qh + (tb_size)(rh < n ? rh : n - 1) * w.qh_row + (tb_size)(ibase / TB_CHUNKS_PER_BLOCK) * TB_QH_BYTES +
+             16 * (lane % TBT_QHP);
+#pragma unroll
+        for (int j = 0; j < QHJ; ++j) dhr[j] = rows_below(rh, 32 * j / TBT_QHP);
+#endif
+    };
+    /* piece pointers: base + delta rows (delta >= 0, delta x row bytes < 2^32) */
+    auto below = [](const tb_u8 *base, int delta, tb_size row_bytes) {
+        return base + (tb_size)(unsigned)delta * (tb_size)(unsigned)row_bytes;
+    };
+    if (itile < tiles) aim();
     auto issue = [&](int st) {
         if (itile < tiles) {
             tb_u8 *dst = ring + st * STAGE;
-            const int row0 = itile * W::ROWS_WG + warp * ROWS;
-            const tb_size fb = (tb_size)(ibase / TB_CHUNKS_PER_BLOCK); /* format block of the stage */
-#pragma unroll
-            for (int j = 0; j < ROWS * TBT_U / 32; ++j) {
-                const int i = lane + 32 * j, r = i / TBT_U, c = i % TBT_U;
-                const tb_size row = (tb_size)(row0 + r < n ? row0 + r : n - 1);
-                tb_cp_async16(tb_smem_addr(dst + r * TBT_QS_STRIDE + 16 * c), qs + row * w.qs_row + 16 * (tb_size)(ibase + c));
-            }
 #if TBT_QHP
 #pragma unroll
-            for (int j = 0; j < ROWS * TBT_QHP / 32; ++j) {
+            for (int j = 0; j < QHJ; ++j) {
                 const int i = lane + 32 * j, r = i / TBT_QHP, pc = i % TBT_QHP;
-                const tb_size row = (tb_size)(row0 + r < n ? row0 + r : n - 1);
-                tb_cp_async16(tb_smem_addr(dst + OFF_QH + r * TBT_QH_STRIDE + 16 * pc),
-                              qh + row * w.qh_row + fb * TB_QH_BYTES + 16 * pc);
+                tb_cp_async16(tb_smem_addr(dst + OFF_QH + r * TBT_QH_STRIDE + 16 * pc), j == 0 ? gh : below(gh, dhr[j], w.qh_row));
             }
+            gh += 16 * TBT_QHP;
 #endif
+            /* raw scale bytes: 16-byte pieces from the 16-aligned address at or below the row's window, the bytes
+             * past the end of sc zero-filled (they are never used) */
+            const tb_u8 *sa = SCSTAGE % 16 == 0 ? gs : (const tb_u8 *)((unsigned long long)gs & ~15ull);
+            if (t_fast) { /* a branch of its own (if-converted, the last tile's path cost ~20 issue slots a stage) */
+                /* row 4 i + (lane >> 3): RW1 one IMAD.WIDE per copy; RW2 a pointer stepped by 4 rows (with 7
+                 * addresses live NVRTC 13.0 spilled Q5_0 MX8/KB1/RW2/U8/RG16/PG2/PP2) */
+                const tb_u8 *from = gq;
 #pragma unroll
-            for (int j = 0; j < (ROWS * TBT_SCP + 31) / 32; ++j) {
-                const int i = lane + 32 * j, r = i / TBT_SCP, pc = i % TBT_SCP;
-                if (i < ROWS * TBT_SCP) {
-                    const tb_size row = (tb_size)(row0 + r < n ? row0 + r : n - 1);
-                    const tb_u8 *a = sc + row * w.sc_row + fb * TB_SC_BYTES;
-                    const tb_u8 *src = a - ((unsigned long long)a & 15u) + 16 * pc;
-                    const long long left = sc_end - src;
-                    const int valid = left >= 16 ? 16 : (left > 0 ? (int)left : 0);
-                    tb_cp_async16z(tb_smem_addr(dst + OFF_SC + r * TBT_SC_STRIDE + 16 * pc), valid ? src : sc, valid);
+                for (int i = 0; i < 4 * RW; ++i) {
+                    tb_cp_async16(tb_smem_addr(dq + st * STAGE + 4 * i * TBT_QS_STRIDE),
+                                  RW == 1 ? (i == 0 ? gq : below(gq, 4 * i, w.qs_row)) : from);
+                    from += 4 * w.qs_row;
+                }
+#pragma unroll
+                for (int j = 0; j < SCJ; ++j) {
+                    const int i = lane + 32 * j, r = i / TBT_SCP, pc = i % TBT_SCP;
+                    if (i < ROWS * TBT_SCP)
+                        tb_cp_async16(tb_smem_addr(dst + OFF_SC + r * TBT_SC_STRIDE + 16 * pc),
+                                      (j == 0 ? sa : below(sa, dsr[j], w.sc_row)) + 16 * pc);
+                }
+            } else { /* the last row tile: rows past n read row n - 1, scale bytes past sc zero-filled */
+#pragma unroll
+                for (int i = 0; i < 4 * RW; ++i)
+                    tb_cp_async16(tb_smem_addr(dq + st * STAGE + 4 * i * TBT_QS_STRIDE),
+                                  below(gq, rows_below(rq, 4 * i), w.qs_row));
+#pragma unroll
+                for (int j = 0; j < SCJ; ++j) {
+                    const int i = lane + 32 * j, r = i / TBT_SCP, pc = i % TBT_SCP;
+                    if (i < ROWS * TBT_SCP) {
+                        const tb_u8 *src = below(sa, dsr[j], w.sc_row) + 16 * pc;
+                        const long long left = sc_end - src;
+                        const int valid = left >= 16 ? 16 : (left > 0 ? (int)left : 0);
+                        tb_cp_async16z(tb_smem_addr(dst + OFF_SC + r * TBT_SC_STRIDE + 16 * pc), valid ? src : sc, valid);
+                    }
                 }
             }
+            gq += 16 * TBT_U;
+            gs += SCSTAGE;
         }
         tb_cp_commit(); /* empty groups past the end keep the wait count uniform */
         ibase += TBT_U;
-        if (ibase >= w.c1) itile += grid_x, ibase = w.c0;
+        if (ibase >= w.c1) {
+            itile += grid_x, ibase = w.c0;
+            if (itile < tiles) aim();
+        }
     };
 
     /* the stage in slot st (landed) of chunks base .. base + 7: unpack, mma, scale */
-    auto compute = [&](int st, int base, int row0) {
+    /* per row tile of the compute side: the low bits of the scale rows g, g + 8 (+ 16 r) of this lane (the ring
+     * holds each row's scale window from the 16-aligned address at or below it); with whole 16-byte scale steps
+     * per stage (Q4_0, Q4_1, Q5_*, IQ4_NL) the misalignment is the tile's, else it moves with the stage */
+    unsigned sdl[RW][2];
+    int soff[RW][2]; /* non-K-quants: ring offset of the lane's scale of row 16 r + 8 h + g, block 2t / MX of a C tile */
+    (void)P;
+    const bool x_on = g % MX < m;
+    const int x_tok = x_on ? g % MX : m - 1, s_tok = (2 * t) % MX < m ? (2 * t) % MX : m - 1;
+    const bool s_on1 = (2 * t) % MX + 1 < m;
+#if defined(TB_FMT_Q4_0)
+    /* 0x80808080 from a per-lane zero ptxas cannot fold (as tb_iq4_tables): kept in a register */
+    const tb_u32 q4_sign = 0x80808080u ^ (((tb_u32)k >> 31) & (tb_u32)w.tid);
+#endif
+    auto aim_c = [&](int ctile) {
+        const int row0 = ctile * W::ROWS_WG + warp * ROWS;
+#pragma unroll
+        for (int r = 0; r < RW; ++r)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int rr = row0 + 16 * r + 8 * h + g, rowg = rr < n ? rr : n - 1;
+                const unsigned lo = (unsigned)(unsigned long long)(sc + (tb_size)rowg * w.sc_row);
+                sdl[r][h] = SCSTAGE % 16 == 0 ? (lo + (unsigned)(w.c0 / TB_CHUNKS_PER_BLOCK * TB_SC_BYTES)) & 15u : lo;
+                soff[r][h] = OFF_SC + (16 * r + 8 * h + g) * TBT_SC_STRIDE + (2 * t) / MX * TBP_SCB +
+                             (SCSTAGE % 16 == 0 ? (int)sdl[r][h] : 0);
+            }
+    };
+    auto compute = [&](int st, int base) {
         const tb_u8 *src = ring + st * STAGE;
         const int fb = base / TB_CHUNKS_PER_BLOCK;
         const int b32 = fb * (TB_BLOCK_WEIGHTS / 32); /* first 32-block of the stage in the row */
@@ -826,21 +1157,44 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
                          hq[0][pc], hq[1][pc], hq[0][pc + 1], hq[1][pc + 1]);
             }
 #endif
+#if defined(TB_FMT_IQ4_XS)
+            /* each row's super-block scales once per stage (not per C tile): d, -32 d, and the 6-bit sub-block scales
+             * of the lane's blocks as bytes (tbt_iq4xs_ls): MX4 block 2 i + t / 2 of C tile i in byte i; MX2 block
+             * 4 i + t in byte 2 i; MX8 block i in byte i / 2 of word i % 2 */
+            float iq_d[2], iq_m[2];
+            tb_u32 iq_ls[2][MX == 8 ? 2 : 1];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int delta = (int)((sdl[r][h] + (unsigned)(fb * TB_SC_BYTES)) & 15u);
+                tb_u32 sw[2]; /* d | scales_h << 16, scales_l (8 nibbles) */
+                tb_ld_u32x2(src + OFF_SC + (16 * r + 8 * h + g) * TBT_SC_STRIDE + delta, sw);
+                iq_d[h] = tb_half(sw[0] & 0xFFFFu);
+                iq_m[h] = -32.0f * iq_d[h];
+                if constexpr (MX == 4) {
+                    iq_ls[h][0] = tbt_iq4xs_ls(sw, t >> 1);
+                } else if constexpr (MX == 2) {
+                    iq_ls[h][0] = tbt_iq4xs_ls(sw, t & 1) >> (8 * (t >> 1));
+                } else {
+                    iq_ls[h][0] = tbt_iq4xs_ls(sw, 0);
+                    iq_ls[h][MX == 8 ? 1 : 0] = tbt_iq4xs_ls(sw, 1);
+                }
+            }
+#endif
             tb_i32 d[4], dh[4];
             tb_u32 bx0 = 0, bx1 = 0;
+            /* this lane's x words: row of M g % MX of block kb + g / MX (zero past m), one C tile after another;
+             * its x scales: rows of M (2t) % MX + e of block kb + 2t / MX ([row of M][block]: immediates) */
+            const tb_u32 *xp = xw + ((b32 - w.xb0 + g / MX) * m + x_tok) * 8 + 2 * t;
+            const float *xmp = xm + 2 * (s_tok * w.nxb + b32 - w.xb0 + (2 * t) / MX);
 #pragma unroll
             for (int kb = 0; kb < TBT_NB; ++kb) {
                 const int jc = kb % P, grp = kb / TBP_G, jg = kb % TBP_G;
                 if (jc == 0) {
                     TBT_MAGIC_INIT(d);
                     TBT_MAGIC_INIT(dh);
-                    /* this lane's x words: row of M g % MX of block kb + g / MX (zero past m) */
-                    const int tok = g % MX, xb = b32 + kb + g / MX - w.xb0;
-                    bx0 = bx1 = 0;
-                    if (tok < m) {
-                        const tb_u32x2 v = *(const tb_u32x2 *)(xw + (xb * m + tok) * 8 + 2 * t);
-                        bx0 = v.x, bx1 = v.y;
-                    }
+                    const tb_u32x2 v = *(const tb_u32x2 *)xp;
+                    bx0 = v.x, bx1 = v.y;
+                    xp += P * 8 * m;
                 }
                 tb_u32 a[4];
 #pragma unroll
@@ -854,13 +1208,19 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
                     tb_u32 lo, hi;
 #if TB_X_IL
                     (void)jg;
-                    tb_iq4_lookup_il_t(q[h][grp], w.iq4t0, w.iq4t2, &lo, &hi);
+                    tbt_iq4_lookup(q[h][grp], w.iq4t0, w.iq4t2, w.iq4k3210, &lo, &hi);
+#elif defined(TB_FMT_Q4_0)
+                    /* tbp_unpack's 16 (q - 8) operands by one LOP3 per operand word (+ the shift of the low
+                     * nibbles) instead of two: the mask an immediate, the sign flip in a register */
+                    (void)jg;
+                    lo = tbt_andf0_xor(q[h][grp] << 4, q4_sign);
+                    hi = tbt_andf0_xor(q[h][grp], q4_sign);
 #else
                     tbp_unpack(&q[h][grp * TBP_QS_CHUNKS], hw, jg, t, lo, hi);
 #endif
                     a[h] = lo, a[2 + h] = hi;
                 }
-                const bool mine = g / MX == jc; /* columns jc * MX .. : x of this block */
+                const bool mine = g / MX == jc && x_on; /* columns jc * MX .. : x of this block (rows of M < m) */
                 const tb_u32 b0 = mine ? bx0 : 0u, b1 = mine ? bx1 : 0u;
 #if TBP_G16
                 tbp_mma16_acc(d, a[0], a[1], b0);
@@ -872,28 +1232,41 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
                     /* elements: rows g, g + 8 (e >> 1) x columns 2t, 2t + 1: rows of M (2t) % MX + (e & 1) of
                      * block kb0 + 2t / MX */
                     const int ke = kb - (P - 1) + (2 * t) / MX;
-                    const int tok = (2 * t) % MX, xb = b32 + ke - w.xb0;
-                    float dx[2] = {0.0f, 0.0f}, sx[2] = {0.0f, 0.0f};
+                    /* a column of an absent row of M (its dots are 0: B's column is zero) takes row m - 1's scales */
+                    float dx[2], sx[2];
 #pragma unroll
                     for (int e = 0; e < 2; ++e) {
-                        if (tok + e < m) {
-                            const tb_f2 v = *(const tb_f2 *)(xm + 2 * ((tok + e) * w.nxb + xb));
-                            dx[e] = v.x, sx[e] = v.y;
-                        }
+                        const tb_f2 v = *(const tb_f2 *)(xmp + (e && s_on1) * 2 * w.nxb + 2 * (kb - (P - 1)));
+                        dx[e] = v.x, sx[e] = v.y;
                     }
                     (void)sx;
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
                         const int rr = 16 * r + 8 * h + g;
                         const tb_u8 *raw = src + OFF_SC + rr * TBT_SC_STRIDE;
-                        /* the misalignment of the row's scale window, as the copy saw it */
-                        const int rowg = row0 + rr < n ? row0 + rr : n - 1;
-                        const int delta = (int)((unsigned long long)(sc + (tb_size)rowg * w.sc_row + (tb_size)fb * TB_SC_BYTES) & 15u);
+                        (void)raw;
+                        /* the misalignment of the row's scale window, as the copy saw it (set per tile: aim_c) */
+                        const int delta = SCSTAGE % 16 == 0 ? (int)sdl[r][h] : (int)((sdl[r][h] + (unsigned)(fb * TB_SC_BYTES)) & 15u);
                         float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #if defined(TB_FMT_Q6_K)
                         tbp_decode_scale(raw, ke, b32 + ke, delta, o);
-#else
+#elif defined(TB_FMT_IQ4_XS)
+                        (void)delta;
+                        /* the C tile's byte of the lane's scale word(s): MX4 kb / 2, MX2 2 (kb / 4), MX8 kb / 2 of word kb % 2 */
+                        const tb_u32 lsw = iq_ls[h][MX == 8 ? kb % 2 : 0] >> (8 * (MX == 2 ? 2 * (kb / 4) : kb / 2));
+                        o[0] = fmaf((float)(lsw & 0xFFu), iq_d[h], iq_m[h]); /* d (ls - 32) */
+                        o[1] = -TBP_MAGIC * o[0];
+#elif TBP_KQUANT
                         tbp_decode_scale(raw + delta, ke, b32 + ke, 0, o);
+#else
+                        /* x's scale has the operand factor; the lane's block (2t / MX) is in its offset */
+                        (void)delta;
+                        const tb_u8 *sp = src + (SCSTAGE % 16 == 0 ? soff[r][h] : soff[r][h] + delta) + (kb - (P - 1)) * TBP_SCB;
+                        o[0] = tb_half(tb_ld_u16(sp));
+                        o[1] = -TBP_MAGIC * o[0];
+#if TBP_ASYM
+                        o[2] = tb_half(tb_ld_u16(sp + 2));
+#endif
 #endif
 #pragma unroll
                         for (int e = 0; e < 2; ++e) {
@@ -942,19 +1315,21 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
     for (int s = 0; s < S - 1; ++s) issue(s);
     tb_stage_x<TB_XP(MX), true>(x, m, k, w.xb0, w.nxb, w.c0, w.nchunks, xq, xm);
     tb_sync();
+    aim_c(tile);
     int base = w.c0, slot = 0;
     for (;;) {
         tb_syncwarp(); /* every lane is done with the slot the next issue refills */
         issue(slot == 0 ? S - 1 : slot - 1);
         tb_cp_wait<S - 1>();
         tb_syncwarp(); /* every lane's copies of this stage have landed */
-        compute(slot, base, tile * W::ROWS_WG + warp * ROWS);
+        compute(slot, base);
         slot = slot == S - 1 ? 0 : slot + 1;
         base += TBT_U;
         if (base >= w.c1) {
             finish(tile);
             tile += grid_x, base = w.c0;
             if (tile >= tiles) break;
+            aim_c(tile);
         }
     }
     tb_cp_wait<0>();
@@ -968,6 +1343,9 @@ __device__ TB_FORCEINLINE void tb_decode_pick(TB_DECODE_PARAMS) {
     if constexpr (RG == 16) {
         static_assert(U == TBT_U && PP >= 2, "RG16: 8 chunks per stage, a ring of PP stages");
         tb_decode_tc<RW, KB, PG, MX, PP>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
+        return;
+    } else if constexpr (PP == 5) {
+        tb_decode_stream<RG, RW, U, MX>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
         return;
     } else if constexpr (PP >= 2) {
         tb_decode_ring<RG, RW, U, KB, PG, MX, PP>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
@@ -1041,8 +1419,14 @@ __device__ TB_FORCEINLINE void tb_decode_pick(TB_DECODE_PARAMS) {
     TB_DECODE_VARIANT(4, 4, 1, 8, 16, 0, 3) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 2) \
     TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 3) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 4) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 3, 2) \
     TB_DECODE_VARIANT(8, 1, 2, 8, 16, 2, 2) TB_DECODE_VARIANT(8, 4, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(8, 4, 1, 8, 16, 0, 3)
+/* the stream kernel (PP5: M = 1, the CUDA space only) */
+#define TB_DECODE_STREAM_VARIANTS \
+    TB_DECODE_VARIANT(1, 1, 1, 4, 2, 0, 5) TB_DECODE_VARIANT(1, 1, 1, 5, 1, 4, 5) TB_DECODE_VARIANT(1, 1, 1, 5, 2, 0, 5) \
+    TB_DECODE_VARIANT(1, 1, 1, 6, 1, 3, 5) TB_DECODE_VARIANT(1, 1, 1, 6, 1, 4, 5) TB_DECODE_VARIANT(1, 1, 1, 6, 2, 0, 5) \
+    TB_DECODE_VARIANT(1, 1, 2, 5, 1, 0, 5) TB_DECODE_VARIANT(1, 1, 2, 5, 1, 3, 5)
 #else
 #define TB_DECODE_RING_VARIANTS
 #define TB_DECODE_TC_VARIANTS
+#define TB_DECODE_STREAM_VARIANTS
 #endif
-TB_DECODE_VARIANTS TB_DECODE_RING_VARIANTS TB_DECODE_TC_VARIANTS
+TB_DECODE_VARIANTS TB_DECODE_RING_VARIANTS TB_DECODE_TC_VARIANTS TB_DECODE_STREAM_VARIANTS

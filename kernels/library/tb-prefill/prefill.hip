@@ -23,9 +23,10 @@
  *   NVIDIA [K/32][Ms/16][8][TBP_REC] words (rows g, g+8 of each 16-row group together: dx, ci [, sx]),
  *   AMD    [K/32][4][Ms] words (dx, ci, sx planes).
  *   dx = amax / 127, ci = bits(1.5*2^23) - OFF * xsum, sx = dx * xsum.
- * Launch: block = (32|64) * warps_n * warps_m threads (engine 2: + 128, its producer warpgroup), grid =
- * (ceil(N/BN), ceil(M/BM), SK) (engines 1, 2: x and y swapped), dynamic shared memory (NVIDIA) / static LDS
- * (AMD) sized as the manifest's [derived] smem.
+ * Launch: block = (32|64) * warps_n * warps_m threads (engines 2, 3: + 128, the producer warpgroup), grid =
+ * (ceil(N/BN), ceil(M/BM), SK) (engines 1-3: x and y swapped; stream-K: the SMs), dynamic shared memory (NVIDIA)
+ * / static LDS (AMD) sized as the manifest's [derived] smem; engine 3 is a 2-CTA cluster kernel (its cluster
+ * shape compiled in: the plain launch runs it).
  * Exported symbols: tb_prefill_n{BN}_m{BM}_wn{WN}_wm{WM}_kb{KB}_s{ST}_sk{SK}_mb{MB}_e{ENG}, tb_prefill_prep_sk{0,1,2,4}
  * (engines 1, 2: prelaunch grid.y = 2, fp16 activations; prefill_wgmma.h, prefill_ws.h).
  */
@@ -199,8 +200,8 @@ __device__ TB_FORCEINLINE void tbp_prep_body(TB_PREFILL_PARAMS) {
 #define TBP_GRID_Y ((int)gridDim.y)
 #endif
 #define TBP_PREP_ENGINE(SK)                                                                                \
-    if (TBP_GRID_Y == 2) { /* the second row of blocks has nothing to do */                                \
-        if (TB_BID_Y == 0) tbp_prep_f16_body<SK>(TB_PREFILL_ARGS);                                        \
+    if (TBP_GRID_Y >= 2) { /* the other rows of blocks have nothing to do; 3: the tiled layout (E3) */       \
+        if (TB_BID_Y == 0) tbp_prep_f16_body<SK>(TB_PREFILL_ARGS, TBP_GRID_Y == 3);                       \
         return;                                                                                            \
     }
 #else
@@ -608,6 +609,9 @@ TB_DEV void tbp_nv_variant(TB_PREFILL_PARAMS) {
     } else if constexpr (ENG == 2) {
         tbp_ws_body<BN, BM, WM, KB, ST, SK>(TB_PREFILL_ARGS);
         return;
+    } else if constexpr (ENG == 3) {
+        tbp_ws_body<BN, BM, WM, KB, ST, SK, 2>(TB_PREFILL_ARGS);
+        return;
     } else
 #endif
     {
@@ -615,8 +619,31 @@ TB_DEV void tbp_nv_variant(TB_PREFILL_PARAMS) {
         tbp_nv_body<BN, BM, WN, WM, KB, ST, SK>(TB_PREFILL_ARGS);
     }
 }
+/* engine 3: 2-CTA thread-block clusters (prefill_ws.h), along x for stream-K (its persistent grid), else along y
+ * (neighbouring weight tiles of the same token tile); the launch needs no change (compile-time cluster shape) */
+#define TBP_CLUSTER_0_0
+#define TBP_CLUSTER_0_1
+#define TBP_CLUSTER_0_2
+#define TBP_CLUSTER_0_4
+#define TBP_CLUSTER_1_0
+#define TBP_CLUSTER_1_1
+#define TBP_CLUSTER_1_2
+#define TBP_CLUSTER_1_4
+#define TBP_CLUSTER_2_0
+#define TBP_CLUSTER_2_1
+#define TBP_CLUSTER_2_2
+#define TBP_CLUSTER_2_4
+#define TBP_CLUSTER_3_0 __cluster_dims__(2, 1, 1)
+#define TBP_CLUSTER_3_1 __cluster_dims__(1, 2, 1)
+#define TBP_CLUSTER_3_2 __cluster_dims__(1, 2, 1)
+#define TBP_CLUSTER_3_4 __cluster_dims__(1, 2, 1)
+#if defined(TB_CUDA)
+#define TBP_CLUSTER(ENG, SK) TBP_CLUSTER_##ENG##_##SK
+#else
+#define TBP_CLUSTER(ENG, SK)
+#endif
 #define TB_PREFILL_VARIANT(BN, BM, WN, WM, KB, ST, SK, MB, ENG)                                            \
-    extern "C" __global__ TB_LAUNCH_BOUNDS(32 * WN * WM + (ENG == 2 ? 128 : 0), MB) void                   \
+    extern "C" __global__ TBP_CLUSTER(ENG, SK) TB_LAUNCH_BOUNDS(32 * WN * WM + (ENG >= 2 ? 128 : 0), MB) void \
         tb_prefill_n##BN##_m##BM##_wn##WN##_wm##WM##_kb##KB##_s##ST##_sk##SK##_mb##MB##_e##ENG(              \
             TB_PREFILL_PARAMS) {                                                                           \
         tbp_nv_variant<BN, BM, WN, WM, KB, ST, SK, ENG>(TB_PREFILL_ARGS);                                  \

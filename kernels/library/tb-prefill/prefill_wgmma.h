@@ -171,9 +171,13 @@ struct TbpWgLayout {
     static constexpr int smem(int stages) { return stages * STAGE + WS_BYTES; }
 };
 
-/* prelaunch, E1: x (f32) -> fp16 in the permuted k order above, [Ms][K] halves at ws; one thread per 4 */
+/* prelaunch, E1: x (f32) -> fp16 in the permuted k order above, [Ms][K] halves at ws; one thread per 4.
+ * tiled (E3, grid.y = 3): the same halves in the wgmma B tile's own order, so a stage's tile is one run per
+ * 8-token group: slab (128 k) s, 8-token group g, 8-half chunk c of the slab, token r of the group at halves
+ * ((s * Ms / 8 + g) * 16 + c) * 64 + 8 r (a stage of KB 4 holds one slab: groups SBO = 2 KiB apart, as in
+ * shared memory) */
 template <int SK>
-__device__ TB_FORCEINLINE void tbp_prep_f16_body(TB_PREFILL_PARAMS) {
+__device__ TB_FORCEINLINE void tbp_prep_f16_body(TB_PREFILL_PARAMS, bool tiled) {
     (void)qs;
     (void)qh;
     (void)sc;
@@ -190,7 +194,12 @@ __device__ TB_FORCEINLINE void tbp_prep_f16_body(TB_PREFILL_PARAMS) {
         uint2 o;
         o.x = tbp_h2_pack(v0.x, v0.y);
         o.y = tbp_h2_pack(v1.x, v1.y);
-        *(uint2 *)((tb_u16 *)ws + e0) = o; /* 8-byte aligned: e0 is a multiple of 4 halves */
+        tb_size at = e0;
+        if (tiled) {
+            const tb_size ms8 = (tb_size)((m + 15) & ~15) / 8u;
+            at = (((col >> 7) * ms8 + (row >> 3)) * 16u + ((col & 127u) >> 3)) * 64u + (row & 7u) * 8u + (col & 7u);
+        }
+        *(uint2 *)((tb_u16 *)ws + at) = o; /* 8-byte aligned: e0 and at are multiples of 4 halves */
     }
     if (SK != 1) { /* split-K, or E2 stream-K (SK 0) */
         const tb_size cells = (tb_size)m * (tb_size)n;

@@ -16,11 +16,15 @@
  * Tile: a consumer warpgroup owns R = BN / (64 WG) m64 weight tiles (R = 2: two wgmma per k16 sharing the
  * activation descriptor), so BN = 256 with two consumers: the fp16 activations, the bulk of the L2 traffic
  * (BT * 64 bytes per 32-block against BN * ~18 for 4-bit weights), are re-read N / BN times.
- * Registers: no setmaxnreg. Two consumers (384 threads) get 168 registers, one consumer (256 threads) 255. With
- * setmaxnreg (producer .dec 48, consumers .inc 224) NVRTC 13.0.88 serialises every wgmma of the kernel (ptxas
- * C7513: "non wgmma instructions defining input registers of a wgmma between start and end of the pipeline
- * stage"), the same source without it compiles clean; so two consumers hold at most 64 accumulators each
- * (n_tile 128 x 128 tokens, or 256 x 64), and the 128-accumulator tiles run with one consumer.
+ * Registers: no setmaxnreg but on the WIDE tile. Two consumers (384 threads) get 168 registers, one consumer (256
+ * threads) 255. With setmaxnreg.inc NVRTC 13.0.88 serialises every wgmma of the kernel (ptxas C7513: "non wgmma
+ * instructions defining input registers of a wgmma between start and end of the pipeline stage") as long as a
+ * consumer writes the next block's A registers with a group in flight (wait_group 1): .dec alone, or .inc with
+ * the group drained per block (wait_group 0), compiles clean (2026-12-01, k2y). So two consumers hold at most 64
+ * accumulators each (n_tile 128 x 128 tokens, or 256 x 64), the 128-accumulator tiles run with one consumer, and
+ * the WIDE tile N256/M128/W4x4 (four consumers of 64) raises its consumers to 112 registers and drains per block:
+ * there the other three consumers' groups keep the tensor pipe busy while one dequantises, and a stage is
+ * released right after its last block.
  * SASS (ptxas 13.0.88, nvdisasm): per 32-block a consumer warp issues WARPGROUP.ARRIVE, its HGMMA pair(s) on
  * double-buffered A registers and WARPGROUP.DEPBAR.LE gsb0 1; one DEPBAR 0 after the loop. The scales: each lane
  * of a quad decodes block t's for its rows once per stage, the others fetch them with shfl.idx (decoded per
@@ -56,6 +60,58 @@ TB_DEV void tbp_cp_async_mbar_arrive(tb_u64 *bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(tbp_saddr(bar)) : "memory");
 }
 TB_DEV void tbp_cp_wait_all(void) { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+/* ---- 2-CTA clusters (E3): the two workgroups of a cluster share the activation tile ---- */
+TB_DEV int tbp_cluster_rank(void) {
+    tb_u32 r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return (int)r;
+}
+/* every thread of every workgroup of the cluster (release / acquire: remote arrivals and copies before it) */
+TB_DEV void tbp_cluster_sync(void) {
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+TB_DEV void tbp_syncwarp(void) { __syncwarp(); }
+/* one arrival on the mbarrier at the same shared offset in cluster workgroup `rank` (mapa) */
+TB_DEV void tbp_mbar_arrive_peer(tb_u64 *bar, int rank) {
+    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+                 "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(tbp_saddr(bar)),
+                 "r"(rank)
+                 : "memory");
+}
+/* one arrival that also expects `bytes` of asynchronous copies (complete_tx) in the current phase */
+TB_DEV void tbp_mbar_arrive_expect_tx(tb_u64 *bar, tb_u32 bytes) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(tbp_saddr(bar)),
+                 "r"(bytes)
+                 : "memory");
+}
+/* the producer's wait for slots that the peer workgroup's consumers release too (their remote arrivals) */
+TB_DEV void tbp_mbar_wait_cluster(tb_u64 *bar, tb_u32 parity) {
+    tb_u32 done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(tbp_saddr(bar)), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+/* `bytes` (a multiple of 16) from global src into shared dst of every workgroup in `mask`, each one's mbarrier
+ * at bar's offset counting them (complete_tx): one TMA bulk copy, the L2 read once for the cluster */
+TB_DEV void tbp_bulk_g2s_mc(void *dst, const void *src, tb_u32 bytes, tb_u64 *bar, tb_u16 mask) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, "
+                 "[%3], %4;\n" ::"r"(tbp_saddr(dst)),
+                 "l"(src), "r"(bytes), "r"(tbp_saddr(bar)), "h"(mask)
+                 : "memory");
+}
+/* the warpgroup's register budget raised / lowered to N (a multiple of 8, 24..256) */
+template <int N>
+TB_DEV void tbp_setmaxnreg_inc(void) {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+TB_DEV void tbp_setmaxnreg_dec(void) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
 /* lane src's v (src inside the warp) */
 TB_DEV tb_u32 tbp_shfl_idx(tb_u32 v, int src) { return __shfl_sync(0xffffffffu, v, src); }
 /* the value is computed here, in program order with the volatile asm around it (no code motion past it) */
@@ -113,7 +169,7 @@ TB_DEV void tbp_ws_dequant(tb_u32 lo, tb_u32 hi, tb_u32 dl2, tb_u32 dh2, tb_u32 
  * the prelaunch kernel), a whole tile stored.
  * Producer and consumers walk the same segments; the ring index runs on across them, so a segment's first
  * stage releases the previous segment's last (its groups retired by the wait_group 0 before its epilogue). */
-template <int BN, int BT, int WG, int KB, int ST, int SK>
+template <int BN, int BT, int WG, int KB, int ST, int SK, int CL = 1>
 TB_DEV void tbp_ws_body(TB_PREFILL_PARAMS) {
 #if TBP_HAVE_WGMMA
     using L = TbpWgLayout<BN, BT, KB>;
@@ -124,6 +180,28 @@ TB_DEV void tbp_ws_body(TB_PREFILL_PARAMS) {
     static_assert(BT % 32 == 0 && BT <= 256 && R * BT <= 256, "wgmma N; R * BT / 2 accumulators per thread");
     static_assert(KB == 4, "the 4 lanes of a quad decode the stage's 4 blocks' scales, one each");
     static_assert(SK >= 0 && SK <= 2, "every split has a stage: ceil(s / 2) and s - ceil(s / 2) >= 1 for s >= 2 stages");
+    /* WIDE: four consumers of m64 x 128 tokens (N256/M128/W4x4: 64 accumulators each), the L2 bytes per MAC of
+     * N256/M64 less the weights' half (Q8_0 0.0161 against 0.0244 B, Q4_0 0.0122 against 0.0166). 640 threads
+     * get 96 registers (NVRTC 13.0.88: spills 64 bytes, wgmma serialised for want of registers, C7512), so the
+     * producer gives back to 56 and the consumers take 112 (setmaxnreg: 4 * 128 * 112 + 128 * 56 <= 65536).
+     * Under setmaxnreg.inc ptxas serialises every wgmma (C7513) when the next block's A registers are written
+     * while a group is in flight (wait_group 1); the same source drained per block (wait_group 0) compiles clean,
+     * so a WIDE consumer has no group in flight while it dequantises: the other three consumers' groups keep the
+     * tensor pipe fed (each block is 2 x m64n128k16 = 128 tensor cycles per consumer, 512 for the four). */
+    constexpr bool WIDE = WG == 4 && R * BT == 128;
+    constexpr int PREG = 56, CREG = 112, WAITN = WIDE ? 0 : 1;
+    static_assert(!WIDE || 128 * (WG * CREG + PREG) <= 65536, "the raised registers fit the register file");
+    /* CL = 2 (E3): a cluster of two workgroups on neighbouring weight tiles (n0, n0 + BN) and the same tokens and
+     * stages; each producer copies half of the stage's activation tile with ONE TMA bulk copy multicast into both
+     * workgroups' shared memory (the prelaunch kernel writes the fp16 activations in the tile's own core-matrix
+     * order, grid.y = 3: a stage's 8-token groups are consecutive 2 KiB runs), so the activations are read from
+     * L2 once per pair: WIDE + CL 2, Q4_0 34 KiB per stage against WIDE's 50 (Q8_0 50 against 66). A slot is
+     * refilled once BOTH workgroups' consumers released it: every consumer warp arrives on its own and on the
+     * peer's EMPTY mbarrier (mapa); FULL counts the producer's cp.async arrivals, one arrive.expect_tx of the
+     * whole tile's bytes and the two copies' complete_tx. Cluster barriers after the mbarrier init (the peer's
+     * barriers exist before a copy or an arrival reaches them) and before exit (none reaches a finished one). */
+    static_assert(CL == 1 || (CL == 2 && WIDE && KB == 4), "clusters: the WIDE tile, 128-k stages (2 KiB groups)");
+    const int rank = CL > 1 ? tbp_cluster_rank() : 0; /* SK 0: clusters along x (the persistent grid), else y */
     TBP_DYN_SMEM
     tb_u8 *smem = tbp_smem;
     tb_u64 *full = (tb_u64 *)(smem + ST * L::STAGE), *empty = full + ST;
@@ -135,23 +213,25 @@ TB_DEV void tbp_ws_body(TB_PREFILL_PARAMS) {
      * the first */
     auto walk = [&](auto &&seg) {
         if constexpr (SK == 0) {
-            const int tiles_m = (m + BT - 1) / BT, tiles = tiles_m * ((n + BN - 1) / BN), g = TBP_GRID_X;
+            /* CL 2: the cluster walks pair tiles (2 BN rows), its workgroups the two halves */
+            const int tiles_m = (m + BT - 1) / BT, tiles = tiles_m * (((n + BN - 1) / BN) / CL), g = TBP_GRID_X / CL;
+            const int bid = TB_BID_X / CL;
             /* whole waves but the last full one run as the plain grid (tile w * g + x: the same L2 locality,
              * whole tiles stored); the last full wave and the part-full one are shared out in units */
             const int dp = tiles % g == 0 ? tiles : (tiles / g > 0 ? tiles / g - 1 : 0) * g;
             int it0 = 0;
-            for (int tile = TB_BID_X; tile < dp; tile += g) {
-                seg((tile / tiles_m) * BN, (tile % tiles_m) * BT, 0, nst_all, it0);
+            for (int tile = bid; tile < dp; tile += g) {
+                seg((tile / tiles_m) * (CL * BN) + rank * BN, (tile % tiles_m) * BT, 0, nst_all, it0);
                 it0 += nst_all;
             }
             /* (two call sites: one loop over both phases costs registers, N256/M64/W4x2 spilling at 168) */
             const long long units = (long long)(tiles - dp) * (long long)nst_all;
-            int u = dp * nst_all + (int)(units * TB_BID_X / g);
-            const int u_end = dp * nst_all + (int)(units * (TB_BID_X + 1) / g);
+            int u = dp * nst_all + (int)(units * bid / g);
+            const int u_end = dp * nst_all + (int)(units * (bid + 1) / g);
             while (u < u_end) {
                 const int tile = u / nst_all, s0 = u - tile * nst_all;
                 const int cnt = (nst_all - s0) < (u_end - u) ? (nst_all - s0) : (u_end - u);
-                seg((tile / tiles_m) * BN, (tile % tiles_m) * BT, s0, cnt, it0);
+                seg((tile / tiles_m) * (CL * BN) + rank * BN, (tile % tiles_m) * BT, s0, cnt, it0);
                 u += cnt;
                 it0 += cnt;
             }
@@ -159,20 +239,28 @@ TB_DEV void tbp_ws_body(TB_PREFILL_PARAMS) {
             const int per = (nst_all + SK - 1) / SK;
             const int s_begin = TBP_BID_Z * per;
             const int nst = (nst_all - s_begin) < per ? (nst_all - s_begin) : per;
-            seg(TB_BID_Y * BN, TB_BID_X * BT, s_begin, nst, 0); /* token tiles along x, as E1 */
+            seg(TB_BID_Y * BN, TB_BID_X * BT, s_begin, nst, 0); /* token tiles along x, as E1 (CL 2: pairs in y) */
         }
     };
 
     if (tid == 0) {
         for (int s = 0; s < ST; ++s) {
-            tbp_mbar_init(full + s, PT);          /* one noinc cp.async arrival per producer thread */
-            tbp_mbar_init(empty + s, 128 * WG);   /* one arrival per consumer thread */
+            /* one noinc cp.async arrival per producer thread (CL 2: + the arrive.expect_tx) */
+            tbp_mbar_init(full + s, PT + (CL > 1 ? 1 : 0));
+            /* one arrival per consumer thread (CL 2: per consumer warp of both workgroups) */
+            tbp_mbar_init(empty + s, CL > 1 ? CL * 4 * WG : 128 * WG);
         }
         tbp_mbar_fence_init();
     }
-    tb_sync();
+    if constexpr (CL > 1)
+        tbp_cluster_sync();
+    else
+        tb_sync();
 
     if (wg == WG) { /* ---------------------------------------- producer ------------------------------------ */
+#if defined(TB_CUDA)
+        if constexpr (WIDE) tbp_setmaxnreg_dec<PREG>();
+#endif
         const int pt = tid - 128 * WG;
         /* activation chunks: thread pt copies chunk c of token r8 of 8-token groups rg0, rg0 + XG, ... (8
          * consecutive threads = the 8 token rows of one core matrix: conflict-free stores) */
@@ -183,10 +271,26 @@ TB_DEV void tbp_ws_body(TB_PREFILL_PARAMS) {
         walk([&](const int n0, const int m0, const int s_begin, const int nst, const int it0) {
         for (int it = it0; it < it0 + nst; ++it) {
             const int buf = it % ST;
-            tbp_mbar_wait(empty + buf, ((tb_u32)(it / ST) & 1u) ^ 1u); /* the first round passes at once */
+            if constexpr (CL > 1)
+                tbp_mbar_wait_cluster(empty + buf, ((tb_u32)(it / ST) & 1u) ^ 1u);
+            else
+                tbp_mbar_wait(empty + buf, ((tb_u32)(it / ST) & 1u) ^ 1u); /* the first round passes at once */
             tb_u8 *stage = smem + buf * L::STAGE;
             const int b0 = (s_begin + it - it0) * KB;
-            {
+            if constexpr (CL > 1) {
+                /* the tile's 8-token groups that exist in the workspace (round_up(m, 16) tokens): this
+                 * workgroup's half of them, from the tiled layout's run of slab b0 / KB */
+                const int ms = (m + 15) & ~15;
+                const int groups = (ms - m0) / 8 < BT / 8 ? (ms - m0) / 8 : BT / 8, half = (groups + 1) / 2;
+                const int first = rank ? half : 0, cnt = rank ? groups - half : half;
+                if (pt == 0) {
+                    tbp_mbar_arrive_expect_tx(full + buf, (tb_u32)(groups * L::SBO));
+                    const tb_size run = ((tb_size)(b0 / KB) * (tb_size)(ms / 8) + (tb_size)(m0 / 8 + first)) * L::SBO;
+                    if (cnt > 0)
+                        tbp_bulk_g2s_mc(stage + first * L::SBO, ws + run, (tb_u32)(cnt * L::SBO), full + buf,
+                                        (tb_u16)((1u << CL) - 1u));
+                }
+            } else {
                 const tb_u16 *xs0 = xh + (tb_size)(m0 + 8 * rg0 + r8) * (tb_size)k + (tb_size)b0 * 32u + 8u * (tb_size)c;
                 tb_u8 *xd = stage + rg0 * L::SBO + c * 128 + r8 * 16;
 #pragma unroll 4
@@ -212,10 +316,14 @@ TB_DEV void tbp_ws_body(TB_PREFILL_PARAMS) {
         }
         });
         tbp_cp_wait_all();
+        if constexpr (CL > 1) tbp_cluster_sync();
         return;
     }
 
     /* ------------------------------------------------ consumers ------------------------------------------ */
+#if defined(TB_CUDA)
+    if constexpr (WIDE) tbp_setmaxnreg_inc<CREG>();
+#endif
     const int lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int wrow = 16 * (warp & 3) + (lane & 15); /* ldmatrix.x2 row address inside an m64 tile */
     const int r_g = 16 * (warp & 3) + g;            /* this lane's rows r_g, r_g + 8 of an m64 tile */
@@ -327,8 +435,20 @@ TB_DEV void tbp_ws_body(TB_PREFILL_PARAMS) {
 #pragma unroll
                     for (int hf = 0; hf < 2; ++hf) tbp_wgmma<BT>(acc[rr], a[rr][hf], desc[hf]);
                 tbp_wg_commit();
-                tbp_wg_wait<1>(); /* the previous block's group is done; this one runs on */
-                if (kb == 0 && it > 0) tbp_mbar_arrive(empty + (it - 1) % ST); /* stage it - 1 fully read */
+                tbp_wg_wait<WAITN>(); /* the previous block's group is done; this one runs on (WIDE: done too) */
+                if constexpr (CL > 1) {
+                    if (kb == KB - 1) { /* this warp's reads of stage it are done: release it in both */
+                        tbp_syncwarp();
+                        if (lane == 0) {
+                            tbp_mbar_arrive(empty + it % ST);
+                            tbp_mbar_arrive_peer(empty + it % ST, rank ^ 1);
+                        }
+                    }
+                } else if constexpr (WAITN == 0) {
+                    if (kb == KB - 1) tbp_mbar_arrive(empty + it % ST); /* every group of stage it retired */
+                } else {
+                    if (kb == 0 && it > 0) tbp_mbar_arrive(empty + (it - 1) % ST); /* stage it - 1 fully read */
+                }
             }
         }
     } while (++it < it0 + nst);
@@ -356,10 +476,11 @@ TB_DEV void tbp_ws_body(TB_PREFILL_PARAMS) {
         }
     }
     });
+    if constexpr (CL > 1) tbp_cluster_sync();
 #else
     (void)qs, (void)qh, (void)sc, (void)x, (void)y, (void)ws, (void)m, (void)n, (void)k;
 #if defined(TB_CUDA)
-    __trap(); /* built without sm_90a: the E2 variants need wgmma, mbarrier and setmaxnreg */
+    __trap(); /* built without sm_90a: the E2 / E3 variants need wgmma, mbarrier, setmaxnreg and clusters */
 #endif
 #endif
 }

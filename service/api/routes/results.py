@@ -8,7 +8,16 @@ from fastapi import APIRouter, Depends, Query
 from sqlalchemy import select
 from sqlalchemy.orm import Session, joinedload
 
-from service.api.deps import MAX_ID, Caller, PageParams, get_session, page_params, paginate, require_scope
+from service.api.deps import (
+    ARCH_FILTER,
+    MAX_ID,
+    Caller,
+    PageParams,
+    get_session,
+    page_params,
+    paginate,
+    require_scope,
+)
 from service.api.errors import ERROR_RESPONSES
 from service.db.models import Measurement, Variant
 
@@ -117,7 +126,7 @@ def measurement_item(m: Measurement) -> dict[str, Any]:
 
 @router.get("", responses={200: {"content": {"application/json": {"example": RESULTS_EXAMPLE}}}})
 def list_results(
-    arch: str | None = Query(None, max_length=32, examples=["gfx906"]),
+    arch: str | None = Query(None, max_length=32, pattern=ARCH_FILTER, examples=["gfx906"]),
     phase: str | None = Query(None, pattern="^(decode|prefill)$"),
     kernel: str | None = Query(None, max_length=64, examples=["rowsplit-gemv"], description="package name"),
     format: str | None = Query(None, max_length=16, examples=["Q4_0"]),

@@ -8,9 +8,10 @@ extern "C" void emu_prep(int gx, int gy, const tb_u8 *qs, const tb_u8 *qh, const
     tbemu::launch(gx, gy, 1, 256, 0, [=] { EMU_PREP(qs, qh, sc, x, y, ws, m, n, k); });
 }
 
+/* cx x cy: the variant's thread-block cluster shape (1 x 1 without clusters) */
 extern "C" void emu_main(int gx, int gy, int gz, int threads, long shared, const tb_u8 *qs, const tb_u8 *qh,
-                         const tb_u8 *sc, const float *x, float *y, tb_u8 *ws, int m, int n, int k) {
-    tbemu::launch(gx, gy, gz, threads, (size_t)shared, [=] { EMU_MAIN(qs, qh, sc, x, y, ws, m, n, k); });
+                         const tb_u8 *sc, const float *x, float *y, tb_u8 *ws, int m, int n, int k, int cx, int cy) {
+    tbemu::launch(gx, gy, gz, threads, (size_t)shared, [=] { EMU_MAIN(qs, qh, sc, x, y, ws, m, n, k); }, cx, cy);
 }
 
 /* the kernel's own shared-memory size for the compiled variant (the manifest must agree) */

@@ -10,7 +10,10 @@
  *                 cp.async (a plain copy with zero fill), shuffles; sm_90a: wgmma m64nNk16 f16 run LATE, at
  *                 the wait_group that retires its commit group (so a kernel that reuses a stage before waiting
  *                 reads the new bytes and fails parity), mbarriers with phases (init / arrive / try_wait.parity,
- *                 cp.async.mbarrier.arrive.noinc)
+ *                 cp.async.mbarrier.arrive.noinc, expect_tx / complete_tx); thread-block clusters: the
+ *                 workgroups of a cluster run together (their threads interleaved), each with its own shared
+ *                 memory, mapa'd arrivals on a peer's mbarrier, cp.async.bulk multicast (the bytes land in
+ *                 every masked workgroup at once, complete_tx on each one's mbarrier), barrier.cluster
  *   -DTB_EMU_AMD  wave 64: v_mfma_i32_16x16x32_i8 (-DTB_EMU_MFMA=32), v_mfma_i32_16x16x16i8 (=16),
  *                 or no MFMA (gfx906: sdot4 only, =0); shuffles (ds_bpermute)
  * Only what the prefill kernels use is here. PTX ISA "Matrix Fragments for mma.m16n8k32" and AMD's
@@ -68,8 +71,10 @@ struct WgQueue {
 };
 struct MBar {
     int expected = 0, pending = 0;
+    long tx = 0;        /* expected minus completed transaction bytes of the current phase */
     unsigned phase = 0; /* completed phases */
 };
+struct Cluster;
 struct Thread {
     ucontext_t ctx;
     std::vector<char> stack;
@@ -87,6 +92,12 @@ struct Block {
     /* per-warp exchange scratch: lane -> up to 8 words and one pointer */
     tb_u32 xw[32][64][8];
     const unsigned char *xp[32][64];
+    int bx = 0, by = 0, bz = 0, rank = 0; /* rank: inside its cluster */
+    Cluster *cluster = nullptr;
+};
+struct Cluster {
+    std::vector<Block *> blocks; /* by rank */
+    unsigned count = 0, gen = 0, nthreads = 0;
 };
 inline Block *block = nullptr;
 inline int tid = 0, bx = 0, by = 0, bz = 0, grid_x = 1, grid_y = 1;
@@ -131,49 +142,76 @@ inline void trampoline() {
     block->th[tid].done = true;
     swapcontext(&block->th[tid].ctx, &sched);
 }
-/* run `fn` as every thread of every workgroup of the grid (workgroups one after another) */
-inline void launch(int gx, int gy, int gz, int threads, size_t shared_bytes, std::function<void()> fn) {
+/* run `fn` as every thread of every workgroup of the grid: clusters of cx x cy workgroups one after another,
+ * the threads of a cluster's workgroups interleaved (1 x 1: workgroups one after another) */
+inline void launch(int gx, int gy, int gz, int threads, size_t shared_bytes, std::function<void()> fn, int cx = 1,
+                   int cy = 1) {
     if (threads % TB_WAVE) {
         fprintf(stderr, "emu: %d threads is not a whole number of waves\n", threads);
+        abort();
+    }
+    if (gx % cx || gy % cy) {
+        fprintf(stderr, "emu: grid (%d, %d) is not a whole number of %d x %d clusters\n", gx, gy, cx, cy);
         abort();
     }
     body = fn;
     grid_x = gx, grid_y = gy;
     for (int z = 0; z < gz; ++z)
-        for (int yb = 0; yb < gy; ++yb)
-            for (int xb = 0; xb < gx; ++xb) {
-                Block *b = new Block();
-                b->nthreads = threads;
-                b->smem.assign(shared_bytes + 16, 0xA5); /* garbage, like real shared memory */
-                b->th.resize(threads);
-                block = b;
-                bx = xb, by = yb, bz = z;
-                for (int t = 0; t < threads; ++t) {
-                    Thread &th = b->th[t];
-                    th.stack.resize(256 * 1024);
-                    getcontext(&th.ctx);
-                    th.ctx.uc_stack.ss_sp = th.stack.data();
-                    th.ctx.uc_stack.ss_size = th.stack.size();
-                    th.ctx.uc_link = nullptr;
-                    makecontext(&th.ctx, trampoline, 0);
+        for (int y0 = 0; y0 < gy; y0 += cy)
+            for (int x0 = 0; x0 < gx; x0 += cx) {
+                Cluster cl;
+                for (int r = 0; r < cx * cy; ++r) {
+                    Block *b = new Block();
+                    b->nthreads = threads;
+                    b->smem.assign(shared_bytes + 16, 0xA5); /* garbage, like real shared memory */
+                    b->th.resize(threads);
+                    b->bx = x0 + r % cx, b->by = y0 + r / cx, b->bz = z, b->rank = r;
+                    b->cluster = &cl;
+                    for (int t = 0; t < threads; ++t) {
+                        Thread &th = b->th[t];
+                        th.stack.resize(256 * 1024);
+                        getcontext(&th.ctx);
+                        th.ctx.uc_stack.ss_sp = th.stack.data();
+                        th.ctx.uc_stack.ss_size = th.stack.size();
+                        th.ctx.uc_link = nullptr;
+                        makecontext(&th.ctx, trampoline, 0);
+                    }
+                    cl.blocks.push_back(b);
+                    cl.nthreads += (unsigned)threads;
                 }
+                /* a cluster's workgroups run at different speeds (one of them every third pass, alternating per
+                 * cluster): one racing ahead of its peer meets every missing cross-workgroup wait */
+                const int fast = ((x0 / cx) + (y0 / cy)) % 2 % (cx * cy);
                 for (long pass = 0;; ++pass) {
                     bool any = false;
-                    for (int t = 0; t < threads; ++t) {
-                        if (b->th[t].done) continue;
-                        any = true;
-                        tid = t;
-                        swapcontext(&sched, &b->th[t].ctx);
-                    }
+                    for (Block *b : cl.blocks)
+                        for (int t = 0; t < threads; ++t) {
+                            if (b->th[t].done) continue;
+                            any = true;
+                            if (cx * cy > 1 && b->rank != fast && pass % 3 != 0) continue;
+                            block = b, tid = t, bx = b->bx, by = b->by, bz = b->bz;
+                            swapcontext(&sched, &b->th[t].ctx);
+                        }
                     if (!any) break;
                     if (pass > 100000000L) {
-                        fprintf(stderr, "emu: deadlock in block (%d,%d,%d)\n", xb, yb, z);
+                        fprintf(stderr, "emu: deadlock in cluster at block (%d,%d,%d)\n", x0, y0, z);
                         abort();
                     }
                 }
-                delete b;
+                for (Block *b : cl.blocks) delete b;
                 block = nullptr;
             }
+}
+/* barrier.cluster.arrive + wait: every thread of every workgroup of the cluster */
+inline void cluster_sync() {
+    Cluster &c = *block->cluster;
+    const unsigned gen = c.gen;
+    if (++c.count == c.nthreads) {
+        c.count = 0;
+        ++c.gen;
+        return;
+    }
+    while (c.gen == gen) yield();
 }
 inline int lane() { return tid % TB_WAVE; }
 inline int wave() { return tid / TB_WAVE; }
@@ -536,15 +574,24 @@ TB_DEV void tbp_wg_wait(void) {
 }
 
 /* ---- NVIDIA sm_90: mbarrier (phase parity) ------------------------------------------------------------ */
-inline tbemu::MBar &tbemu_mbar(const void *bar) {
+/* the mbarrier at bar's shared offset in workgroup `rank` of the cluster (-1: this workgroup) */
+inline tbemu::MBar &tbemu_mbar(const void *bar, int rank = -1) {
     using namespace tbemu;
     const size_t off = (size_t)((const unsigned char *)bar - block->smem.data());
-    auto it = block->mbar.find(off);
-    if (it == block->mbar.end() || it->second.expected == 0) {
-        fprintf(stderr, "emu: mbarrier at shared offset %zu used before mbarrier.init\n", off);
+    Block *b = rank < 0 ? block : block->cluster->blocks.at((size_t)rank);
+    auto it = b->mbar.find(off);
+    if (it == b->mbar.end() || it->second.expected == 0) {
+        fprintf(stderr, "emu: mbarrier at shared offset %zu (rank %d) used before mbarrier.init\n", off, rank);
         abort();
     }
     return it->second;
+}
+/* the phase completes once every arrival came and every expected transaction byte landed */
+inline void tbemu_mbar_settle(tbemu::MBar &b) {
+    if (b.pending == 0 && b.tx == 0) {
+        ++b.phase;
+        b.pending = b.expected;
+    }
 }
 TB_DEV void tbp_mbar_init(tb_u64 *bar, int count) {
     tbemu::MBar b;
@@ -554,9 +601,39 @@ TB_DEV void tbp_mbar_init(tb_u64 *bar, int count) {
 TB_DEV void tbp_mbar_fence_init(void) {}
 TB_DEV void tbp_mbar_arrive(tb_u64 *bar) {
     tbemu::MBar &b = tbemu_mbar(bar);
-    if (--b.pending == 0) {
-        ++b.phase;
-        b.pending = b.expected;
+    if (b.pending <= 0) abort();
+    --b.pending;
+    tbemu_mbar_settle(b);
+}
+/* ---- thread-block clusters (sm_90) ---- */
+TB_DEV int tbp_cluster_rank(void) { return tbemu::block->rank; }
+TB_DEV void tbp_cluster_sync(void) { tbemu::cluster_sync(); }
+TB_DEV void tbp_syncwarp(void) { tbemu::warp_sync(); }
+TB_DEV void tbp_mbar_arrive_peer(tb_u64 *bar, int rank) {
+    tbemu::MBar &b = tbemu_mbar(bar, rank);
+    if (b.pending <= 0) abort();
+    --b.pending;
+    tbemu_mbar_settle(b);
+}
+TB_DEV void tbp_mbar_arrive_expect_tx(tb_u64 *bar, tb_u32 bytes) {
+    tbemu_mbar(bar).tx += (long)bytes;
+    tbp_mbar_arrive(bar);
+}
+/* cp.async.bulk .multicast::cluster: the bytes land at dst's offset in every masked workgroup now, each one's
+ * mbarrier at bar's offset completing them (a workgroup whose slot was not released yet loses its bytes: the
+ * late wgmma then reads the new ones and fails parity) */
+TB_DEV void tbp_bulk_g2s_mc(void *dst, const void *src, tb_u32 bytes, tb_u64 *bar, tb_u16 mask) {
+    using namespace tbemu;
+    if (bytes % 16 || ((size_t)src) % 16) abort();
+    const size_t off = (size_t)((unsigned char *)dst - block->smem.data());
+    for (int r = 0; r < (int)block->cluster->blocks.size(); ++r) {
+        if (!((mask >> r) & 1)) continue;
+        Block *b = block->cluster->blocks[(size_t)r];
+        if (off + bytes > b->smem.size()) abort();
+        memcpy(b->smem.data() + off, src, bytes);
+        MBar &mb = tbemu_mbar(bar, r);
+        mb.tx -= (long)bytes;
+        tbemu_mbar_settle(mb);
     }
 }
 /* try_wait.parity P succeeds once the phase of parity P has completed: the current phase's parity is not P */
@@ -571,6 +648,7 @@ TB_DEV void tbp_mbar_wait(tb_u64 *bar, tb_u32 parity) {
         tbemu::yield();
     }
 }
+TB_DEV void tbp_mbar_wait_cluster(tb_u64 *bar, tb_u32 parity) { tbp_mbar_wait(bar, parity); }
 /* cp.async copies land at once here: the arrival is immediate */
 TB_DEV void tbp_cp_async_mbar_arrive(tb_u64 *bar) { tbp_mbar_arrive(bar); }
 TB_DEV void tbp_cp_wait_all(void) {}
