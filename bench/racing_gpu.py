@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import itertools
 import json
+import math
 import multiprocessing
 import os
 import platform
@@ -48,18 +50,28 @@ sys.path.insert(0, str(REPO / "bench"))
 
 GRID_N = (256, 640, 1536, 4096, 10240, 24576)  # x2.5 steps
 GRID_K = (512, 1280, 3072, 7168, 16384)  # ~x2.4 steps; multiples of 256 (K-quant super-blocks)
+# the geometric midpoints of the grid's steps (N on 128 rows, K on 256): "+mid" fills the gaps in which
+# leave-one-shape-out found the tb-decode winners flipping between neighbours 1.3 octaves apart
+MID_N = tuple(round(math.sqrt(a * b) / 128) * 128 for a, b in itertools.pairwise(GRID_N))
+MID_K = tuple(round(math.sqrt(a * b) / 256) * 256 for a, b in itertools.pairwise(GRID_K))
 DEFAULT_SAMPLE_ABOVE = 1 << 22
 SAMPLE_ROWS = 512
 Unit = tuple[str, str, int, int]  # (format, shape name, n, k): all M of one weight matrix
 
 
 def shape_list(which: str) -> list[tuple[str, int, int]]:
-    """qwen36: the qwen36 profile (12 shapes) + the 6 x 5 log-spaced grid; or any profile name."""
+    """qwen36+grid: the qwen36 profile (12 shapes) + the 6 x 5 log-spaced grid; qwen36+grid+mid: and
+    the grid's midpoints too (11 x 9 values; 110 shapes, one already a qwen36 one); or a profile name."""
     from kernels.profiles import profile_shapes
 
-    if which == "qwen36+grid":
+    if which in ("qwen36+grid", "qwen36+grid+mid"):
         shapes = [(s.name, s.n, s.k) for s in profile_shapes("qwen36")]
-        return shapes + [(f"Grid_N{n}_K{k}", n, k) for n in GRID_N for k in GRID_K]
+        ns: tuple[int, ...] = GRID_N
+        ks: tuple[int, ...] = GRID_K
+        if which.endswith("+mid"):
+            ns, ks = tuple(sorted(GRID_N + MID_N)), tuple(sorted(GRID_K + MID_K))
+        known = {(n, k) for _, n, k in shapes}
+        return shapes + [(f"Grid_N{n}_K{k}", n, k) for n in ns for k in ks if (n, k) not in known]
     return [(s.name, s.n, s.k) for s in profile_shapes(which)]
 
 
@@ -235,11 +247,15 @@ def record(args: argparse.Namespace) -> None:
         "machine": device_facts(args.arch),
         "package": {"name": package.name, "version": package.version},
         "protocol": {
-            "strategy": "exhaustive", "dispatches_per_variant": args.dispatches, "warmup_rounds": args.warmup,
+            "strategy": "exhaustive",
+            "dispatches_per_variant": args.dispatches,
+            "warmup_rounds": args.warmup,
             "order": "round-robin interleaved, start rotating each round (workers/harness/interleave.py)",
             "clock": "device_ns: CUPTI kernel duration (cuda); in-harness clock (host)",
             "parity_rows": f"{SAMPLE_ROWS}-row seeded sample above {args.sample_above} weights",
-            "shapes": args.shapes, "formats": args.formats.split(","), "m": args.m,
+            "shapes": args.shapes,
+            "formats": args.formats.split(","),
+            "m": args.m,
         },
         "child_exit_codes": codes,
         "wall_s": round(time.monotonic() - started, 1),
@@ -287,9 +303,21 @@ def replay(args: argparse.Namespace) -> None:
             "agreement_decided": summary["new_definition"]["agreement_gap_above"],
             "points_decided_gap": summary["new_definition"]["points_gap_above"],
             "disagreements_decided": [
-                {k: r[k] for k in ("point", "exhaustive_winner", "exhaustive_margin", "exhaustive_margin_ci",
-                                   "race_winner", "race_stop", "race_rounds", "race_regret")}
-                for r in rows if r["class_new"] == "decided_gap" and not r["agree_new"]
+                {
+                    k: r[k]
+                    for k in (
+                        "point",
+                        "exhaustive_winner",
+                        "exhaustive_margin",
+                        "exhaustive_margin_ci",
+                        "race_winner",
+                        "race_stop",
+                        "race_rounds",
+                        "race_regret",
+                    )
+                }
+                for r in rows
+                if r["class_new"] == "decided_gap" and not r["agree_new"]
             ],
             "policy": rve.policy_description(policy_cls, module, args),
             "summary": summary,
@@ -312,8 +340,12 @@ def replay(args: argparse.Namespace) -> None:
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text + "\n")
-    brief = {label: {k: report[label][k] for k in ("dispatch_reduction", "agreement_decided",
-                                                    "points_decided_gap")} for label, _, _ in policies}
+    brief = {
+        label: {
+            k: report[label][k] for k in ("dispatch_reduction", "agreement_decided", "points_decided_gap")
+        }
+        for label, _, _ in policies
+    }
     print(json.dumps({"points": report["points"], "shapes": report["shapes"], **brief}, indent=2))
 
 
@@ -347,7 +379,9 @@ def main() -> None:
         p.add_argument("--sample-above", type=int, default=DEFAULT_SAMPLE_ABOVE)
     rec.add_argument("--gpus", default="0,1")
     rec.add_argument("--formats", default="Q4_0,Q4_K,Q8_0")
-    rec.add_argument("--shapes", default="qwen36+grid", help="qwen36+grid, or a profile name")
+    rec.add_argument(
+        "--shapes", default="qwen36+grid", help="qwen36+grid, qwen36+grid+mid, or a profile name"
+    )
     rec.add_argument("--out", type=Path, required=True)
     rec.add_argument("--artifacts", default="", help="compiled-kernel cache shared by the GPU processes")
     child.add_argument("--units", required=True)

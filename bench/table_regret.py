@@ -8,11 +8,17 @@ GPU run; the JSON names the file, the devices and what it holds. Host (CPU) data
    shapes and answers the held-out shape's points (every codebook and M), for each policy: work-size
    segments only, decision tree only, the surrogate only (per-variant time model -> synthetic grid ->
    tree, service/tables/surrogate.py; its emitted tree answers, and beside it the model's own argmin),
+   the neighbours (every variant's regret interpolated between the measured shapes, valid-only
+   answers, service/tables/neighbours.py; its emitted tree, and beside it its argmin),
    and the per-codebook choice the generator makes (by its own inner held-out regret, so nothing is
    tuned on the held-out shape); a modal-winner baseline beside. Per policy also per codebook.
    regret = worst-alias time(answer) / time(best achievable) - 1 from the measured medians; a variant
    not measured (or failing parity) at the held-out point costs 100%; a point the policy cannot answer
    is "uncovered" and reported both left out and charged 100%. Targets: mean <= 1%, p95 <= 3%.
+   Beside each figure, the regret beyond the recording's own noise: per point the lower end of the
+   95% bootstrap interval of median(answer) / median(best) - 1 over the dispatches, floored at 0.
+   Where the data's variant names are the current package's, its restrictions say which variants can
+   run at a held-out point (a function of M, N, K alone; no measurement enters).
    Per held-out shape one service.tables.policy.Fits of the other shapes is shared by every policy
    (each component fit and inner held-out score made once), and nothing of the held-out shape enters
    it (tests/tables/test_table_regret_loso.py). ``--held-out-shapes NxK,...`` holds out only those
@@ -66,13 +72,15 @@ from service.tables.collapse import collapse_aliases  # noqa: E402
 from service.tables.fallback import aspect_class, pick_rule  # noqa: E402
 from service.tables.metrics import percentile  # noqa: E402
 from service.tables.model import MeasuredPoint  # noqa: E402
+from service.tables.neighbours import neighbours_answer  # noqa: E402
 from service.tables.policy import Fallback, Fits, fit_policy  # noqa: E402
 from service.tables.surrogate import (  # noqa: E402
     Geometry,
-    complete_variants,
+    candidate_variants,
     geometry_for,
     model_answer,
 )
+from service.tables.validity import Validity, always_valid, validity_for  # noqa: E402
 from service.tables.versions import alias_points, build_table  # noqa: E402
 
 MEAN_TARGET, P95_TARGET = 0.01, 0.03
@@ -123,7 +131,11 @@ POLICIES: dict[str, Answerer] = {
     "segments": lambda f: fallback_answer(fit_policy(f.points, ("segments",), f.geometry, f)),
     "tree": lambda f: fallback_answer(fit_policy(f.points, ("tree",), f.geometry, f)),
     "surrogate": lambda f: fallback_answer(fit_policy(f.points, ("surrogate",), f.geometry, f)),
-    "surrogate_model_argmin_not_emitted": lambda f: model_answer(f.models, complete_variants(f.points)),
+    "surrogate_model_argmin_not_emitted": lambda f: model_answer(
+        f.models, candidate_variants(f.points, f.validity), f.validity
+    ),
+    "neighbours": lambda f: fallback_answer(fit_policy(f.points, ("neighbours",), f.geometry, f)),
+    "neighbours_argmin_not_emitted": lambda f: neighbours_answer(f.neighbours),
     "chosen": lambda f: fallback_answer(fit_policy(f.points, geometry=f.geometry, fits=f)),
     "modal_winner_baseline": modal_answer,
 }
@@ -137,36 +149,79 @@ def held_out_answers(
     geometry: Geometry | None = None,
     policies: Mapping[str, Answerer] = POLICIES,
     shapes: Sequence[tuple[int, int]] | None = None,
+    validity: Validity = always_valid,
 ) -> Iterator[HeldOut]:
     """(held-out shape, policy, point, answer) for every point of every held-out shape (``shapes``:
     those only, else all), each answered by a policy fitted on the other shapes' points alone: the
     Fits below is built from ``train``, and nothing else measured enters (``geometry`` holds the
     arch's constants only). tests/tables/test_table_regret_loso.py checks that changing a held-out
-    shape's times never changes its answers."""
+    shape's times never changes its answers. ``validity``: the package's restrictions (a function of
+    the point's M, N, K alone, never of a measurement)."""
     all_shapes = sorted({(p.n, p.k) for p in points}, key=lambda s: (s[0] * s[1], s))
     for n, k in all_shapes if shapes is None else shapes:
         train = [p for p in points if (p.n, p.k) != (n, k)]
         held = [p for p in points if (p.n, p.k) == (n, k)]
-        fits = Fits(train, geometry)  # built from the training shapes only; the held-out shape never enters
+        fits = Fits(train, geometry, validity)  # from the training shapes only; the held-out one never enters
         for name, fit in policies.items():
             answer = fit(fits)
             for p in held:
                 yield (n, k), name, p, answer(p)
 
 
+NOISE_BOOTSTRAP = 400  # resamples of each variant's dispatches for the ratio-of-medians interval
+Dispatches = Mapping[tuple[int, int, int, int], Mapping[str, Sequence[int]]]  # point key -> variant -> ns
+
+
+def dispatches_of(points: Sequence[RecordedPoint]) -> dict[tuple[int, int, int, int], dict[str, list[int]]]:
+    """Per codebook key with one recorded format (aliases: no single dispatch series), every eligible
+    variant's dispatch times."""
+    from kernels.formats.registry import FORMATS
+
+    keyed: dict[tuple[int, int, int, int], list[RecordedPoint]] = defaultdict(list)
+    for p in points:
+        keyed[(FORMATS[p.format].codebook, p.m, p.n, p.k)].append(p)
+    return {
+        key: {v: t for v, t in group[0].times_ns.items() if t and v in group[0].eligible}
+        for key, group in keyed.items()
+        if len(group) == 1
+    }
+
+
+def beyond_noise(times: Mapping[str, Sequence[int]], variant: str, best: str, seed: int) -> float | None:
+    """The lower end of the 95% bootstrap interval of median(variant) / median(best) - 1, floored at 0:
+    the part of a regret the recording's own dispatch noise cannot explain (None: no dispatches)."""
+    import numpy as np
+
+    if variant == best:
+        return 0.0
+    a, b = times.get(variant), times.get(best)
+    if not a or not b:
+        return None
+    rng = np.random.default_rng(seed)
+    xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    ra = np.median(xa[rng.integers(0, len(xa), (NOISE_BOOTSTRAP, len(xa)))], axis=1)
+    rb = np.median(xb[rng.integers(0, len(xb), (NOISE_BOOTSTRAP, len(xb)))], axis=1)
+    return max(0.0, float(np.percentile(ra / rb, 2.5)) - 1.0)
+
+
 def loso(
     points: Sequence[MeasuredPoint],
     geometry: Geometry | None = None,
     shapes: Sequence[tuple[int, int]] | None = None,
+    validity: Validity = always_valid,
+    dispatches: Dispatches | None = None,
+    policies: Mapping[str, Answerer] = POLICIES,
 ) -> dict[str, Any]:
+    """Leave-one-shape-out per policy; with ``dispatches``, each regret also beyond noise (beyond_noise)."""
     answered: dict[str, list[float]] = defaultdict(list)
+    noise: dict[str, list[float]] = defaultdict(list)
     charged: dict[str, list[float]] = defaultdict(list)
     per_codebook: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     uncovered: Counter[str] = Counter()
     worst: dict[str, list[tuple[float, str]]] = defaultdict(list)
     started = time.monotonic()
     held_shapes: set[tuple[int, int]] = set()
-    for (n, k), name, p, variant in held_out_answers(points, geometry, POLICIES, shapes):
+    for (n, k), name, p, variant in held_out_answers(points, geometry, policies, shapes, validity):
         held_shapes.add((n, k))
         if variant is None:
             uncovered[name] += 1
@@ -179,6 +234,15 @@ def loso(
         per_codebook[name][p.codebook].append(r)
         times = p.times_us or {}
         best = min(times, key=lambda v: (times[v], v))
+        series = (dispatches or {}).get(p.point)
+        if series is not None:
+            beyond = (
+                UNMEASURED
+                if variant not in times
+                else beyond_noise(series, variant, best, abs(hash(p.point)))
+            )
+            if beyond is not None:
+                noise[name].append(beyond)
         worst[name].append((r, f"CB={p.codebook} M={p.m} {n}x{k} ({p.shape}): chose {variant}, best {best}"))
     every = {(p.n, p.k) for p in points}
     out: dict[str, Any] = {
@@ -188,11 +252,17 @@ def loso(
         "seconds": round(time.monotonic() - started, 1),
         "policies": {},
     }
-    for name in POLICIES:
+    for name in policies:
         out["policies"][name] = {
             "answered": summary(answered[name]),
             "uncovered_points": uncovered[name],
             "all_points_uncovered_charged_100pct": summary(charged[name]),
+            "beyond_noise_uncovered_charged_100pct": {
+                "points": len(noise[name]) + uncovered[name],
+                **summary(noise[name] + [UNMEASURED] * uncovered[name]),
+            }
+            if noise[name]
+            else None,
             "by_codebook_uncovered_charged": {
                 str(cb): {"points": len(v), **summary(v)} for cb, v in sorted(per_codebook[name].items())
             },
@@ -201,6 +271,7 @@ def loso(
             ],
         }
     chosen = out["policies"]["chosen"]["all_points_uncovered_charged_100pct"]
+    chosen_noise = out["policies"]["chosen"]["beyond_noise_uncovered_charged_100pct"]
     out["targets"] = {
         "mean_max": MEAN_TARGET,
         "p95_max": P95_TARGET,
@@ -209,6 +280,13 @@ def loso(
         and chosen["mean"] <= MEAN_TARGET
         and chosen["p95"] is not None
         and chosen["p95"] <= P95_TARGET,
+        "chosen_meets_beyond_noise": None
+        if chosen_noise is None
+        else out["subset"] is None
+        and chosen_noise["mean"] is not None
+        and chosen_noise["mean"] <= MEAN_TARGET
+        and chosen_noise["p95"] is not None
+        and chosen_noise["p95"] <= P95_TARGET,
     }
     return out
 
@@ -301,7 +379,11 @@ def trainer_comparison(points: Sequence[RecordedPoint], arch: str, workdir: Path
 
 
 def run(
-    data: Path, allow_host: bool, trainer: bool, shapes: Sequence[tuple[int, int]] | None = None
+    data: Path,
+    allow_host: bool,
+    trainer: bool,
+    shapes: Sequence[tuple[int, int]] | None = None,
+    policies: Mapping[str, Answerer] = POLICIES,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="table-regret-") as tmp:
         url, points, provenance = open_measured(data, Path(tmp))
@@ -320,6 +402,7 @@ def run(
                     for c in collapsed if c.times is not None
                 ]  # fmt: skip
                 final = in_sample(session, arch, phase, dialect_for(group, phase))
+            names = sorted({v for p in measured for v in p.times_us or {}})
             entry: dict[str, Any] = {
                 "data_kind": "host CPU data (labelled)" if arch in hosts else "measured GPU data",
                 "source": f"measured on {arch} ({get_arch(arch).label})"
@@ -328,9 +411,16 @@ def run(
                 "codebook_keys": len(measured),
                 "leave_one_shape_out": loso(
                     measured,
-                    geometry_for(sorted({v for p in measured for v in p.times_us or {}}), arch),
+                    geometry_for(names, arch),
                     [s for s in shapes if s in {(p.n, p.k) for p in measured}] if shapes else None,
+                    validity_for(names, arch),
+                    dispatches_of(group),
+                    policies,
                 ),
+                "validity": "the tb-decode package's restrictions at each point (a variant invalid there "
+                "is never answered by the neighbours policy)"
+                if validity_for(names, arch) is not always_valid
+                else "none known (names outside the current package): measured times alone",
                 "final_table_in_sample": final,
             }
             if trainer and phase == "decode" and final["dialect"].startswith("llaminar"):
@@ -358,6 +448,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="",
         help="NxK[,NxK...]: hold out only these shapes (quick look: the JSON says subset, claims no target)",
     )
+    parser.add_argument(
+        "--policies",
+        default="",
+        help="P[,P...]: report only these policies (chosen always; e.g. leave out the slow surrogate tree "
+        f"on a large recording); known: {', '.join(POLICIES)}",
+    )
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args(argv)
     started = time.monotonic()
@@ -365,8 +461,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         shapes = [(int(n), int(k)) for n, k in (s.split("x") for s in args.held_out_shapes.split(",") if s)]
     except ValueError:
         parser.error(f"--held-out-shapes: expected NxK[,NxK...], got {args.held_out_shapes!r}")
+    wanted = {p for p in args.policies.split(",") if p} | {"chosen"}
+    if wanted - set(POLICIES):
+        parser.error(f"--policies: unknown {', '.join(sorted(wanted - set(POLICIES)))}")
+    policies = {name: fit for name, fit in POLICIES.items() if not args.policies or name in wanted}
     try:
-        body = run(args.data, args.allow_host, not args.no_trainer, shapes or None)
+        body = run(args.data, args.allow_host, not args.no_trainer, shapes or None, policies)
     except DataError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -37,6 +37,7 @@ from service.tables.validate import (
     check_choices,
     validate_table,
 )
+from service.tables.validity import validity_for
 
 GENERATOR_NAME = "tunebase.tables"
 GENERATOR_VERSION = "0.2.0"
@@ -146,7 +147,9 @@ def generate_table(
     points = measured_points(choices, point_times, known_codebooks, table_dialect)
     by_point = {p.point: p for p in points}
 
-    fit = fit_policy(points, policies, geometry_for(sorted({c.variant for c in choices}), arch))
+    names = sorted({c.variant for c in choices} | {v for t in point_times for v in t.times_us})
+    geometry = geometry_for(sorted({c.variant for c in choices}), arch)
+    fit = fit_policy(points, policies, geometry, validity=validity_for(names, arch, package))
     ordered = sorted(choices, key=lambda c: c.point)
     overlays = select_overlays(ordered, by_point, fit, overlay_threshold)
     lookup = TableLookup(entries_of(overlays), fit.rules, table_dialect.codec.m_key, fit.trees)

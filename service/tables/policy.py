@@ -1,6 +1,7 @@
-"""Which generalising policy each codebook's fallback takes: work-size segments, a decision tree, or
+"""Which generalising policy each codebook's fallback takes: work-size segments, a decision tree,
 the surrogate (a tree learnt from a per-variant time model's labels on a synthetic grid,
-service.tables.surrogate).
+service.tables.surrogate), or the neighbours (a tree learnt from every variant's regret interpolated
+between the measured shapes, valid-only answers; service.tables.neighbours).
 
 All are fitted on every measured variant time (service.tables.fallback, service.tables.tree). For
 each codebook the choice is made on held-out regret, never on fit: the codebook's shapes are held
@@ -12,8 +13,10 @@ variant that was never measured there. The surrogate's model is pooled over code
 model is fitted on every codebook's points outside the fold's shapes, and it is scored by the
 model's own argmin at the held-out points (fitting its grid tree per fold would cost seconds each;
 the tree only compresses that argmin, and bench/table_regret.py measures the emitted tree's
-held-out regret beside it). The lowest mean wins; a tie keeps the segments (the Llaminar dialects'
-native shape), then the tree. The generated header records each codebook's choice and the figures.
+held-out regret beside it). The neighbours are scored the same way (the model's argmin, its
+bandwidth chosen again inside each fold). The lowest mean wins; a tie keeps the segments (the
+Llaminar dialects' native shape), then the tree. The generated header records each codebook's
+choice and the figures.
 """
 
 from __future__ import annotations
@@ -33,17 +36,19 @@ from service.tables.fallback import (
     shape_folds,
 )
 from service.tables.model import FallbackRule, MeasuredPoint
+from service.tables.neighbours import NeighbourModel, fit_neighbours, neighbours_answer, neighbours_tree
 from service.tables.surrogate import (
     Geometry,
     TimeModel,
-    complete_variants,
+    candidate_variants,
     fit_models,
     fit_surrogate_trees,
     model_answer,
 )
 from service.tables.tree import DEPTHS, MIN_LEAF, FallbackTree, fit_tree, truncate
+from service.tables.validity import Validity, always_valid
 
-POLICIES: tuple[str, ...] = ("segments", "tree", "surrogate")
+POLICIES: tuple[str, ...] = ("segments", "tree", "surrogate", "neighbours")
 Answer = Callable[[MeasuredPoint], str | None]
 
 
@@ -52,18 +57,22 @@ class PolicyChoice:
     """One codebook's fallback policy and the held-out mean regret of both candidates."""
 
     codebook: int
-    policy: str  # segments | tree | surrogate
+    policy: str  # segments | tree | surrogate | neighbours
     segments_cv: float | None
     tree_cv: float | None
     folds: int
     shapes: int
     surrogate_cv: float | None = None
+    neighbours_cv: float | None = None
 
     @property
     def chosen_cv(self) -> float | None:
-        return {"segments": self.segments_cv, "tree": self.tree_cv, "surrogate": self.surrogate_cv}[
-            self.policy
-        ]
+        return {
+            "segments": self.segments_cv,
+            "tree": self.tree_cv,
+            "surrogate": self.surrogate_cv,
+            "neighbours": self.neighbours_cv,
+        }[self.policy]
 
     def describe(self) -> str:
         def pct(v: float | None) -> str:
@@ -72,9 +81,10 @@ class PolicyChoice:
         if self.folds < 2:
             return f"{self.policy} (one shape: nothing to hold out)"
         surrogate = "" if self.surrogate_cv is None else f", surrogate {pct(self.surrogate_cv)}"
+        neighbours = "" if self.neighbours_cv is None else f", neighbours {pct(self.neighbours_cv)}"
         return (
             f"{self.policy} (held-out mean regret over {self.shapes} shapes, {self.folds} folds: "
-            f"tree {pct(self.tree_cv)}, segments {pct(self.segments_cv)}{surrogate})"
+            f"tree {pct(self.tree_cv)}, segments {pct(self.segments_cv)}{surrogate}{neighbours})"
         )
 
 
@@ -183,7 +193,10 @@ def by_codebook(points: Iterable[MeasuredPoint]) -> dict[int, list[MeasuredPoint
 
 
 def surrogate_held_out(
-    points: Sequence[MeasuredPoint], group: Sequence[MeasuredPoint], geometry: Geometry | None
+    points: Sequence[MeasuredPoint],
+    group: Sequence[MeasuredPoint],
+    geometry: Geometry | None,
+    validity: Validity = always_valid,
 ) -> list[float] | None:
     """Per point of one codebook's ``group``, the surrogate model's regret fitted without the point's
     shape fold (the model sees every codebook's points outside the fold's shapes; None: < 2 folds)."""
@@ -196,7 +209,23 @@ def surrogate_held_out(
         train = [p for p in points if (p.n, p.k) not in shapes and p.times_us]
         if not train:
             return None
-        answer = model_answer(fit_models(train, geometry), complete_variants(train))
+        answer = model_answer(fit_models(train, geometry), candidate_variants(train, validity), validity)
+        for i in fold:
+            variant = answer(group[i])
+            regrets[i] = UNMEASURED_PENALTY if variant is None else _held_out_regret(group[i], variant)
+    return regrets
+
+
+def neighbours_held_out(group: Sequence[MeasuredPoint], valid: Validity) -> list[float] | None:
+    """Per point of one codebook's ``group``, the neighbours model's regret fitted without the point's
+    shape fold (its bandwidth chosen again inside each fold; None: < 2 folds)."""
+    folds = shape_folds(group)
+    if len(folds) < 2:
+        return None
+    regrets = [0.0] * len(group)
+    for fold in folds:
+        out = set(fold)
+        answer = neighbours_answer(fit_neighbours([p for i, p in enumerate(group) if i not in out], valid))
         for i in fold:
             variant = answer(group[i])
             regrets[i] = UNMEASURED_PENALTY if variant is None else _held_out_regret(group[i], variant)
@@ -210,9 +239,17 @@ class Fits:
     held-out scores are memoised too. Pure functions of ``points`` and ``geometry``; nothing else
     enters, so sharing changes no answer."""
 
-    def __init__(self, points: Sequence[MeasuredPoint], geometry: Geometry | None = None) -> None:
+    def __init__(
+        self,
+        points: Sequence[MeasuredPoint],
+        geometry: Geometry | None = None,
+        validity: Validity = always_valid,
+    ) -> None:
         self.points = tuple(points)
         self.geometry = geometry
+        self.validity = validity
+        self._neighbours: dict[int, NeighbourModel] | None = None
+        self._neighbour_trees: dict[int, FallbackTree] = {}
         self._segments: FallbackFit | None = None
         self._trees: dict[int, FallbackTree] = {}
         self._surrogate: dict[int, FallbackTree] | None = None
@@ -240,7 +277,7 @@ class Fits:
     @property
     def surrogate_trees(self) -> dict[int, FallbackTree]:
         if self._surrogate is None:
-            self._surrogate = fit_surrogate_trees(self.points, self.geometry)
+            self._surrogate = fit_surrogate_trees(self.points, self.geometry, self.validity)
         return self._surrogate
 
     @property
@@ -249,15 +286,27 @@ class Fits:
             self._models = fit_models(self.points, self.geometry)
         return self._models
 
+    @property
+    def neighbours(self) -> dict[int, NeighbourModel]:
+        if self._neighbours is None:
+            self._neighbours = fit_neighbours([p for p in self.points if p.times_us], self.validity)
+        return self._neighbours
+
+    def neighbour_tree(self, codebook: int) -> FallbackTree:
+        if codebook not in self._neighbour_trees:
+            self._neighbour_trees[codebook] = neighbours_tree(self.neighbours[codebook])
+        return self._neighbour_trees[codebook]
+
     def score(self, codebook: int, policy: str) -> float | None:
         """Held-out mean regret of ``policy`` on the codebook's points (None: < 2 shape folds)."""
         if (codebook, policy) not in self._scores:
             group = self.groups[codebook]
-            held = (
-                surrogate_held_out(self.points, group, self.geometry)
-                if policy == "surrogate"
-                else held_out_regrets(group, policy)
-            )
+            if policy == "surrogate":
+                held = surrogate_held_out(self.points, group, self.geometry, self.validity)
+            elif policy == "neighbours":
+                held = neighbours_held_out(group, self.validity)
+            else:
+                held = held_out_regrets(group, policy)
             self._scores[(codebook, policy)] = None if held is None else sum(held) / len(held)
         return self._scores[(codebook, policy)]
 
@@ -267,22 +316,27 @@ def fit_policy(
     policies: Sequence[str] = POLICIES,
     geometry: Geometry | None = None,
     fits: Fits | None = None,
+    validity: Validity | None = None,
 ) -> Fallback:
     """Fit the fallback; each codebook takes the policy (of ``policies``) with the lowest held-out regret.
 
     ``geometry``: launch-geometry covariates for the surrogate's time model (None: times alone). The
     surrogate needs per-variant times at every point; without them it is not a candidate.
-    ``fits``: component fits of these same points to reuse (Fits; made here when None)."""
+    ``fits``: component fits of these same points to reuse (Fits; made here when None).
+    ``validity``: the package's restrictions at a point (service.tables.neighbours), which the
+    neighbours policy never answers against (None: the fits' own, or always valid)."""
     unknown = set(policies) - set(POLICIES)
     if unknown or not policies:
         raise ValueError(f"policies must be a non-empty subset of {POLICIES}, got {list(policies)}")
     if fits is None:
-        fits = Fits(points, geometry)
+        fits = Fits(points, geometry, validity or always_valid)
     elif fits.points != tuple(points) or fits.geometry is not geometry:
         raise ValueError("fits were made from other points or another geometry")
+    elif validity is not None and fits.validity is not validity:
+        raise ValueError("fits were made with another validity")
     timed = all(p.times_us for p in points)
-    if "surrogate" in policies and not timed:
-        policies = tuple(p for p in policies if p != "surrogate") or ("segments",)
+    if not timed:  # the surrogate and the neighbours need every variant's time at every point
+        policies = tuple(p for p in policies if p not in ("surrogate", "neighbours")) or ("segments",)
     segments = fits.segments
     rules: RuleMap = {}
     trees: dict[int, FallbackTree] = {}
@@ -303,12 +357,14 @@ def fit_policy(
         folds = len(shape_folds(group))
         choices[cb] = PolicyChoice(
             cb, chosen, scores["segments"], scores["tree"], folds, len({(p.n, p.k) for p in group}),
-            scores["surrogate"],
+            scores["surrogate"], scores["neighbours"],
         )  # fmt: skip
         if chosen == "tree":
             trees[cb] = fits.tree(cb)
         elif chosen == "surrogate":
             trees[cb] = fits.surrogate_trees[cb]
+        elif chosen == "neighbours":
+            trees[cb] = fits.neighbour_tree(cb)
         else:
             rules.update({key: r for key, r in segments.rules.items() if key[0] == cb})
     return Fallback(rules, trees, choices, segments.cv_regret)

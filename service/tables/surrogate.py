@@ -34,6 +34,7 @@ import numpy as np
 
 from service.tables.model import MeasuredPoint
 from service.tables.tree import MISSING_COST, FallbackTree, RoundsFeature, fit_tree_matrix
+from service.tables.validity import Validity, always_valid, grid_validity, whole_blocks
 
 BANDWIDTH = 1.2  # octaves of N and K: chosen by leave-one-shape-out on the H200 sweep (1.0-1.5 within 0.1%)
 SLOPE_RIDGE = 0.01  # shrinks the per-variant slopes where few neighbours carry weight
@@ -268,6 +269,19 @@ class TimeModel:
         return np.asarray(np.linalg.solve(normal + np.diag(self.ridge), rhs))
 
 
+def candidate_variants(
+    points: Sequence[MeasuredPoint], validity: Validity = always_valid
+) -> dict[int, tuple[str, ...]]:
+    """The variants the model may answer per codebook: with a known validity every timed variant
+    (the validity rules out those that cannot run at a query), else the complete ones."""
+    if validity is always_valid:
+        return complete_variants(points)
+    out: dict[int, set[str]] = {}
+    for p in points:
+        out.setdefault(p.codebook, set()).update(p.times_us or {})
+    return {cb: tuple(sorted(v)) for cb, v in sorted(out.items())}
+
+
 def complete_variants(points: Sequence[MeasuredPoint]) -> dict[int, tuple[str, ...]]:
     """Per codebook, the variants parity-passing (timed) at every one of its points: the only ones the
     model may answer (a variant failing somewhere may fail at an unseen shape too). Falls back to every
@@ -293,9 +307,10 @@ def fit_models(points: Sequence[MeasuredPoint], geometry: Geometry | None) -> di
 
 
 def model_answer(
-    models: dict[int, TimeModel], allowed: dict[int, tuple[str, ...]]
+    models: dict[int, TimeModel], allowed: dict[int, tuple[str, ...]], validity: Validity = always_valid
 ) -> Callable[[MeasuredPoint], str | None]:
-    """The model's own argmin (no grid, no tree): what the inner held-out score judges."""
+    """The model's own argmin (no grid, no tree) over the allowed variants valid at the point: what the
+    inner held-out score judges."""
 
     def answer(p: MeasuredPoint) -> str | None:
         model = models.get(p.m)
@@ -304,7 +319,7 @@ def model_answer(
         times = model.predict(p.n, p.k).get(p.codebook)
         if not times:
             return None
-        candidates = [v for v in allowed[p.codebook] if v in times]
+        candidates = [v for v in allowed[p.codebook] if v in times and validity(v, p.codebook, p.m, p.n, p.k)]
         return min(candidates, key=lambda v: (times[v], v)) if candidates else None
 
     return answer
@@ -348,11 +363,18 @@ def _grid_labels(
     ns: Sequence[int],
     ks: Sequence[int],
     exact: bool,
+    validity: Validity = always_valid,
 ) -> dict[int, list[GridBlock]]:
-    """Per codebook, blocks (M, N values, K, variants, N x variants predicted times) of the grid."""
+    """Per codebook, blocks (M, N values, K, variants, N x variants predicted times) of the grid; a
+    variant not valid at a grid point and its grid neighbours (grid_validity) is timed inf there."""
     out: dict[int, list[GridBlock]] = {cb: [] for cb in allowed}
     for m, model in models.items():
-        for k in ks:
+        masks = (
+            {}
+            if validity is always_valid
+            else {cb: grid_validity(validity, cb, m, model.variants, ns, ks) for cb in model.codebooks}
+        )
+        for ki, k in enumerate(ks):
             if exact:
                 labels = model.predict_exact(ns, k)
             else:
@@ -362,6 +384,8 @@ def _grid_labels(
                     for cb in model.codebooks
                 }
             for cb, times in labels.items():
+                if cb in masks:
+                    times = np.where(masks[cb][:, ki, :], times, np.inf)
                 keep = [j for j, v in enumerate(model.variants) if v in set(allowed.get(cb, ()))]
                 if keep:
                     variants = tuple(model.variants[j] for j in keep)
@@ -403,7 +427,9 @@ def _grid_tree(cb: int, blocks: list[GridBlock], extra: Sequence[str]) -> Fallba
     for m, ns, k, variants, times in blocks:
         regret = np.full((len(ns), len(names)), MISSING_COST)
         cols = [col[v] for v in variants]  # variants are sorted, so the first minimum is the name tie-break
-        regret[:, cols] = times / times.min(axis=1, keepdims=True) - 1.0
+        with np.errstate(invalid="ignore"):
+            ratio = times / times.min(axis=1, keepdims=True) - 1.0
+        regret[:, cols] = np.where(np.isfinite(ratio), ratio, MISSING_COST)  # inf: not valid there
         parts.append(regret)
         bases.append(np.column_stack([np.full(len(ns), m), ns, np.full(len(ns), k)]).astype(np.int64))
         np.add.at(winners, np.array(cols)[np.argmin(times, axis=1)], 1)
@@ -416,7 +442,7 @@ def _grid_tree(cb: int, blocks: list[GridBlock], extra: Sequence[str]) -> Fallba
 
 
 def fit_surrogate_trees(
-    points: Sequence[MeasuredPoint], geometry: Geometry | None
+    points: Sequence[MeasuredPoint], geometry: Geometry | None, validity: Validity = always_valid
 ) -> dict[int, FallbackTree]:
     """Per codebook, the regret tree fitted on the model-labelled synthetic grid.
 
@@ -428,11 +454,13 @@ def fit_surrogate_trees(
     Otherwise (no known geometry) labels are cell means on the GRID_STEP grid and the tree reads M, N,
     K only."""
     models = fit_models(points, geometry)
-    allowed = complete_variants(points)
+    allowed = candidate_variants(points, validity)
     exact = isinstance(geometry, KbTwGeometry)
     ns = grid_values([p.n for p in points], 1.0, GRID_BEYOND_N, EXACT_N_STEP if exact else GRID_STEP)
     ks = grid_values([p.k for p in points], 1.0, 1.0)
-    labelled = _grid_labels(models, allowed, ns, ks, exact)
+    if validity is not always_valid:
+        ks = whole_blocks(ks)
+    labelled = _grid_labels(models, allowed, ns, ks, exact, validity)
     trees: dict[int, FallbackTree] = {}
     for cb, blocks in labelled.items():
         if not blocks:

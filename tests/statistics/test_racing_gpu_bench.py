@@ -29,6 +29,10 @@ def test_split_units_balances_by_size_and_keeps_formats_in_order() -> None:
     assert all(share.index(u) < share.index(v) for share in shares for u in share for v in share
                if u[0] == "Q4_0" and v[0] == "Q4_K")  # fmt: skip
     assert len(racing_gpu.shape_list("qwen36+grid")) == 42
+    dense = racing_gpu.shape_list("qwen36+grid+mid")
+    assert len(dense) == len({(n, k) for _, n, k in dense}) == 110
+    assert {(n, k) for _, n, k in racing_gpu.shape_list("qwen36+grid")} < {(n, k) for _, n, k in dense}
+    assert all(k % 256 == 0 for _, _, k in dense)
 
 
 def test_record_on_host_then_replay(tmp_path: Path) -> None:

@@ -8,6 +8,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import numpy as np
+
 from service.tables.model import MeasuredPoint
 from service.tables.surrogate import kbtw_geometry
 
@@ -102,3 +104,37 @@ def test_the_check_sees_a_policy_that_does_look_at_the_held_out_shape() -> None:
         leak_base = answers(base, {"nearest": lambda fits: nearest(base)})
         leak_moved = answers(moved, {"nearest": lambda fits: nearest(moved)})  # noqa: B023
         assert at(leak_base) != at(leak_moved)
+
+
+def test_regret_beyond_noise_is_the_low_end_of_the_ratio_interval() -> None:
+    rng = np.random.default_rng(7)
+    best = (1000 * (1 + 0.01 * rng.standard_normal(50))).astype(int).tolist()
+    same = (1000 * (1 + 0.01 * rng.standard_normal(50))).astype(int).tolist()  # the same distribution
+    slower = [int(t * 1.10) for t in best[::-1]]  # 10% slower, the same noise
+    times = {"B": best, "S": same, "L": slower}
+    assert table_regret.beyond_noise(times, "B", "B", 1) == 0.0
+    inside = table_regret.beyond_noise(times, "S", "B", 1)
+    assert inside is not None and inside < 0.005  # a gap inside the noise: (nearly) none
+    low = table_regret.beyond_noise(times, "L", "B", 1)
+    assert low is not None and 0.08 < low < 0.10  # the 10% gap, less the noise
+    assert table_regret.beyond_noise(times, "X", "B", 1) is None  # no dispatches: nothing to say
+
+
+def test_loso_reports_regret_beyond_noise_beside_the_raw_figures() -> None:
+    points = measured()
+    dispatches = {
+        p.point: {v: [int(1000 * t)] * 20 for v, t in (p.times_us or {}).items()} for p in points
+    }  # no noise at all: beyond-noise regret equals the raw regret
+    out = table_regret.loso(points, kbtw_geometry(132, 32), HELD, dispatches=dispatches)
+    for name in ("tree", "neighbours", "chosen"):
+        raw = out["policies"][name]["all_points_uncovered_charged_100pct"]
+        beyond = out["policies"][name]["beyond_noise_uncovered_charged_100pct"]
+        assert beyond["points"] == out["points"]
+        assert abs(beyond["mean"] - raw["mean"]) < 2e-3  # medians of integer-ns copies: rounding only
+
+
+def test_loso_reports_only_the_policies_asked_for() -> None:
+    wanted = {name: table_regret.POLICIES[name] for name in ("tree", "chosen")}
+    out = table_regret.loso(measured(), kbtw_geometry(132, 32), HELD[:1], policies=wanted)
+    assert set(out["policies"]) == {"tree", "chosen"}
+    assert out["subset"] is not None and out["targets"]["chosen_meets"] is False  # a subset claims nothing

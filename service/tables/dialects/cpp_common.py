@@ -68,7 +68,8 @@ def header_comment(info: HeaderInfo, by_cb: dict[int, list[TableChoice]]) -> lis
         f"fallback rules: {m.fallback_rules} (segments, plus tree leaves)",
         "fallback policy per codebook (chosen by held-out regret; tree = decision tree over log2 M, N, K; "
         "surrogate = such a tree learnt from a per-variant time model over a synthetic log-spaced grid, "
-        "which may also split on a KB/TW launch's rounds):",
+        "which may also split on a KB/TW launch's rounds; neighbours = such a tree learnt from every "
+        "variant's regret interpolated between the measured shapes):",
         *(f"  {line}" for line in info.fallback_policies),
     ]
     for cb in sorted(by_cb):
