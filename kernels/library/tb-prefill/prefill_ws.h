@@ -281,9 +281,7 @@ TB_DEV void tbp_ws_body(TB_PREFILL_PARAMS) {
         tb_sync();
 
     if (wg == WG) { /* ---------------------------------------- producer ------------------------------------ */
-#if defined(TB_CUDA)
-        if constexpr (WIDE) tbp_setmaxnreg_dec<PREG>();
-#endif
+        if constexpr (WIDE) tbp_setmaxnreg_dec<PREG>(); /* (TB_EMU_NV: the CTA pool emulated) */
         const int pt = tid - 128 * WG;
         /* activation chunks: thread pt copies chunk c of token r8 of 8-token groups rg0, rg0 + XG, ... (8
          * consecutive threads = the 8 token rows of one core matrix: conflict-free stores) */
@@ -358,9 +356,7 @@ TB_DEV void tbp_ws_body(TB_PREFILL_PARAMS) {
     }
 
     /* ------------------------------------------------ consumers ------------------------------------------ */
-#if defined(TB_CUDA)
     if constexpr (WIDE) tbp_setmaxnreg_inc<CREG>();
-#endif
     const int lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int wrow = 16 * (warp & 3) + (lane & 15); /* ldmatrix.x2 row address inside an m64 tile */
     const int r_g = 16 * (warp & 3) + g;            /* this lane's rows r_g, r_g + 8 of an m64 tile */
