@@ -75,7 +75,15 @@ from kernels.packages.layouts import layout_for  # noqa: E402
 PACKAGE_LAYOUT = layout_for("tb-split")
 
 
-def build(tmp: Path, fmt: str, variant_name: str, backend: str = "cuda", arch: str = "sm_90") -> Emulated:
+def build(
+    tmp: Path,
+    fmt: str,
+    variant_name: str,
+    backend: str = "cuda",
+    arch: str = "sm_90",
+    defines: tuple[str, ...] = (),
+) -> Emulated:
+    """``defines``: extra -D options (a test of a guard in the kernel)."""
     variant = PACKAGE.parse(variant_name, backend)
     (unit,) = compile_units(PACKAGE, fmt, backend, [variant])
     symbol = PACKAGE.symbol(variant)
@@ -97,6 +105,7 @@ def build(tmp: Path, fmt: str, variant_name: str, backend: str = "cuda", arch: s
         "g++", "-O1", "-std=c++17", "-fPIC", "-shared", "-w", *vendor,
         *(f"-D{k}={v}" for k, v in sorted(unit.defines.items())),
         f"-DEMU_MAIN={symbol}", f"-DEMU_PREP=tb_prefill_prep_sk{p['split_k']}", f"-DEMU_SMEM={smem}",
+        *(f"-D{d}" for d in defines),
         f"-I{include}", f"-I{SOURCE_DIR}", "-x", "c++", str(EMU / "run_prefill.cpp"),
         "-o", str(out),
     ]  # fmt: skip

@@ -36,6 +36,21 @@
  */
 #pragma once
 
+/* registers per thread of a workgroup of THREADS threads at launch under __launch_bounds__(THREADS, 1): the SM's
+ * 64 Ki shared out per warp in units of 8 per thread, at most 255 (ptxas: 96 for 640 threads, 168 for 384):
+ * the whole pool that setmaxnreg redistributes */
+/* the WIDE tile's split (tbp_ws_body): producer / consumer registers per thread (-D only to test the guard) */
+#ifndef TBP_WIDE_PREG
+#define TBP_WIDE_PREG 32
+#endif
+#ifndef TBP_WIDE_CREG
+#define TBP_WIDE_CREG 112
+#endif
+template <int THREADS>
+struct TbpLaunchRegs {
+    static constexpr int value = (65536 / THREADS) / 8 * 8 > 255 ? 255 : (65536 / THREADS) / 8 * 8;
+};
+
 #if defined(TB_CUDA)
 TB_DEV void tbp_mbar_init(tb_u64 *bar, int count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(tbp_saddr(bar)), "r"(count) : "memory");
@@ -103,7 +118,8 @@ TB_DEV void tbp_bulk_g2s_mc(void *dst, const void *src, tb_u32 bytes, tb_u64 *ba
                  "l"(src), "r"(bytes), "r"(tbp_saddr(bar)), "h"(mask)
                  : "memory");
 }
-/* the warpgroup's register budget raised / lowered to N (a multiple of 8, 24..256) */
+/* the warpgroup's register budget raised / lowered to N (a multiple of 8, 24..256), inside the CTA's pool: the
+ * registers the launch gave (TbpLaunchRegs per thread); .inc waits until other warpgroups' .dec freed them */
 template <int N>
 TB_DEV void tbp_setmaxnreg_inc(void) {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
@@ -130,7 +146,7 @@ struct TbpWsLayout {
 
 /* the producer's share of one part's stage copy: ROWS rows of CPR chunks of CH bytes over PT threads, the
  * addresses recomputed per stage (TbpCopy keeps one 64-bit pointer per item, live across the whole loop) */
-template <int ROWS, int CPR, int CH, int PT>
+template <int ROWS, int CPR, int CH, int PT, int UNR = 2>
 TB_DEV void tbp_ws_copy(tb_u8 *dst, int dst_stride, const tb_u8 *base, int row0, int limit, tb_size row_bytes,
                         tb_size off, int pt) {
     static_assert(PT % CPR == 0, "chunks per row divide the producer threads");
@@ -138,7 +154,7 @@ TB_DEV void tbp_ws_copy(tb_u8 *dst, int dst_stride, const tb_u8 *base, int row0,
     const int c = pt % CPR, r0 = pt / CPR;
     const tb_u8 *src = base + (tb_size)(row0 + r0) * row_bytes + off + (tb_size)(c * CH);
     dst += r0 * dst_stride + c * CH;
-#pragma unroll 2
+#pragma unroll UNR
     for (int j = 0; j < ITEMS; ++j) {
         const int r = r0 + j * STEP;
         if (ROWS % STEP != 0 && r >= ROWS) break;
@@ -183,14 +199,21 @@ TB_DEV void tbp_ws_body(TB_PREFILL_PARAMS) {
     /* WIDE: four consumers of m64 x 128 tokens (N256/M128/W4x4: 64 accumulators each), the L2 bytes per MAC of
      * N256/M64 less the weights' half (Q8_0 0.0161 against 0.0244 B, Q4_0 0.0122 against 0.0166). 640 threads
      * get 96 registers (NVRTC 13.0.88: spills 64 bytes, wgmma serialised for want of registers, C7512), so the
-     * producer gives back to 56 and the consumers take 112 (setmaxnreg: 4 * 128 * 112 + 128 * 56 <= 65536).
+     * producer gives back to 32 and the consumers take 112. setmaxnreg moves registers inside the CTA's own pool
+     * (PTX ISA: "a pool of available registers is maintained per-CTA"; .inc blocks until the pool has them; SASS
+     * USETMAXREG.TRY_ALLOC.CTAPOOL in a retry loop): the pool is what the launch gave, 96 x 640 = 480 per
+     * thread of a warpgroup, so WG * CREG + PREG <= (WG + 1) * 96. k2y's 56 / 112 asked for 504: the producer's
+     * .dec freed 4 x 128 x 40 registers, two consumers' .inc took them, the other two spun in .inc forever and
+     * every WIDE E2 / E3 variant hung on the H200 (2026-12-01). 104 for the consumers serialises Q4_K's wgmma
+     * (C7512), so the producer takes 32: its copy loops not unrolled (XUNR 1: 0-52 bytes of spills at 2 and 4).
      * Under setmaxnreg.inc ptxas serialises every wgmma (C7513) when the next block's A registers are written
      * while a group is in flight (wait_group 1); the same source drained per block (wait_group 0) compiles clean,
      * so a WIDE consumer has no group in flight while it dequantises: the other three consumers' groups keep the
      * tensor pipe fed (each block is 2 x m64n128k16 = 128 tensor cycles per consumer, 512 for the four). */
     constexpr bool WIDE = WG == 4 && R * BT == 128;
-    constexpr int PREG = 56, CREG = 112, WAITN = WIDE ? 0 : 1;
-    static_assert(!WIDE || 128 * (WG * CREG + PREG) <= 65536, "the raised registers fit the register file");
+    constexpr int PREG = TBP_WIDE_PREG, CREG = TBP_WIDE_CREG, WAITN = WIDE ? 0 : 1, XUNR = WIDE ? 1 : 2;
+    static_assert(!WIDE || WG * CREG + PREG <= (WG + 1) * TbpLaunchRegs<128 * (WG + 1)>::value,
+                  "setmaxnreg redistributes the CTA's launch registers: .inc past them waits forever");
     /* CL = 2 (E3): a cluster of two workgroups on neighbouring weight tiles (n0, n0 + BN) and the same tokens and
      * stages; each producer copies half of the stage's activation tile with ONE TMA bulk copy multicast into both
      * workgroups' shared memory (the prelaunch kernel writes the fp16 activations in the tile's own core-matrix
@@ -258,9 +281,7 @@ TB_DEV void tbp_ws_body(TB_PREFILL_PARAMS) {
         tb_sync();
 
     if (wg == WG) { /* ---------------------------------------- producer ------------------------------------ */
-#if defined(TB_CUDA)
-        if constexpr (WIDE) tbp_setmaxnreg_dec<PREG>();
-#endif
+        if constexpr (WIDE) tbp_setmaxnreg_dec<PREG>(); /* (TB_EMU_NV: the CTA pool emulated) */
         const int pt = tid - 128 * WG;
         /* activation chunks: thread pt copies chunk c of token r8 of 8-token groups rg0, rg0 + XG, ... (8
          * consecutive threads = the 8 token rows of one core matrix: conflict-free stores) */
@@ -291,25 +312,39 @@ TB_DEV void tbp_ws_body(TB_PREFILL_PARAMS) {
                                         (tb_u16)((1u << CL) - 1u));
                 }
             } else {
-                const tb_u16 *xs0 = xh + (tb_size)(m0 + 8 * rg0 + r8) * (tb_size)k + (tb_size)b0 * 32u + 8u * (tb_size)c;
                 tb_u8 *xd = stage + rg0 * L::SBO + c * 128 + r8 * 16;
+                if constexpr (WIDE) {
+                    /* 32 registers: one pointer stepped by 8 XG tokens, not unrolled (unrolled, ptxas hoists a
+                     * 64-bit offset per item out of the stage loop and the producer spills 8-52 bytes) */
+                    const int row = m0 + 8 * rg0 + r8;
+                    const tb_u16 *xs = xh + (tb_size)row * (tb_size)k + (tb_size)b0 * 32u + 8u * (tb_size)c;
+#pragma unroll 1
+                    for (int j = 0; j < XIT; ++j) {
+                        const bool ok = row + 8 * j * XG < m;
+                        tbp_cp_async<16>(xd + j * XG * L::SBO, ok ? xs : xh, ok ? 16 : 0);
+                        xs += (tb_size)(8 * XG) * (tb_size)k;
+                    }
+                } else {
+                    const tb_u16 *xs0 = xh + (tb_size)(m0 + 8 * rg0 + r8) * (tb_size)k + (tb_size)b0 * 32u + 8u * (tb_size)c;
 #pragma unroll 4
-                for (int j = 0; j < XIT; ++j) {
-                    const bool ok = m0 + 8 * (rg0 + j * XG) + r8 < m;
-                    tbp_cp_async<16>(xd + j * XG * L::SBO, ok ? xs0 + (tb_size)(8 * j * XG) * (tb_size)k : xh, ok ? 16 : 0);
+                    for (int j = 0; j < XIT; ++j) {
+                        const bool ok = m0 + 8 * (rg0 + j * XG) + r8 < m;
+                        tbp_cp_async<16>(xd + j * XG * L::SBO, ok ? xs0 + (tb_size)(8 * j * XG) * (tb_size)k : xh,
+                                         ok ? 16 : 0);
+                    }
                 }
             }
-            tbp_ws_copy<BN, S::QS / 16, 16, PT>(stage + L::OFF_QS, S::QS_STRIDE, qs, n0, n, rows.qs_row,
+            tbp_ws_copy<BN, S::QS / 16, 16, PT, XUNR>(stage + L::OFF_QS, S::QS_STRIDE, qs, n0, n, rows.qs_row,
                                                 (tb_size)b0 * TBP_QS_BPB, pt);
 #if TBP_QH_BPB
             constexpr int HCH = S::QH >= 16 ? 16 : S::QH;
-            tbp_ws_copy<BN, S::QH / HCH, HCH, PT>(stage + L::OFF_QH, S::QH_STRIDE, qh, n0, n, rows.qh_row,
+            tbp_ws_copy<BN, S::QH / HCH, HCH, PT, XUNR>(stage + L::OFF_QH, S::QH_STRIDE, qh, n0, n, rows.qh_row,
                                                   (tb_size)b0 * TBP_QH_BPB, pt);
 #endif
 #if defined(TB_FMT_Q6_K)
             tbp_q6k_sc_cp_async<BN>(stage + L::OFF_SC, S::SC_STRIDE, sc, rows, n0, n, b0, pt, PT);
 #else
-            tbp_ws_copy<BN, S::SC / S::SC_CHUNK, S::SC_CHUNK, PT>(stage + L::OFF_SC, S::SC_STRIDE, sc, n0, n, rows.sc_row,
+            tbp_ws_copy<BN, S::SC / S::SC_CHUNK, S::SC_CHUNK, PT, XUNR>(stage + L::OFF_SC, S::SC_STRIDE, sc, n0, n, rows.sc_row,
                                                                   tbp_sc_offset(rows, 0, b0), pt);
 #endif
             tbp_cp_async_mbar_arrive(full + buf);
@@ -321,9 +356,7 @@ TB_DEV void tbp_ws_body(TB_PREFILL_PARAMS) {
     }
 
     /* ------------------------------------------------ consumers ------------------------------------------ */
-#if defined(TB_CUDA)
     if constexpr (WIDE) tbp_setmaxnreg_inc<CREG>();
-#endif
     const int lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int wrow = 16 * (warp & 3) + (lane & 15); /* ldmatrix.x2 row address inside an m64 tile */
     const int r_g = 16 * (warp & 3) + g;            /* this lane's rows r_g, r_g + 8 of an m64 tile */

@@ -13,7 +13,9 @@
  *                 cp.async.mbarrier.arrive.noinc, expect_tx / complete_tx); thread-block clusters: the
  *                 workgroups of a cluster run together (their threads interleaved), each with its own shared
  *                 memory, mapa'd arrivals on a peer's mbarrier, cp.async.bulk multicast (the bytes land in
- *                 every masked workgroup at once, complete_tx on each one's mbarrier), barrier.cluster
+ *                 every masked workgroup at once, complete_tx on each one's mbarrier), barrier.cluster;
+ *                 setmaxnreg: warpgroup-wide (.sync.aligned), registers moved through the CTA's pool of what
+ *                 the launch gave (an .inc the pool cannot serve aborts: on the GPU it spins forever)
  *   -DTB_EMU_AMD  wave 64: v_mfma_i32_16x16x32_i8 (-DTB_EMU_MFMA=32), v_mfma_i32_16x16x16i8 (=16),
  *                 or no MFMA (gfx906: sdot4 only, =0); shuffles (ds_bpermute)
  * Only what the prefill kernels use is here. PTX ISA "Matrix Fragments for mma.m16n8k32" and AMD's
@@ -87,6 +89,13 @@ struct Block {
     unsigned bar_count = 0, bar_gen = 0;
     unsigned wcount[32] = {0}, wgen[32] = {0};
     unsigned gcount[8] = {0}, ggen[8] = {0}; /* warpgroups (4 warps) */
+    /* setmaxnreg (sm_90a): the CTA's register pool. The launch gives every thread launch_regs (one workgroup
+     * per SM: the 64 Ki registers shared out per warp in units of 8 per thread, at most 255); .dec puts a
+     * warpgroup's surplus into the pool, .inc takes from it and waits until it holds enough */
+    int launch_regs = 0, wg_regs[8] = {0};
+    long reg_pool = 0;
+    unsigned mcount[8] = {0}, mgen[8] = {0};
+    int mreq[8][128];
     WgQueue wgq[8];
     std::map<size_t, MBar> mbar; /* by shared-memory offset */
     /* per-warp exchange scratch: lane -> up to 8 words and one pointer */
@@ -163,6 +172,8 @@ inline void launch(int gx, int gy, int gz, int threads, size_t shared_bytes, std
                 for (int r = 0; r < cx * cy; ++r) {
                     Block *b = new Block();
                     b->nthreads = threads;
+                    b->launch_regs = (65536 / threads) / 8 * 8 > 255 ? 255 : (65536 / threads) / 8 * 8;
+                    for (int &r : b->wg_regs) r = b->launch_regs;
                     b->smem.assign(shared_bytes + 16, 0xA5); /* garbage, like real shared memory */
                     b->th.resize(threads);
                     b->bx = x0 + r % cx, b->by = y0 + r / cx, b->bz = z, b->rank = r;
@@ -212,6 +223,71 @@ inline void cluster_sync() {
         return;
     }
     while (c.gen == gen) yield();
+}
+/* setmaxnreg.{inc,dec}.sync.aligned N: every warp of the warpgroup executes the same one (a warp that skips it
+ * or exits first hangs the hardware: aborts here); .dec releases (current - N) x 128 registers to the CTA pool,
+ * .inc takes (N - current) x 128 from it, waiting while other warpgroups may still release some (the hardware
+ * retries forever: USETMAXREG.TRY_ALLOC.CTAPOOL in a loop) */
+inline void setmaxnreg(int n, bool inc) {
+    Block &b = *block;
+    const int wg = tid / 128;
+    if (n % 8 != 0 || n < 24 || n > 256 || b.nthreads % 128 != 0) {
+        fprintf(stderr, "emu: setmaxnreg %d in a workgroup of %d threads (24..256, a multiple of 8, whole "
+                        "warpgroups)\n", n, b.nthreads);
+        abort();
+    }
+    b.mreq[wg][tid % 128] = inc ? n : -n;
+    const unsigned gen = b.mgen[wg];
+    if (++b.mcount[wg] < 128u) {
+        long turns = 0;
+        while (b.mgen[wg] == gen) {
+            for (int t = 128 * wg; t < 128 * wg + 128; ++t)
+                if (b.th[(size_t)t].done) {
+                    fprintf(stderr, "emu: thread %d of warpgroup %d exited without the setmaxnreg its warpgroup "
+                                    "executes (.sync.aligned)\n", t, wg);
+                    abort();
+                }
+            if (++turns > 200000L) {
+                fprintf(stderr, "emu: warpgroup %d: %u of 128 threads reached setmaxnreg (.sync.aligned: all)\n", wg,
+                        b.mcount[wg]);
+                abort();
+            }
+            yield();
+        }
+        return;
+    }
+    /* the last thread of the warpgroup: the same instruction everywhere, then the pool */
+    for (int t = 0; t < 128; ++t)
+        if (b.mreq[wg][t] != b.mreq[wg][0]) {
+            fprintf(stderr, "emu: warpgroup %d: threads 0 and %d executed different setmaxnreg (%d, %d)\n", wg, t,
+                    b.mreq[wg][0], b.mreq[wg][t]);
+            abort();
+        }
+    const int cur = b.wg_regs[wg];
+    if (inc ? n < cur : n > cur) {
+        fprintf(stderr, "emu: setmaxnreg.%s %d from %d registers\n", inc ? "inc" : "dec", n, cur);
+        abort();
+    }
+    if (!inc) {
+        b.reg_pool += 128L * (cur - n);
+    } else {
+        long turns = 0; /* every other thread runs once per turn: a .dec to come has had its chance */
+        while (b.reg_pool < 128L * (n - cur)) {
+            if (++turns > 20000L) {
+                fprintf(stderr, "emu: setmaxnreg.inc %d of warpgroup %d waits forever: the CTA pool holds %ld "
+                                "registers, it needs %ld (launch: %d per thread x %d threads; now per warpgroup:",
+                        n, wg, b.reg_pool, 128L * (n - cur), b.launch_regs, b.nthreads);
+                for (int g = 0; g < b.nthreads / 128; ++g) fprintf(stderr, " %d", b.wg_regs[g]);
+                fprintf(stderr, ")\n");
+                abort();
+            }
+            yield();
+        }
+        b.reg_pool -= 128L * (n - cur);
+    }
+    b.wg_regs[wg] = n;
+    b.mcount[wg] = 0;
+    ++b.mgen[wg];
 }
 inline int lane() { return tid % TB_WAVE; }
 inline int wave() { return tid / TB_WAVE; }
@@ -651,6 +727,14 @@ TB_DEV void tbp_mbar_wait(tb_u64 *bar, tb_u32 parity) {
 TB_DEV void tbp_mbar_wait_cluster(tb_u64 *bar, tb_u32 parity) { tbp_mbar_wait(bar, parity); }
 /* cp.async copies land at once here: the arrival is immediate */
 TB_DEV void tbp_cp_async_mbar_arrive(tb_u64 *bar) { tbp_mbar_arrive(bar); }
+template <int N>
+TB_DEV void tbp_setmaxnreg_inc(void) {
+    tbemu::setmaxnreg(N, true);
+}
+template <int N>
+TB_DEV void tbp_setmaxnreg_dec(void) {
+    tbemu::setmaxnreg(N, false);
+}
 TB_DEV void tbp_cp_wait_all(void) {}
 TB_DEV void tbp_pin(tb_u32 &) {}
 /* shfl.sync.idx: lane src's v */
