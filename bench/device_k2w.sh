@@ -132,8 +132,8 @@ for fmt, by in lists.items():
 print("smoke done")
 EOF
 }
-smoke rest 45; rc=$?
-smoke E3 30; rc3=$?
+smoke rest "${SMOKE_BOX:-45}"; rc=$?
+smoke E3 "${SMOKE_E3_BOX:-30}"; rc3=$?
 cat "$OUT/k2w-smoke-rest.log" "$OUT/k2w-smoke-E3.log" > "$OUT/k2w-smoke.log" 2>/dev/null
 echo "## smoke rc=$rc (E3: $rc3)" >> "$log"; cat "$OUT/k2w-smoke.log" >> "$log"
 grep -c " PASS " "$OUT/k2w-smoke.log" | sed 's/^/smoke passes: /'; grep " FAIL " "$OUT/k2w-smoke.log" | head -8
