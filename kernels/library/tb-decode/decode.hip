@@ -81,12 +81,12 @@ TB_DEV tb_u32 tbt_and44_or(tb_u32 a, tb_u32 c) {
  * which the IQ4 lookup fills (prmt, LOP3, SHF all issue there: 98 PRMT + 75 SHF + 72 LOP3 of 456 instructions
  * per RG16 stage, the FMA pipe 77) */
 TB_DEV tb_u32 tbt_shr_fma(tb_u32 a, tb_u32 mul) {
-#if !defined(TB_CUDA) || defined(TB_CUDA_EMULATION)
-    return (tb_u32)(((unsigned long long)a * mul) >> 32);
-#else
+#if defined(TB_CUDA) && !defined(TB_HOST_TWIN) && !defined(TB_CUDA_EMULATION)
     tb_u32 r;
-    asm("mul.hi.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(mul));
+    asm("mul.hi.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(mul)); /* ptxas keeps it an IMAD.HI (NVRTC 13.0.88) */
     return r;
+#else
+    return (tb_u32)(((unsigned long long)a * mul) >> 32);
 #endif
 }
 /* tb_iq4_lookup_il_t with the selector from one LOP3 (k3210 = 0x32103210 held in a register): 6 prmt + 2 ALU per
