@@ -77,26 +77,13 @@ TB_DEV tb_u32 tbt_and44_or(tb_u32 a, tb_u32 c) {
     return r;
 #endif
 }
-/* a >> s (s = 1, 16) as mul.hi.u32 by 2^(32 - s): IMAD.HI on the FMA pipe instead of an SHF on the ALU pipe,
- * which the IQ4 lookup fills (prmt, LOP3, SHF all issue there: 98 PRMT + 75 SHF + 72 LOP3 of 456 instructions
- * per RG16 stage, the FMA pipe 77) */
-TB_DEV tb_u32 tbt_shr_fma(tb_u32 a, tb_u32 mul) {
-#if defined(TB_CUDA) && !defined(TB_HOST_TWIN) && !defined(TB_CUDA_EMULATION)
-    tb_u32 r;
-    asm("mul.hi.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(mul)); /* ptxas keeps it an IMAD.HI (NVRTC 13.0.88) */
-    return r;
-#else
-    return (tb_u32)(((unsigned long long)a * mul) >> 32);
-#endif
-}
-/* tb_iq4_lookup_il_t with the selector from one LOP3 (k3210 = 0x32103210 held in a register): 6 prmt + 2 ALU per
- * payload word, its 4 shifts as IMAD.HI (tbt_shr_fma) */
+/* tb_iq4_lookup_il_t with the selector from one LOP3 (k3210 = 0x32103210 held in a register): 6 prmt + 6 ALU per
+ * payload word */
 TB_DEV void tbt_iq4_lookup(tb_u32 w, tb_u32 t0, tb_u32 t2, tb_u32 k3210, tb_u32 *r0, tb_u32 *r1) {
     const tb_u32 wx = w ^ 0x88888888u;
-    const tb_u32 sel = tbt_and44_or(tbt_shr_fma(w, 0x80000000u), k3210);
+    const tb_u32 sel = tbt_and44_or(w >> 1, k3210);
     *r0 = tb_prmt_raw(tb_prmt_raw(t0, TB_IQ4_T1, w), tb_prmt_raw(t2, TB_IQ4_T3, wx), sel);
-    *r1 = tb_prmt_raw(tb_prmt_raw(t0, TB_IQ4_T1, tbt_shr_fma(w, 0x10000u)), tb_prmt_raw(t2, TB_IQ4_T3, tbt_shr_fma(wx, 0x10000u)),
-                      tbt_shr_fma(sel, 0x10000u));
+    *r1 = tb_prmt_raw(tb_prmt_raw(t0, TB_IQ4_T1, w >> 16), tb_prmt_raw(t2, TB_IQ4_T3, wx >> 16), sel >> 16);
 }
 #endif
 
