@@ -170,19 +170,27 @@ FITTERS: dict[str, Callable[[Sequence[MeasuredPoint]], Answer]] = {
 }
 
 
-def held_out_regrets(points: Sequence[MeasuredPoint], policy: str) -> list[float] | None:
-    """Per point, the regret of ``policy`` fitted without the point's shape fold (None: < 2 folds)."""
+def fold_regrets(
+    points: Sequence[MeasuredPoint], fit: Callable[[list[MeasuredPoint]], Answer]
+) -> list[float] | None:
+    """Per point, the regret of what ``fit`` answers when fitted without the point's shape fold (None: < 2
+    folds); an unanswered point costs UNMEASURED_PENALTY."""
     folds = shape_folds(points)
     if len(folds) < 2:
         return None
     regrets = [0.0] * len(points)
     for fold in folds:
         out = set(fold)
-        answer = FITTERS[policy]([p for i, p in enumerate(points) if i not in out])
+        answer = fit([p for i, p in enumerate(points) if i not in out])
         for i in fold:
             variant = answer(points[i])
             regrets[i] = UNMEASURED_PENALTY if variant is None else _held_out_regret(points[i], variant)
     return regrets
+
+
+def held_out_regrets(points: Sequence[MeasuredPoint], policy: str) -> list[float] | None:
+    """Per point, the regret of ``policy`` fitted without the point's shape fold (None: < 2 folds)."""
+    return fold_regrets(points, FITTERS[policy])
 
 
 def by_codebook(points: Iterable[MeasuredPoint]) -> dict[int, list[MeasuredPoint]]:
@@ -219,17 +227,7 @@ def surrogate_held_out(
 def neighbours_held_out(group: Sequence[MeasuredPoint], valid: Validity) -> list[float] | None:
     """Per point of one codebook's ``group``, the neighbours model's regret fitted without the point's
     shape fold (its bandwidth chosen again inside each fold; None: < 2 folds)."""
-    folds = shape_folds(group)
-    if len(folds) < 2:
-        return None
-    regrets = [0.0] * len(group)
-    for fold in folds:
-        out = set(fold)
-        answer = neighbours_answer(fit_neighbours([p for i, p in enumerate(group) if i not in out], valid))
-        for i in fold:
-            variant = answer(group[i])
-            regrets[i] = UNMEASURED_PENALTY if variant is None else _held_out_regret(group[i], variant)
-    return regrets
+    return fold_regrets(group, lambda train: neighbours_answer(fit_neighbours(train, valid)))
 
 
 class Fits:
