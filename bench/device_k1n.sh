@@ -10,7 +10,8 @@
 # the tests what is left (at most 130 s, 5 processes), ncu only with NCU_MIN_S left.
 # Usage (device):  bash bench/device_k1n.sh <tag> [roofline,tests,ncu]       carry: [".whl"]
 # Env: GPU, FORMATS (--formats), VARIANTS (--variants: names, 'ring', 'registers', 'tc', 'stream'), SHAPES (--shapes),
-#      M (--m, default 1,2,3,4), ROOFLINE_TIMEOUT, BUDGET_S, NCU_POINTS (FORMAT:SHAPE:M[:VARIANT] ...)
+#      M (--m, default 1,2,3,4), ROOFLINE_TIMEOUT, BUDGET_S, NCU_POINTS (FORMAT:SHAPE:M[:VARIANT] ...),
+#      TESTS_BOX (the tests stage's box; default what is left, at most 130 s: the whole space wants ~300)
 # Dry run here:    DRY=1 OUT=/tmp/k1n-out bash bench/device_k1n.sh t        (prints the commands it would run)
 set -u
 tag=${1:-k1n-$(date -u +%F)}; what=${2:-roofline,tests,ncu}
@@ -42,17 +43,18 @@ if [[ $what == *roofline* ]]; then
 fi
 if [[ $what == *tests* ]]; then
   log="$OUT/gpu-tests-decode-h200-$tag.log"
-  box=$(left); [ "$box" -gt 130 ] && box=130; [ "$box" -lt 30 ] && box=30
-  stamp "python3 -m pytest -m gpu tests/cuda/test_cuda_gpu.py -k decode (5 processes by format, ${box}s box)" > "$log"
-  i=0
-  for sel in "Q8_0 or Q4_0" "Q4_1 or Q5_0" "Q5_1 or IQ4_NL" "Q4_K or Q6_K" "IQ4_XS"; do
-    run timeout "$box" python3 -m pytest -m gpu tests/cuda/test_cuda_gpu.py -q -rs -p no:cacheprovider \
-      -k "(${TESTS_K:-decode}) and ($sel)" > "$OUT/t$i.log" 2>&1 &
-    i=$((i + 1))
+  # one process per format (their NVRTC units compile in parallel on the device's cores), -v so that a box that
+  # cuts a process still leaves the name and outcome of every test it finished (call 13 lost two failures' names)
+  box=${TESTS_BOX:-$(left)}; [ -z "${TESTS_BOX:-}" ] && [ "$box" -gt 130 ] && box=130; [ "$box" -lt 30 ] && box=30
+  fmts=(Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 IQ4_NL Q4_K Q6_K IQ4_XS)
+  stamp "python3 -m pytest -m gpu tests/cuda/test_cuda_gpu.py -k decode -v (${#fmts[@]} processes by format, ${box}s box)" > "$log"
+  for i in "${!fmts[@]}"; do
+    run timeout "$box" python3 -m pytest -m gpu tests/cuda/test_cuda_gpu.py -v -rs -p no:cacheprovider \
+      -k "(${TESTS_K:-decode}) and ${fmts[$i]}" > "$OUT/t$i.log" 2>&1 &
   done
   wait
-  for j in 0 1 2 3 4; do cat "$OUT/t$j.log" >> "$log"; rm -f "$OUT/t$j.log"; done
-  grep -E "passed|failed|Error|error" "$log" | tail -8
+  for i in "${!fmts[@]}"; do cat "$OUT/t$i.log" >> "$log"; rm -f "$OUT/t$i.log"; done
+  grep -E "PASSED|FAILED|ERROR|passed|failed" "$log" | tail -40
 fi
 if [[ $what == *ncu* ]] && { [ -f "$json" ] || [ -n "${DRY:-}" ]; } && [ "$(left)" -ge "$NCU_MIN_S" ]; then
   nlog="$OUT/ncu-decode-h200-$tag.log"
