@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -51,6 +52,20 @@ def main(
 ) -> None:
     """Tunebase: autotune quantized GEMV/GEMM kernels and emit dispatch tables."""
     _debug["on"] = debug
+    try:  # before any command: importing the workers builds the Celery app from the settings
+        get_settings()
+    except ValidationError as error:
+        raise usage_error(settings_problem(error)) from None
+
+
+def settings_problem(error: ValidationError) -> str:
+    """A bad TUNEBASE_* value, named as the user set it (not a pydantic traceback from deep in an import)."""
+    parts = []
+    for item in error.errors():
+        name = "TUNEBASE_" + "_".join(str(p) for p in item.get("loc", ())).upper()
+        parts.append(f"{name}={item.get('input')!r}: {item.get('msg', 'invalid')}")
+    return "bad setting: " + "; ".join(parts)
+
 
 # wide enough for a winners table when stdout is a pipe or a CI log (rich assumes 80 columns there)
 out = Console(width=None if sys.stdout.isatty() else 150)

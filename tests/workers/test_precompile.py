@@ -53,3 +53,16 @@ def test_compile_with_gpu_is_a_usage_error() -> None:
     argv = [sys.executable, "-m", "service.cli", "worker", "--compile", "--gpu", "0"]
     proc = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2 and "--compile runs no GPU work" in proc.stdout + proc.stderr
+
+
+def test_a_bad_precompile_setting_is_a_usage_error_naming_it() -> None:
+    """A typo in TUNEBASE_PRECOMPILE (read when the worker's imports build the Celery app) exits 2 with the
+    variable and its choices, not a pydantic traceback with exit 1."""
+    env = {**os.environ, "TUNEBASE_BROKER_URL": "redis://127.0.0.1:1/0", "PYTHONPATH": str(REPO)}
+    env["TUNEBASE_PRECOMPILE"] = "yes"
+    argv = [sys.executable, "-m", "service.cli", "worker", "--compile"]
+    proc = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    output = " ".join((proc.stdout + proc.stderr).split())  # rich wraps at 80 columns
+    assert proc.returncode == 2, output
+    assert "TUNEBASE_PRECOMPILE='yes'" in output and "'gpu', 'all' or 'off'" in output, output
+    assert "Traceback" not in output, output
