@@ -6,9 +6,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO
 from workers.celery_app import COMPILE_QUEUE, COMPILE_UNIT, make_celery
-from workers.launch import plan_compile_worker
+from workers.launch import LaunchError, plan_compile_worker
 from workers.precompile import compile_jobs, precompiled_arch
 
 A, B = ("KB1", "KB2"), ("KB1",)
@@ -46,6 +48,9 @@ def test_the_compile_worker_has_no_gpu_and_a_process_per_core() -> None:
     assert plan.env["CUDA_VISIBLE_DEVICES"] == "" and plan.env["ROCR_VISIBLE_DEVICES"] == ""
     assert plan_compile_worker(["maintenance", "compile"], 3).queues == [COMPILE_QUEUE, "maintenance"]
     assert plan_compile_worker([], 3).concurrency == 3
+    for bad in (0, -2):  # never read as "one per core"
+        with pytest.raises(LaunchError, match=f"at least 1, not {bad}"):
+            plan_compile_worker([], bad)
 
 
 def test_compile_with_gpu_is_a_usage_error() -> None:
