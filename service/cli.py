@@ -1022,23 +1022,19 @@ def worker(
 @app.command("workers")
 def workers_command(
     maintenance: bool = typer.Option(
-        True, help="also run CPU workers for the maintenance queue and the compile queue (one per core)"
+        True, help="also run CPU workers: maintenance, and compile unless TUNEBASE_PRECOMPILE=off"
     ),
     host: bool = typer.Option(False, help="also run a host-arch worker (always when no GPU is found)"),
 ) -> None:
     """One pinned worker per detected GPU, supervised: a worker that dies is restarted."""
     from workers.gpus import detect_gpus
-    from workers.supervisor import Child, Supervisor, worker_argv
+    from workers.supervisor import Supervisor, host_children
 
-    if not get_settings().broker_url:
+    settings = get_settings()
+    if not settings.broker_url:
         raise usage_error("TUNEBASE_BROKER_URL is not set")
-    gpus = detect_gpus()
-    children = [Child(f"gpu{g.index}:{g.arch}", worker_argv(g.index, g.arch, [])) for g in gpus]
-    if host or not gpus:
-        children.append(Child("host", worker_argv(None, "host", [])))
-    if maintenance:
-        children.append(Child("maintenance", worker_argv(None, None, ["maintenance"])))
-        children.append(Child("compile", [*worker_argv(None, None, []), "--compile"]))
+    gpus = [(g.index, g.arch) for g in detect_gpus()]
+    children = host_children(gpus, host, maintenance, settings.precompile)
     Supervisor(children, echo=console.print).run()
 
 

@@ -71,3 +71,16 @@ def test_a_bad_precompile_setting_is_a_usage_error_naming_it() -> None:
     assert proc.returncode == 2, output
     assert "TUNEBASE_PRECOMPILE='yes'" in output and "'gpu', 'all' or 'off'" in output, output
     assert "Traceback" not in output, output
+
+
+def test_tunebase_workers_runs_a_compile_worker_unless_precompile_is_off() -> None:
+    from workers.supervisor import host_children
+
+    names = [c.name for c in host_children([(0, "sm_90"), (1, "sm_90")], False, True)]
+    assert names == ["gpu0:sm_90", "gpu1:sm_90", "maintenance", "compile"]
+    compile_child = host_children([(0, "sm_90")], False, True)[-1]
+    assert compile_child.argv[-2:] == ["worker", "--compile"]
+    # off: no compile message is ever sent, so no core-wide pool of idle processes either
+    off = host_children([(0, "sm_90")], False, True, "off")
+    assert [c.name for c in off] == ["gpu0:sm_90", "maintenance"]
+    assert [c.name for c in host_children([], False, False)] == ["host"]  # no GPU: the host arch
