@@ -88,8 +88,8 @@ CANDIDATES = (
     "N128/M128/W4x2/K4/S4/SK1/MB1/E2",
     "N128/M128/W4x1/K4/S4/SK2/MB1/E2",
     # the WIDE tile (4 consumers of m64 x 128 tokens, setmaxnreg 32 / 112): N256/M64's weight bytes per MAC
-    # halved
-    # (bench/results/nvrtc-census-tb-prefill-E2-wide-2026-12-01.json: 96 registers, no local memory)
+    # halved (bench/results/nvrtc-census-tb-prefill-WIDE-E3-k2z-2026-12-01.json, the 32 / 112 split: 96
+    # registers, no local memory but Q6_K's, which the manifest holds out)
     "N256/M128/W4x4/K4/S3/SK0/MB1/E2",
 )
 

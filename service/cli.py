@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -51,6 +52,20 @@ def main(
 ) -> None:
     """Tunebase: autotune quantized GEMV/GEMM kernels and emit dispatch tables."""
     _debug["on"] = debug
+    try:  # before any command: importing the workers builds the Celery app from the settings
+        get_settings()
+    except ValidationError as error:
+        raise usage_error(settings_problem(error)) from None
+
+
+def settings_problem(error: ValidationError) -> str:
+    """A bad TUNEBASE_* value, named as the user set it (not a pydantic traceback from deep in an import)."""
+    parts = []
+    for item in error.errors():
+        name = "TUNEBASE_" + "_".join(str(p) for p in item.get("loc", ())).upper()
+        parts.append(f"{name}={item.get('input')!r}: {item.get('msg', 'invalid')}")
+    return "bad setting: " + "; ".join(parts)
+
 
 # wide enough for a winners table when stdout is a pipe or a CI log (rich assumes 80 columns there)
 out = Console(width=None if sys.stdout.isatty() else 150)
@@ -1007,23 +1022,19 @@ def worker(
 @app.command("workers")
 def workers_command(
     maintenance: bool = typer.Option(
-        True, help="also run CPU workers for the maintenance queue and the compile queue (one per core)"
+        True, help="also run CPU workers: maintenance, and compile unless TUNEBASE_PRECOMPILE=off"
     ),
     host: bool = typer.Option(False, help="also run a host-arch worker (always when no GPU is found)"),
 ) -> None:
     """One pinned worker per detected GPU, supervised: a worker that dies is restarted."""
     from workers.gpus import detect_gpus
-    from workers.supervisor import Child, Supervisor, worker_argv
+    from workers.supervisor import Supervisor, host_children
 
-    if not get_settings().broker_url:
+    settings = get_settings()
+    if not settings.broker_url:
         raise usage_error("TUNEBASE_BROKER_URL is not set")
-    gpus = detect_gpus()
-    children = [Child(f"gpu{g.index}:{g.arch}", worker_argv(g.index, g.arch, [])) for g in gpus]
-    if host or not gpus:
-        children.append(Child("host", worker_argv(None, "host", [])))
-    if maintenance:
-        children.append(Child("maintenance", worker_argv(None, None, ["maintenance"])))
-        children.append(Child("compile", [*worker_argv(None, None, []), "--compile"]))
+    gpus = [(g.index, g.arch) for g in detect_gpus()]
+    children = host_children(gpus, host, maintenance, settings.precompile)
     Supervisor(children, echo=console.print).run()
 
 

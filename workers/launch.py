@@ -27,9 +27,9 @@ class WorkerPlan:
 def plan_compile_worker(extra_queues: list[str], concurrency: int | None = None) -> WorkerPlan:
     """A CPU worker for the compile queue (no GPU: CUDA_VISIBLE_DEVICES/ROCR_VISIBLE_DEVICES empty),
     one pool process per core unless told otherwise."""
-    processes = concurrency or os.cpu_count() or 1
-    if processes < 1:
-        raise LaunchError(f"--concurrency must be at least 1, not {processes}")
+    if concurrency is not None and concurrency < 1:  # 0 must not quietly mean "every core"
+        raise LaunchError(f"--concurrency must be at least 1, not {concurrency}")
+    processes = concurrency if concurrency is not None else os.cpu_count() or 1
     queues = [COMPILE_QUEUE, *(q for q in extra_queues if q != COMPILE_QUEUE)]
     env = {"CUDA_VISIBLE_DEVICES": "", "ROCR_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": ""}
     return WorkerPlan(None, None, queues, env, f"compile.{os.getpid()}@{socket.gethostname()}", processes)

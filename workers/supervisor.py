@@ -93,3 +93,19 @@ def worker_argv(gpu: int | None, arch: str | None, queues: list[str]) -> list[st
     if queues:
         argv += ["--queues", ",".join(queues)]
     return argv
+
+
+def host_children(
+    gpus: list[tuple[int, str]], host: bool, maintenance: bool, precompile: str = "gpu"
+) -> list[Child]:
+    """The workers `tunebase workers` supervises: one per (GPU index, arch); a host-arch one when asked
+    or when there is no GPU; with ``maintenance``, the maintenance worker and, unless Settings.precompile
+    is 'off' (then no compile message is ever sent), a compile worker of one process per core."""
+    children = [Child(f"gpu{index}:{arch}", worker_argv(index, arch, [])) for index, arch in gpus]
+    if host or not gpus:
+        children.append(Child("host", worker_argv(None, "host", [])))
+    if maintenance:
+        children.append(Child("maintenance", worker_argv(None, None, ["maintenance"])))
+        if precompile != "off":
+            children.append(Child("compile", [*worker_argv(None, None, []), "--compile"]))
+    return children

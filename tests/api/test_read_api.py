@@ -180,6 +180,10 @@ def test_one_error_body_everywhere(populated: Populated) -> None:
     assert field["field"] == "arch" and "unknown arch 'gfx960'" in field["message"], field
     assert "gfx906" in field["message"], field
     assert reader.get("/v1/results", params={"arch": "gfx960"}).status_code == 422
+    for route in ("/v1/sweeps", "/v1/tables"):  # the same filter on the other lists
+        typo = reader.get(route, params={"arch": "gfx960"})
+        assert typo.status_code == 422 and "unknown arch 'gfx960'" in typo.text, (route, typo.text)
+        assert reader.get(route, params={"arch": "gfx906"}).status_code == 200, route
 
 
 def test_openapi_documents_examples_and_error_body(populated: Populated) -> None:

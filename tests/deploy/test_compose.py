@@ -79,6 +79,24 @@ def test_each_gpu_worker_is_pinned_to_its_own_device(compose: dict[str, Any]) ->
     assert len(set(device_ids)) == len(cuda)
 
 
+def test_every_celery_worker_reaches_the_broker_the_database_and_the_shared_artifacts(
+    compose: dict[str, Any],
+) -> None:
+    """`tunebase worker` exits 2 without TUNEBASE_BROKER_URL, and under `restart: unless-stopped` a service
+    that lacks it restarts forever (the compile workers once inherited the worker anchors, which set no
+    environment); a compile worker that does not share the GPU workers' artifact volume helps nobody."""
+    services = compose["services"]
+    workers = {n: s for n, s in services.items() if (s.get("command") or [])[:2] == ["tunebase", "worker"]}
+    expected = {"maintenance", "compile-cuda", "compile-rocm", "worker-sm90-gpu0", "worker-gfx906-gpu0"}
+    assert expected <= set(workers)
+    for name, service in workers.items():
+        env = service.get("environment") or {}
+        for key in ("TUNEBASE_BROKER_URL", "TUNEBASE_DATABASE_URL", "TUNEBASE_ARTIFACT_DIR"):
+            assert env.get(key), (name, key)
+        mounts = [str(v.get("target") if isinstance(v, dict) else v) for v in service.get("volumes") or []]
+        assert any(env["TUNEBASE_ARTIFACT_DIR"] in m for m in mounts), (name, mounts)
+
+
 def test_every_service_command_exists_in_the_project(compose: dict[str, Any]) -> None:
     from celery.bin.celery import celery as celery_cli
 

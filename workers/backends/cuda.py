@@ -172,6 +172,7 @@ class CudaDevice:
             "binary_version": get("CU_FUNC_ATTRIBUTE_BINARY_VERSION"),
             "block_threads": threads,
         }
+        blocks: int | None
         try:
             blocks = int(
                 cd.check(
@@ -182,13 +183,13 @@ class CudaDevice:
                 )
             )
         except cd.CudaError as exc:  # a report, not a reason to drop the variant (e.g. a cluster kernel)
-            blocks = 0
+            blocks = None  # unknown, not 0: a stored 0 reads as "cannot run" (DESIGN §11: nothing unmeasured)
             out["occupancy_error"] = str(exc)[:200]
         max_warps = self.ctx.attribute("CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR") // 32
-        warps = blocks * (threads // 32)
+        warps = None if blocks is None else blocks * (threads // 32)
         out["blocks_per_sm"] = blocks
         out["warps_per_sm"] = warps
-        out["occupancy"] = round(warps / max_warps, 4) if max_warps else None
+        out["occupancy"] = round(warps / max_warps, 4) if max_warps and warps is not None else None
         out["limiter"] = limiter(regs, threads, static_shared + geometry.shared_bytes)
         if kernel.path not in self._census:
             self._census[kernel.path] = sass_census(Path(kernel.path))
