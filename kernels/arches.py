@@ -7,6 +7,7 @@ compiler's own occupancy remark uses; see workers/isa/occupancy.py for the formu
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 
@@ -62,6 +63,10 @@ ARCHES: dict[str, Arch] = {
 }
 ARCH_NAMES: tuple[str, ...] = tuple(ARCHES)
 BACKENDS: tuple[str, ...] = tuple(dict.fromkeys(a.backend for a in ARCHES.values()))
+
+
+# a query filter that names a registered arch (API: a typo is a 422 naming the choices, not an empty page)
+ARCH_PATTERN = "^(" + "|".join(re.escape(name) for name in sorted(ARCHES)) + ")$"
 
 
 def get_arch(name: str) -> Arch:

@@ -19,7 +19,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from kernels.arches import ARCHES
+from kernels.arches import ARCH_PATTERN, ARCHES
 from service.api.responses import SafeJSONResponse
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ def _message(error: dict[str, Any]) -> str:
     if error.get("type") == "string_unicode":  # pydantic-core met a lone UTF-16 surrogate
         return "must be valid Unicode text (a lone UTF-16 surrogate such as \\ud800 is not)"
     pattern = str(error.get("ctx", {}).get("pattern"))
-    if error.get("type") == "string_pattern_mismatch" and pattern.startswith("^(") and "gfx906" in pattern:
+    if error.get("type") == "string_pattern_mismatch" and pattern == ARCH_PATTERN:
         return f"unknown arch {error.get('input')!r}; known: {', '.join(ARCHES)}"
     if error.get("type") == "string_pattern_mismatch" and "\\x00" in str(error.get("ctx", {}).get("pattern")):
         return "must not contain a NUL character"
