@@ -11,7 +11,6 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
-from kernels.arches import ARCH_PATTERN
 from service.api.presence import broker_presence
 from service.auth import TokenGrant, granted, lookup_token
 from service.config import Settings
@@ -23,7 +22,6 @@ bearer = HTTPBearer(auto_error=False)
 # It is honoured for the `read` scope only: every mutating route stays bearer-only (no CSRF surface).
 SESSION_COOKIE = "tunebase_token"
 MAX_OFFSET = 2**31 - 1
-ARCH_FILTER = ARCH_PATTERN  # a typo (gfx960) is a 422 naming the choices, not an empty page
 
 # Path ids and integer filters stay inside a 32-bit column's range, so no driver ever sees an overflow.
 MAX_ID = 2**31 - 1

@@ -8,8 +8,8 @@ from fastapi import APIRouter, Depends, Query
 from sqlalchemy import select
 from sqlalchemy.orm import Session, joinedload
 
+from kernels.arches import ARCH_PATTERN
 from service.api.deps import (
-    ARCH_FILTER,
     MAX_ID,
     Caller,
     PageParams,
@@ -126,7 +126,7 @@ def measurement_item(m: Measurement) -> dict[str, Any]:
 
 @router.get("", responses={200: {"content": {"application/json": {"example": RESULTS_EXAMPLE}}}})
 def list_results(
-    arch: str | None = Query(None, max_length=32, pattern=ARCH_FILTER, examples=["gfx906"]),
+    arch: str | None = Query(None, max_length=32, pattern=ARCH_PATTERN, examples=["gfx906"]),
     phase: str | None = Query(None, pattern="^(decode|prefill)$"),
     kernel: str | None = Query(None, max_length=64, examples=["rowsplit-gemv"], description="package name"),
     format: str | None = Query(None, max_length=16, examples=["Q4_0"]),

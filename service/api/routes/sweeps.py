@@ -9,8 +9,8 @@ from fastapi.exceptions import RequestValidationError
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from kernels.arches import ARCH_PATTERN
 from service.api.deps import (
-    ARCH_FILTER,
     MAX_ID,
     MAX_OFFSET,
     Caller,
@@ -77,7 +77,7 @@ def create_sweep(
 @router.get("")
 def list_sweeps(
     status: str | None = Query(None, pattern="^(queued|running|done|failed|cancelled)$"),
-    arch: str | None = Query(None, max_length=32, pattern=ARCH_FILTER),
+    arch: str | None = Query(None, max_length=32, pattern=ARCH_PATTERN),
     limit: int = Query(50, ge=1, le=500),
     offset: int = Query(0, ge=0, le=MAX_OFFSET),
     _caller: Caller = Depends(require_scope("read")),

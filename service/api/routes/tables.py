@@ -11,7 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service.api.deps import ARCH_FILTER, MAX_ID, MAX_OFFSET, Caller, get_session, require_scope
+from kernels.arches import ARCH_PATTERN
+from service.api.deps import MAX_ID, MAX_OFFSET, Caller, get_session, require_scope
 from service.api.errors import ERROR_RESPONSES, NOT_FOUND
 from service.api.errors import _response as _error
 from service.db.models import TableVersion
@@ -107,7 +108,7 @@ def generate_table(
 
 @router.get("")
 def list_tables(
-    arch: str | None = Query(None, max_length=32, pattern=ARCH_FILTER),
+    arch: str | None = Query(None, max_length=32, pattern=ARCH_PATTERN),
     phase: str | None = Query(None, pattern="^(decode|prefill)$"),
     dialect: str | None = Query(None, max_length=40, examples=["llaminar-rocm-decode"]),
     kernel: str | None = Query(None, max_length=64, description="kernel package name"),

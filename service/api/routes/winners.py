@@ -11,7 +11,8 @@ from pydantic import BaseModel, Field
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service.api.deps import ARCH_FILTER, MAX_ID, MAX_OFFSET, authorize, bearer, presented_token
+from kernels.arches import ARCH_PATTERN
+from service.api.deps import MAX_ID, MAX_OFFSET, authorize, bearer, presented_token
 from service.api.errors import ERROR_RESPONSES
 from service.api.read_cache import cache_of, conditional
 from service.api.responses import json_bytes
@@ -81,7 +82,7 @@ def winner_item(w: Any) -> dict[str, Any]:
 )
 async def list_winners(
     request: Request,
-    arch: str | None = Query(None, max_length=32, pattern=ARCH_FILTER),
+    arch: str | None = Query(None, max_length=32, pattern=ARCH_PATTERN),
     phase: str | None = Query(None, pattern="^(decode|prefill)$"),
     kernel: str | None = Query(None, max_length=64, description="kernel package name"),
     format: str | None = Query(None, max_length=16),
