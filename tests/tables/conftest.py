@@ -5,14 +5,32 @@ from __future__ import annotations
 import hashlib
 import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
 
 from service.tables.dialects import get_dialect
 from service.tables.dialects.base import ReplayAnswers
-from service.tables.model import CODEBOOK_FORMATS, PointKey, PointTimes, TableChoice
+from service.tables.model import CODEBOOK_FORMATS, MeasuredPoint, PointKey, PointTimes, TableChoice
+
+
+def grid_points(
+    times: Callable[[int, int, int], dict[str, float]],
+    ms: Iterable[int],
+    ns: Iterable[int],
+    ks: Iterable[int],
+    codebook: int = 0,
+) -> list[MeasuredPoint]:
+    """Measured points of a synthetic timing model on an M x N x K grid, each won by its fastest variant."""
+    out = []
+    for m in ms:
+        for n in ns:
+            for k in ks:
+                t = times(m, n, k)
+                out.append(MeasuredPoint(codebook, m, n, k, f"S{n}x{k}", min(t, key=t.__getitem__), t))
+    return out
+
 
 VARIANTS = [f"KB{kb}/TW{tw}" for kb in (1, 2, 4, 8) for tw in (4, 8)]
 SHAPES = {

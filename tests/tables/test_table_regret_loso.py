@@ -12,6 +12,7 @@ import numpy as np
 
 from service.tables.model import MeasuredPoint
 from service.tables.surrogate import kbtw_geometry
+from tests.tables.conftest import grid_points
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench"))
@@ -36,13 +37,7 @@ def times(m: int, n: int, k: int) -> dict[str, float]:
 
 
 def measured() -> list[MeasuredPoint]:
-    out = []
-    for m in (1, 2):
-        for n in NS:
-            for k in KS:
-                t = times(m, n, k)
-                out.append(MeasuredPoint(0, m, n, k, f"S{n}x{k}", min(t, key=t.__getitem__), t))
-    return out
+    return grid_points(times, (1, 2), NS, KS)
 
 
 def perturbed(points: Sequence[MeasuredPoint], shape: tuple[int, int]) -> list[MeasuredPoint]:

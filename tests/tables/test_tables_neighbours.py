@@ -20,6 +20,7 @@ from service.tables.neighbours import (
 )
 from service.tables.policy import fit_policy
 from service.tables.validity import PackageValidity, always_valid, validity_for
+from tests.tables.conftest import grid_points
 
 NS = (256, 512, 1024, 2048, 4096, 8192)
 KS = (512, 1024, 2048, 4096)
@@ -47,13 +48,7 @@ def times(m: int, n: int, k: int) -> dict[str, float]:
 
 
 def measured() -> list[MeasuredPoint]:
-    out = []
-    for m in (1, 2):
-        for n in NS:
-            for k in KS:
-                t = times(m, n, k)
-                out.append(MeasuredPoint(0, m, n, k, f"S{n}x{k}", min(t, key=t.__getitem__), t))
-    return out
+    return grid_points(times, (1, 2), NS, KS)
 
 
 def held_out(points: list[MeasuredPoint], shape: tuple[int, int]) -> tuple[list[MeasuredPoint], list]:

@@ -21,6 +21,7 @@ from service.tables.surrogate import (
     model_answer,
 )
 from service.tables.tree import FallbackTree, fit_tree
+from tests.tables.conftest import grid_points
 
 A, B, C = "KB1/TW24", "KB4/TW24", "KB16/TW24"
 NS = (256, 640, 1536, 4096, 10240)
@@ -35,13 +36,7 @@ def diagonal(m: int, n: int, k: int) -> dict[str, float]:
 
 
 def points(times=diagonal, ms=(1, 2), ns=NS, ks=KS) -> list[MeasuredPoint]:  # type: ignore[no-untyped-def]
-    out = []
-    for m in ms:
-        for n in ns:
-            for k in ks:
-                t = times(m, n, k)
-                out.append(MeasuredPoint(0, m, n, k, f"S{n}x{k}", min(t, key=t.__getitem__), t))
-    return out
+    return grid_points(times, ms, ns, ks)
 
 
 def regret(p: MeasuredPoint, v: str) -> float:

@@ -10,6 +10,7 @@ from service.tables import PointTimes, TableChoice, generate_table
 from service.tables.model import MeasuredPoint
 from service.tables.policy import fit_policy, held_out_regrets
 from service.tables.tree import fit_tree, split_threshold
+from tests.tables.conftest import grid_points
 
 A, B, C = "KB1/TW4", "KB8/TW8", "KB2/TW12"
 NS = (512, 1024, 2048, 4096, 8192, 16384, 32768)
@@ -25,13 +26,7 @@ def by_k(m: int, n: int, k: int) -> dict[str, float]:
 
 
 def points(times=by_k, ms=(1, 2)) -> list[MeasuredPoint]:  # type: ignore[no-untyped-def]
-    out = []
-    for m in ms:
-        for n in NS:
-            for k in KS:
-                t = times(m, n, k)
-                out.append(MeasuredPoint(19, m, n, k, f"S{n}x{k}", min(t, key=t.__getitem__), t))
-    return out
+    return grid_points(times, ms, NS, KS, codebook=19)
 
 
 def test_split_threshold_is_the_log2_midpoint_in_integers() -> None:
