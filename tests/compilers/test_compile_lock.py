@@ -119,3 +119,42 @@ def test_a_rejected_unit_is_recorded_and_not_recompiled(tmp_path: Path) -> None:
     again = compile_cubin(source, tmp_path / "art", "bad", ["--gpu-architecture=sm_90a"], ["bad"])
     assert not again.ok and not again.compiled and again.rejected and "undefined_name" in again.log
     assert not Path(again.path).exists()
+
+
+KILLED_WRITER = r"""
+import os, signal, sys, tempfile
+from pathlib import Path
+from workers.compilers.lock import temp_prefix
+final = Path(sys.argv[1])
+fd, tmp = tempfile.mkstemp(prefix=temp_prefix(final), suffix=".tmp", dir=final.parent)
+os.write(fd, b"half a cubin")
+print(tmp, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)  # no finally runs: the temporary stays
+"""
+
+
+@needs_nvrtc
+def test_the_next_compiler_deletes_a_killed_compilers_temporaries(tmp_path: Path) -> None:
+    from workers.harness.cuda_compile import compile_cubin
+
+    source = tmp_path / "tiny.cu"
+    source.write_text(TINY)
+    art = tmp_path / "art"
+    cubin = Path(compile_cubin(source, art, "tiny", ["--gpu-architecture=sm_90a"], ["tiny"]).path)
+    cubin.unlink()  # as if the compile that wrote it had been killed before its last rename
+    litter = []
+    for final in (cubin, cubin.with_suffix(".names.json")):
+        proc = subprocess.run(
+            [sys.executable, "-c", KILLED_WRITER, str(final)], capture_output=True, text=True, env=_env(),
+            cwd=REPO, timeout=60, check=False,
+        )  # fmt: skip
+        assert proc.returncode == -signal.SIGKILL
+        litter.append(Path(proc.stdout.strip()))
+    other_unit = cubin.parent / "someone-else.cubin.abc123.tmp"  # another unit's: not ours to delete
+    other_unit.write_bytes(b"")
+    assert all(p.is_file() for p in litter)
+    again = compile_cubin(source, art, "tiny", ["--gpu-architecture=sm_90a"], ["tiny"])
+    assert again.ok and again.compiled and Path(again.path) == cubin and cubin.is_file()
+    assert not any(p.exists() for p in litter)
+    assert other_unit.is_file()
+    assert not [p.name for p in cubin.parent.glob(f"{cubin.name}.*.tmp")]

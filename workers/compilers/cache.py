@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workers.compilers.base import INCLUDE_DIR, Compiler, CompileResult
-from workers.compilers.lock import unit_lock
+from workers.compilers.lock import sweep_stale_temps, temp_prefix, unit_lock
 
 _INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 
@@ -99,10 +99,12 @@ class CompileCache:
             log = log_path.read_text() if log_path.is_file() else ""
             return CachedCompile(CompileResult(True, log, final), key, src_hash, compiled=False)
         final.parent.mkdir(parents=True, exist_ok=True)
-        with unit_lock(final.with_suffix(".lock")):  # one compiler per unit on this host
+        with unit_lock(final.with_suffix(".lock")) as waited:  # one compiler per unit on this host
             if final.is_file():  # the one we waited for compiled it
                 log = log_path.read_text() if log_path.is_file() else ""
                 return CachedCompile(CompileResult(True, log, final), key, src_hash, compiled=False)
+            if waited is not None:  # the lock is ours: a killed compiler's temporaries are litter
+                sweep_stale_temps(final)
             return self._compile_locked(compiler, source, arch, defines, final, key, src_hash)
 
     def _compile_locked(
@@ -110,7 +112,7 @@ class CompileCache:
         src_hash: str,
     ) -> CachedCompile:  # fmt: skip
         log_path = final.with_suffix(".log")
-        fd, tmp_name = tempfile.mkstemp(suffix=".co.tmp", dir=final.parent)
+        fd, tmp_name = tempfile.mkstemp(prefix=temp_prefix(final), suffix=".tmp", dir=final.parent)
         os.close(fd)
         tmp = Path(tmp_name)
         try:

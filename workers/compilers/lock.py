@@ -6,11 +6,17 @@ find the artifact and reuse it. ``flock`` locks belong to the open file and the 
 holder's last descriptor closes, which includes a SIGKILLed or crashed process: a lock file left on disk
 never blocks anyone. Lock files are never deleted (unlinking a lock file another process is about to
 lock is the classic race; an empty file per unit costs nothing).
+
+A compiler killed mid-write (SIGKILL, OOM) never runs its cleanup, so its temporary file stays beside the
+artifact. Temporaries are named ``<artifact name>.<random>.tmp`` (``temp_prefix``), and the next holder of
+the unit's lock deletes those of its unit (``sweep_stale_temps``): while the lock is held no other writer of
+that unit is alive on this host, so any such file is litter.
 """
 
 from __future__ import annotations
 
 import fcntl
+import glob
 import os
 import time
 from collections.abc import Iterator
@@ -59,3 +65,22 @@ def is_locked(path: Path) -> bool:
     finally:
         os.close(fd)
     return False
+
+
+def temp_prefix(final: Path) -> str:
+    """``tempfile.mkstemp``'s prefix for a file that becomes ``final`` (what ``sweep_stale_temps`` finds)."""
+    return f"{final.name}."
+
+
+def sweep_stale_temps(*finals: Path) -> list[Path]:
+    """Delete what a killed writer left for these artifacts; only while holding their unit lock."""
+    removed: list[Path] = []
+    for final in finals:
+        for name in glob.glob(f"{glob.escape(temp_prefix(final))}*.tmp", root_dir=final.parent):
+            stale = final.parent / name
+            try:
+                stale.unlink()
+            except FileNotFoundError:
+                continue
+            removed.append(stale)
+    return removed

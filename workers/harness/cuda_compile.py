@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernels.packages.loader import INCLUDE_DIR
-from workers.compilers.lock import DEFAULT_WAIT_S, unit_lock
+from workers.compilers.lock import DEFAULT_WAIT_S, sweep_stale_temps, temp_prefix, unit_lock
 from workers.harness import cuda_driver as cd
 
 SASS_TIMEOUT_S = 60
@@ -109,6 +109,8 @@ def compile_cubin(
         result.waited_s = round(waited, 3) if waited is not None else None
         if _reuse(cubin, result):  # the holder we waited for compiled it
             return result
+        if waited is not None:  # the lock is ours: a killed compiler's temporaries are litter
+            sweep_stale_temps(cubin, cubin.with_suffix(".names.json"), cubin.with_suffix(".error.json"))
         started = time.monotonic()
         data = _nvrtc(source, source_path.name, headers, options, name_expressions, result)
         result.compiled, result.seconds = True, round(time.monotonic() - started, 3)
@@ -182,7 +184,7 @@ def _nvrtc(
 
 
 def _atomic_write(path: Path, data: bytes, out_dir: Path) -> None:
-    fd, tmp = tempfile.mkstemp(suffix=".tmp", dir=out_dir)
+    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path), suffix=".tmp", dir=out_dir)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
