@@ -183,9 +183,7 @@ def demo(
         table.add_row(w["format"], w["shape"], *_winner_cells(w))
     table.caption = TIE_CAPTION
     out.print(table)
-    out.print(
-        f"table: {result.table_path.resolve()}  (sha256 {result.sha256[:12]}; compiles and replays)"
-    )
+    out.print(f"table: {result.table_path.resolve()}  (sha256 {result.sha256[:12]}; compiles and replays)")
 
 
 @app.command()
@@ -337,7 +335,7 @@ def _api_call(function: Any, *args: Any, **kwargs: Any) -> Any:
         if not message:
             message = " ".join(str(error.body).split())[:160] or "(empty body)"
         _error_line(f"HTTP {error.status}: {message}", _http_hint(error.status))
-        for item in (detail.get("fields", []) if isinstance(detail, dict) else []):
+        for item in detail.get("fields", []) if isinstance(detail, dict) else []:
             console.print(f"  {item['field']}: {item['message']}", markup=False, highlight=False)
         raise typer.Exit(2 if error.status in (400, 409, 413, 422) else 1) from None
 
@@ -697,9 +695,7 @@ def devices(
 
 
 @app.command()
-def profiles(
-    as_json: bool = JsonOption, url: str = UrlOption, token: str | None = TokenOption
-) -> None:
+def profiles(as_json: bool = JsonOption, url: str = UrlOption, token: str | None = TokenOption) -> None:
     """Shape profiles a sweep can name."""
     page = _api_call(_client(url, token).profiles)
     if as_json:
@@ -987,12 +983,15 @@ def import_rocprof(
 def worker(
     gpu: int | None = typer.Option(None, min=0, help="pin to this device index (ROCR_/CUDA_VISIBLE_DEVICES)"),
     arch: str | None = typer.Option(None, help="consume arch.<ARCH> (default: the GPU's arch, else host)"),
-    queues: str = typer.Option("", help="extra queues, comma list (e.g. maintenance,compile)"),
+    queues: str = typer.Option("", help="extra queues, comma list (e.g. maintenance,compile.cuda)"),
     compile_: bool = typer.Option(
         False, "--compile", help="a CPU worker for the compile queue: no GPU, --concurrency processes"
     ),
     concurrency: int | None = typer.Option(
         None, min=1, help="with --compile: pool processes (default: one per core)"
+    ),
+    backend: str = typer.Option(
+        "", help="with --compile: the backends whose units to compile, comma list (default: all)"
     ),
     loglevel: str = typer.Option("INFO", help="Celery log level"),
 ) -> None:
@@ -1008,9 +1007,12 @@ def worker(
         raise usage_error("--compile runs no GPU work: leave out --gpu and --arch")
     if concurrency is not None and not compile_:
         raise usage_error("--concurrency is for --compile workers (a GPU worker runs one task at a time)")
+    backends = [b.strip() for b in backend.split(",") if b.strip()]
+    if backends and not compile_:
+        raise usage_error("--backend is for --compile workers (a GPU worker's arch sets its backend)")
     try:
         if compile_:
-            plan = plan_compile_worker(extra, concurrency)
+            plan = plan_compile_worker(extra, concurrency, backends)
         else:
             plan = plan_worker(gpu, arch, extra, settings.worker_arch)
     except LaunchError as error:

@@ -3,7 +3,9 @@
 The broker only carries task ids; the database holds task state (workers/execute.py), so a lost
 or duplicated message costs nothing but a re-send (workers/reconciler.py).
 Run a worker with `tunebase worker --gpu N --arch A` or `celery -A workers.celery_app worker -Q arch.A`;
-the compile queue (workers/precompile.py) with `tunebase worker --compile` (no GPU, one process per core).
+the compile queues (workers/precompile.py: one per backend, compile.cuda / compile.rocm / compile.host, so a
+CUDA image's compile worker never takes a job only a ROCm image can build) with `tunebase worker --compile
+[--backend B]` (no GPU, one process per core).
 """
 
 from __future__ import annotations
@@ -14,11 +16,10 @@ from celery import Celery
 from celery.schedules import crontab
 from kombu import Queue
 
-from kernels.arches import ARCH_NAMES, get_arch
+from kernels.arches import ARCH_NAMES, BACKENDS, get_arch
 from service.config import Settings, get_settings
 
 ARCHES = ARCH_NAMES
-COMPILE_QUEUE = "compile"
 MAINTENANCE_QUEUE = "maintenance"
 RUN_TASK = "tunebase.run_task"
 COMPILE_UNIT = "tunebase.compile_unit"
@@ -28,6 +29,16 @@ NIGHTLY_TABLES = "tunebase.tables.nightly"
 
 def arch_queue(arch: str) -> str:
     return get_arch(arch).queue
+
+
+def compile_queue(backend: str) -> str:
+    """The compile queue of one backend's toolchain (an image without that toolchain does not consume it)."""
+    if backend not in BACKENDS:
+        raise KeyError(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
+    return f"compile.{backend}"
+
+
+COMPILE_QUEUES = tuple(compile_queue(b) for b in BACKENDS)
 
 
 def parse_cron(expression: str) -> crontab:
@@ -44,12 +55,13 @@ def parse_cron(expression: str) -> crontab:
 def make_celery(settings: Settings) -> Celery:
     celery = Celery("tunebase", broker=settings.broker_url or "memory://", include=["workers.tasks"])
     celery.conf.update(
-        task_queues=[Queue(arch_queue(a)) for a in ARCHES] + [Queue(COMPILE_QUEUE), Queue(MAINTENANCE_QUEUE)],
+        task_queues=[Queue(arch_queue(a)) for a in ARCHES]
+        + [Queue(q) for q in COMPILE_QUEUES]
+        + [Queue(MAINTENANCE_QUEUE)],
         task_default_queue=MAINTENANCE_QUEUE,
         task_routes={
             RECONCILE: {"queue": MAINTENANCE_QUEUE},
             NIGHTLY_TABLES: {"queue": MAINTENANCE_QUEUE},
-            COMPILE_UNIT: {"queue": COMPILE_QUEUE},
         },
         task_acks_late=True,  # a worker that dies mid-task leaves its message to be redelivered
         task_reject_on_worker_lost=True,  # ... including when the pool process is killed

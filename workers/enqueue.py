@@ -13,9 +13,10 @@ from collections.abc import Iterable, Sequence
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from kernels.arches import get_arch
 from service.config import Settings
 from service.db.models import Task, utcnow
-from workers.celery_app import COMPILE_QUEUE, COMPILE_UNIT, RUN_TASK, arch_queue, celery_for
+from workers.celery_app import COMPILE_UNIT, RUN_TASK, arch_queue, celery_for, compile_queue
 from workers.precompile import compile_jobs
 
 log = logging.getLogger(__name__)
@@ -44,17 +45,18 @@ def send_tasks(broker_url: str, items: Iterable[tuple[int, str]]) -> list[int]:
     return sent
 
 
-def send_compile_jobs(broker_url: str, task_ids: Sequence[int]) -> list[int]:
-    """One compile-queue message per representative task id (workers/precompile.py); best effort."""
+def send_compile_jobs(broker_url: str, jobs: Sequence[tuple[int, str]]) -> list[int]:
+    """One message per (representative task id, arch) on its backend's compile queue (workers/precompile.py);
+    best effort."""
     celery = celery_for(broker_url)
     sent: list[int] = []
     try:
         with celery.producer_or_acquire() as producer:
-            for task_id in task_ids:
+            for task_id, arch in jobs:
                 celery.send_task(
                     COMPILE_UNIT,
                     args=(task_id,),
-                    queue=COMPILE_QUEUE,
+                    queue=compile_queue(get_arch(arch).backend),
                     producer=producer,
                     retry=True,
                     retry_policy=SEND_RETRY,
@@ -85,7 +87,8 @@ def enqueue_sweep(settings: Settings, session: Session, sweep_id: int) -> int:
     ).all()
     jobs = compile_jobs((tuple(r) for r in rows), settings.precompile)
     if jobs:  # first, so the compile workers start while the GPUs take their first tasks
-        send_compile_jobs(settings.broker_url, jobs)
+        arch_of = {int(r[0]): str(r[1]) for r in rows}
+        send_compile_jobs(settings.broker_url, [(job, arch_of[job]) for job in jobs])
     sent = send_tasks(settings.broker_url, [(int(r[0]), str(r[1])) for r in rows])
     mark_enqueued(session, sent)
     session.commit()

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from workers.celery_app import ARCHES, COMPILE_QUEUE, arch_queue
+from kernels.arches import BACKENDS
+from workers.celery_app import ARCHES, arch_queue, compile_queue
 from workers.gpus import Gpu, detect_gpus, pinning_env
 
 
@@ -24,13 +26,20 @@ class WorkerPlan:
     concurrency: int = 1  # one task at a time per GPU; the compile worker runs one per core
 
 
-def plan_compile_worker(extra_queues: list[str], concurrency: int | None = None) -> WorkerPlan:
-    """A CPU worker for the compile queue (no GPU: CUDA_VISIBLE_DEVICES/ROCR_VISIBLE_DEVICES empty),
-    one pool process per core unless told otherwise."""
+def plan_compile_worker(
+    extra_queues: list[str], concurrency: int | None = None, backends: Sequence[str] = ()
+) -> WorkerPlan:
+    """A CPU worker for the compile queues of ``backends`` (default: every backend's; an image that has one
+    toolchain names its backend), no GPU (CUDA_/ROCR_/HIP_VISIBLE_DEVICES empty), one pool process per core
+    unless told otherwise."""
     if concurrency is not None and concurrency < 1:  # 0 must not quietly mean "every core"
         raise LaunchError(f"--concurrency must be at least 1, not {concurrency}")
+    unknown = [b for b in backends if b not in BACKENDS]
+    if unknown:
+        raise LaunchError(f"unknown backend {unknown[0]!r}; known: {', '.join(BACKENDS)}")
     processes = concurrency if concurrency is not None else os.cpu_count() or 1
-    queues = [COMPILE_QUEUE, *(q for q in extra_queues if q != COMPILE_QUEUE)]
+    compile_queues = [compile_queue(b) for b in dict.fromkeys(backends or BACKENDS)]
+    queues = [*compile_queues, *(q for q in extra_queues if q not in compile_queues)]
     env = {"CUDA_VISIBLE_DEVICES": "", "ROCR_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": ""}
     return WorkerPlan(None, None, queues, env, f"compile.{os.getpid()}@{socket.gethostname()}", processes)
 

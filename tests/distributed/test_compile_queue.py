@@ -26,7 +26,9 @@ pytestmark = pytest.mark.postgres
 CUDA_VARIANTS = ["MX1/KB1/RW1/U2/RG1/PG0/PP1", "MX1/KB1/RW1/U2/RG1/PG2/PP1"]
 
 
-def start_compile_worker(cluster: Cluster, name: str, env: dict[str, str] | None = None) -> None:
+def start_compile_worker(
+    cluster: Cluster, name: str, env: dict[str, str] | None = None, backend: str | None = None
+) -> None:
     argv = [
         sys.executable,
         "-m",
@@ -37,6 +39,7 @@ def start_compile_worker(cluster: Cluster, name: str, env: dict[str, str] | None
         "2",
         "--loglevel",
         "INFO",
+        *(["--backend", backend] if backend else []),
     ]
     log = (cluster.home / f"{name}.log").open("ab")
     process = subprocess.Popen(argv, env=env or cluster.env(), cwd=REPO, stdout=log, stderr=log)
@@ -74,7 +77,8 @@ def test_a_gpu_sweep_sends_one_compile_job_per_format_and_the_compile_worker_bui
     spec = smoke_spec(arch="sm_90", formats=["Q8_0", "Q4_0"], shapes=shapes, m=[1, 2], variants=CUDA_VARIANTS)
     sweep_id = cluster.submit(spec)
     assert cluster.counts(sweep_id)["total"] == 12
-    jobs = queue_bodies(cluster, "compile")
+    jobs = queue_bodies(cluster, "compile.cuda")
+    assert queue_bodies(cluster, "compile.rocm") == queue_bodies(cluster, "compile.host") == []
     assert len(queue_bodies(cluster, "arch.sm_90")) == 12
     assert len(jobs) == 2  # (tb-decode, Q8_0, sm_90) and (tb-decode, Q4_0, sm_90), once each
     with cluster.factory() as session:
@@ -83,7 +87,7 @@ def test_a_gpu_sweep_sends_one_compile_job_per_format_and_the_compile_worker_bui
         formats = sorted(session.get(Task, ids[0]).format for ids in jobs)  # type: ignore[union-attr]
     assert formats == ["Q4_0", "Q8_0"]
 
-    start_compile_worker(cluster, "compile")  # no GPU here: CUDA_VISIBLE_DEVICES is emptied anyway
+    start_compile_worker(cluster, "compile", backend="cuda")  # no GPU here: CUDA_VISIBLE_DEVICES is emptied
     lines = wait_for_lines(cluster, "compile", "compile-job", 2, timeout=120)
     assert all("ok=True" in line and "compiled=1" in line and "arch=sm_90" in line for line in lines), lines
     cubins = sorted(p.name for p in cluster.artifact_dir.rglob("*.cubin"))
@@ -92,7 +96,7 @@ def test_a_gpu_sweep_sends_one_compile_job_per_format_and_the_compile_worker_bui
         and cubins[0].startswith("tb-decode_q4_0_")
         and cubins[1].startswith("tb-decode_q8_0")
     )
-    assert redis.Redis.from_url(cluster.broker_url).llen("compile") == 0
+    assert redis.Redis.from_url(cluster.broker_url).llen("compile.cuda") == 0
 
     # the same sweep again: the jobs are sent again, find the cubins and compile nothing
     again = cluster.submit({**spec, "labels": {"run": "2"}})

@@ -31,9 +31,7 @@ def test_status_counts_live_workers_per_arch(cluster: Cluster) -> None:
     with session_scope(cluster.database_url) as session:
         token = create_token(session, "presence", ["submit"])
     client = TestClient(create_app(cluster.settings), headers={"Authorization": f"Bearer {token}"})
-    gfx906 = smoke_spec(
-        arch="gfx906", shapes=[{"name": "P", "n": 64, "k": 256}], variants=[ROCM_VARIANT]
-    )
+    gfx906 = smoke_spec(arch="gfx906", shapes=[{"name": "P", "n": 64, "k": 256}], variants=[ROCM_VARIANT])
     waiting = client.post("/v1/sweeps", json=gfx906)
     assert waiting.status_code == 202, waiting.text
     body = waiting.json()

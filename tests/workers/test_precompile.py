@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from tests.conftest import REPO
-from workers.celery_app import COMPILE_QUEUE, COMPILE_UNIT, make_celery
+from workers.celery_app import COMPILE_QUEUES, COMPILE_UNIT, compile_queue, make_celery
 from workers.launch import LaunchError, plan_compile_worker
 from workers.precompile import compile_jobs, precompiled_arch
 
@@ -33,31 +33,47 @@ def test_one_job_per_package_format_arch_and_variant_list() -> None:
     assert not precompiled_arch("no-such-arch", "all")
 
 
-def test_the_compile_task_routes_to_the_compile_queue() -> None:
+def test_each_backend_has_its_own_compile_queue() -> None:
     from service.config import Settings
 
     app = make_celery(Settings(broker_url="memory://"))
-    assert app.conf.task_routes[COMPILE_UNIT] == {"queue": COMPILE_QUEUE}
-    assert COMPILE_QUEUE in {q.name for q in app.conf.task_queues}
+    assert COMPILE_UNIT not in app.conf.task_routes  # the sender names the queue: the task's backend's
+    assert sorted(COMPILE_QUEUES) == ["compile.cuda", "compile.host", "compile.rocm"]
+    assert set(COMPILE_QUEUES) <= {q.name for q in app.conf.task_queues}
+    assert compile_queue("rocm") == "compile.rocm"
+    with pytest.raises(KeyError, match="unknown backend 'metal'"):
+        compile_queue("metal")
 
 
 def test_the_compile_worker_has_no_gpu_and_a_process_per_core() -> None:
     plan = plan_compile_worker([])
-    assert plan.queues == [COMPILE_QUEUE] and plan.gpu is None and plan.arch is None
+    assert plan.queues == list(COMPILE_QUEUES) and plan.gpu is None and plan.arch is None
     assert plan.concurrency == (os.cpu_count() or 1)
     assert plan.env["CUDA_VISIBLE_DEVICES"] == "" and plan.env["ROCR_VISIBLE_DEVICES"] == ""
-    assert plan_compile_worker(["maintenance", "compile"], 3).queues == [COMPILE_QUEUE, "maintenance"]
+    cuda_only = plan_compile_worker(["maintenance", "compile.cuda"], 3, ["cuda"])
+    assert cuda_only.queues == ["compile.cuda", "maintenance"]
+    assert plan_compile_worker([], None, ["rocm", "cuda", "rocm"]).queues == ["compile.rocm", "compile.cuda"]
+    with pytest.raises(LaunchError, match="unknown backend 'metal'"):
+        plan_compile_worker([], None, ["metal"])
     assert plan_compile_worker([], 3).concurrency == 3
     for bad in (0, -2):  # never read as "one per core"
         with pytest.raises(LaunchError, match=f"at least 1, not {bad}"):
             plan_compile_worker([], bad)
 
 
-def test_compile_with_gpu_is_a_usage_error() -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--compile", "--gpu", "0"], "--compile runs no GPU work"),
+        (["--backend", "cuda"], "--backend is for --compile workers"),
+        (["--compile", "--backend", "cuda,metal"], "unknown backend 'metal'"),
+    ],
+)
+def test_bad_compile_worker_arguments_are_usage_errors(args: list[str], message: str) -> None:
     env = {**os.environ, "TUNEBASE_BROKER_URL": "redis://127.0.0.1:1/0", "PYTHONPATH": str(REPO)}
-    argv = [sys.executable, "-m", "service.cli", "worker", "--compile", "--gpu", "0"]
+    argv = [sys.executable, "-m", "service.cli", "worker", *args]
     proc = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
-    assert proc.returncode == 2 and "--compile runs no GPU work" in proc.stdout + proc.stderr
+    assert proc.returncode == 2 and message in proc.stdout + proc.stderr
 
 
 def test_a_bad_precompile_setting_is_a_usage_error_naming_it() -> None:

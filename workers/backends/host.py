@@ -413,4 +413,3 @@ class HostBackend:
         return run_task(
             package, spec, HostDevice(facts, llc_bytes() or host.llc_bytes), device, compiled, progress
         )
-

@@ -167,4 +167,3 @@ def policy_for(spec: TaskSpec, eligible: Collection[str] | None = None) -> Racin
         eligible=frozenset(eligible) if eligible is not None else None,
         seed=stable_seed(spec.arch, spec.phase, spec.format, spec.m, spec.n, spec.k, spec.seed),
     )
-
