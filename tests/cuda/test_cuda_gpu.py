@@ -156,6 +156,11 @@ def test_every_prefill_variant_passes_parity_and_is_timed(backend: CudaBackend, 
         res: dict[str, Any] = result.artifact.resources[r.symbol]
         assert res["prelaunch"]["block"] == [256, 1, 1] and int(res["prelaunch"]["registers"]) > 0
         assert int(res["shared_dynamic_bytes"]) > 0, (r.variant, res)
+        if r.variant.endswith("/E3"):  # 2-CTA clusters: occupancy from cuOccupancyMaxActiveClusters
+            assert res["cluster_size"] == 2 and int(res["clusters_max_active"]) >= 1, (r.variant, res)
+            assert int(res["blocks_per_sm"]) >= 1 and "occupancy_error" not in res, (r.variant, res)
+        else:
+            assert "cluster_size" not in res and int(res["blocks_per_sm"]) >= 1, (r.variant, res)
 
 
 def test_prefill_dispatch_time_is_both_kernels(backend: CudaBackend) -> None:

@@ -173,16 +173,33 @@ class CudaDevice:
             "block_threads": threads,
         }
         blocks: int | None
+        cluster = (
+            get("CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH"),
+            get("CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT"),
+            get("CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH"),
+        )
+        cluster_size = max(cluster[0], 1) * max(cluster[1], 1) * max(cluster[2], 1)
         try:
-            blocks = int(
-                cd.check(
-                    cd.driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
-                        function, threads, geometry.shared_bytes
-                    ),
-                    "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+            if (
+                cluster_size > 1
+            ):  # the per-SM query refuses cluster kernels: ask how many clusters fit the GPU
+                clusters = max_active_clusters(function, geometry)
+                out["cluster_size"], out["clusters_max_active"] = cluster_size, clusters
+                sms = self.ctx.attribute("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT")
+                blocks = (
+                    clusters * cluster_size // sms
+                )  # GPCs whose SM count the cluster does not divide idle some
+                out["sms_busy"] = min(clusters * cluster_size, sms)
+            else:
+                blocks = int(
+                    cd.check(
+                        cd.driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                            function, threads, geometry.shared_bytes
+                        ),
+                        "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+                    )
                 )
-            )
-        except cd.CudaError as exc:  # a report, not a reason to drop the variant (e.g. a cluster kernel)
+        except cd.CudaError as exc:  # a report, not a reason to drop the variant
             blocks = None  # unknown, not 0: a stored 0 reads as "cannot run" (DESIGN §11: nothing unmeasured)
             out["occupancy_error"] = str(exc)[:200]
         max_warps = self.ctx.attribute("CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR") // 32
@@ -213,6 +230,19 @@ class CudaDevice:
                 failure = failure or error
         if failure is not None:
             raise failure
+
+
+def max_active_clusters(function: Any, geometry: Geometry) -> int:
+    """cuOccupancyMaxActiveClusters for a kernel with a compile-time cluster shape (``__cluster_dims__``): how
+    many of its clusters the whole GPU holds at once (a cluster's workgroups must share one GPC)."""
+    config = cd.driver.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = geometry.grid
+    config.blockDimX, config.blockDimY, config.blockDimZ = geometry.block
+    config.sharedMemBytes = geometry.shared_bytes
+    config.numAttrs = 0
+    return int(
+        cd.check(cd.driver.cuOccupancyMaxActiveClusters(function, config), "cuOccupancyMaxActiveClusters")
+    )
 
 
 @dataclass
