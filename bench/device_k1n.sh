@@ -25,10 +25,7 @@ if [ -z "${DRY:-}" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site:$PWD
 fi
-stamp() {
-  echo "# device: $(nvidia-smi --query-gpu=index,name,uuid,driver_version --format=csv,noheader 2>/dev/null | tr '\n' ';') CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"
-  echo "# date: $(date -u +%FT%TZ)"; echo "# git: $(cat .git-head 2>/dev/null || git rev-parse HEAD 2>/dev/null || echo unknown)"; echo "# command: $*"
-}
+source "$(dirname "$0")/device_lib.sh"  # stamp
 json="$OUT/decode-roofline-h200-$tag.json"
 
 if [[ $what == *roofline* ]]; then

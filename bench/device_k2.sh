@@ -20,11 +20,8 @@ export PYTHONPATH=/tmp/site:$PWD
 ART=/tmp/tb-prefill-artifacts
 export TUNEBASE_CUDA_ARTIFACTS=$ART
 log="$OUT/k2-prefill-h200-$tag.log"
-{
-  echo "# device: $(nvidia-smi --query-gpu=index,name,uuid,driver_version,clocks.sm --format=csv,noheader | tr '\n' ';')"
-  echo "# date: $(date -u +%FT%TZ)"
-  echo "# command: bash bench/device_k2.sh $tag"
-} > "$log"
+source "$(dirname "$0")/device_lib.sh"  # stamp
+stamp "bash bench/device_k2.sh $tag" > "$log"
 el() { echo "# t=$(( $(date +%s) - t0 ))s $*" | tee -a "$log"; }
 
 el "stage 1: warm the NVRTC cache"

@@ -24,13 +24,8 @@ export PYTHONPATH=/tmp/site:$PWD
 ART=/tmp/tb-prefill-k2n-artifacts
 export TUNEBASE_CUDA_ARTIFACTS=$ART
 log="$OUT/k2n-prefill-h200-$tag.log"
-{
-  echo "# device: $(nvidia-smi --query-gpu=index,name,uuid,driver_version,clocks.sm --format=csv,noheader \
-    2>/dev/null | tr '\n' ';') CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"
-  echo "# date: $(date -u +%FT%TZ)"
-  echo "# command: GPU=${GPU:-1} bash bench/device_k2n.sh $tag"
-  echo "# commit: $(git rev-parse HEAD 2>/dev/null)"
-} > "$log"
+source "$(dirname "$0")/device_lib.sh"  # stamp
+stamp "GPU=${GPU:-1} bash bench/device_k2n.sh $tag" > "$log"
 el() { echo "# t=$(( $(date +%s) - t0 ))s $*" | tee -a "$log"; }
 engines=E0E1
 

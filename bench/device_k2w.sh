@@ -43,13 +43,8 @@ ART=$(realpath -m "${ART:-/tmp/tb-prefill-k2w-artifacts}")
 mkdir -p "$ART"
 export TUNEBASE_CUDA_ARTIFACTS=$ART
 log="$OUT/k2w-prefill-h200-$tag.log"
-{
-  echo "# device: $(nvidia-smi --query-gpu=index,name,uuid,driver_version,clocks.sm --format=csv,noheader \
-    2>/dev/null | tr '\n' ';') CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"
-  echo "# date: $(date -u +%FT%TZ)"
-  echo "# command: STAGES=$STAGES ART=${ART:-} E2=${E2:-} FORMATS=${FORMATS:-} NCU_POINT=${NCU_POINT:-} NCU_ENGINE=${NCU_ENGINE:-} GPU=${GPU:-0} bash bench/device_k2w.sh $tag"
-  echo "# commit: $(git rev-parse HEAD 2>/dev/null)"
-} > "$log"
+source "$(dirname "$0")/device_lib.sh"  # stamp
+stamp "STAGES=$STAGES ART=${ART:-} E2=${E2:-} FORMATS=${FORMATS:-} NCU_POINT=${NCU_POINT:-} NCU_ENGINE=${NCU_ENGINE:-} GPU=${GPU:-0} bash bench/device_k2w.sh $tag" > "$log"
 el() { echo "# t=$(( $(date +%s) - t0 ))s $*" | tee -a "$log"; }
 
 # E0 / E1: the engines' fastest variants on some point of bench/results/prefill-roofline-h200-2026-12-01-c.json

@@ -10,7 +10,7 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 TB_MXFP4_ARTIFACTS=/tmp/mxfp4-artifacts
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD
-stamp() { echo "# device: $(nvidia-smi --query-gpu=index,name,uuid,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader | tr '\n' ';')"; echo "# date: $(date -u +%FT%TZ)"; echo "# command: $*"; }
+source "$(dirname "$0")/device_lib.sh"  # stamp
 
 log="$OUT/gpu-tests-mxfp4-h200-$tag.log"
 stamp "python3 -m pytest -m gpu tests/cuda/test_mxfp4_gemm_gpu.py -q -rs --durations=5" > "$log"

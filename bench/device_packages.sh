@@ -11,7 +11,7 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD
-stamp() { echo "# device: $(nvidia-smi --query-gpu=index,name,uuid,driver_version --format=csv,noheader | tr '\n' ';')"; echo "# date: $(date -u +%FT%TZ)"; echo "# command: $*"; }
+source "$(dirname "$0")/device_lib.sh"  # stamp
 
 if [ "$what" = tests ] || [ "$what" = all ]; then
   log="$OUT/gpu-tests-packages-h200-$tag.log"

@@ -28,9 +28,8 @@ export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 
 export TUNEBASE_ARTIFACT_DIR=${TUNEBASE_ARTIFACT_DIR:-/tmp/tb-artifacts}  # stack and recording share cubins
 py=python3
 log="$OUT/device-stack-$tag.log"
-{ echo "# device: $(nvidia-smi --query-gpu=index,name,uuid,driver_version --format=csv,noheader 2>/dev/null | tr '\n' ';')"
-  echo "# date: $(date -u +%FT%TZ)"; echo "# command: bash bench/device_stack.sh $tag $what"
-  echo "# git: $(cat .git-head 2>/dev/null || git rev-parse HEAD 2>/dev/null)"; } > "$log"
+source "$(dirname "$0")/device_lib.sh"  # stamp
+stamp "bash bench/device_stack.sh $tag $what" > "$log"
 if [ -z "${LOCAL:-}" ]; then
   t=$(date +%s)
   wheels=$(ls .whl/*.whl .srv/wheels/*.whl | grep -v /pgserver-)  # pgserver: stack_servers unpacks it

@@ -15,10 +15,8 @@ export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD
 json="$OUT/table-dispatch-h200-$tag.json"; log="$OUT/table-dispatch-h200-$tag.log"
-{
-  echo "# device: $(nvidia-smi --query-gpu=index,name,uuid,driver_version --format=csv,noheader | tr '\n' ';')"
-  echo "# date: $(date -u +%FT%TZ)"
-} > "$log"
+source "$(dirname "$0")/device_lib.sh"  # stamp
+stamp "bash bench/device_table_dispatch.sh $*" > "$log"
 if [ -z "$data" ]; then
   data="$OUT/table-dispatch-recording-h200-$tag.json.gz"
   cmd=(python3 bench/racing_gpu.py record --arch sm_90 --gpus 0 --formats "${FORMATS:-Q4_0,Q4_K}"
