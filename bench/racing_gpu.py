@@ -9,7 +9,11 @@ possible; parity is checked on a seeded 512-row sample above ``--sample-above`` 
 still fail). Points run format by format, shapes spread over the GPUs by size; at ``--deadline-s`` each
 process stops before its next point, so a time box costs whole points, never half-timed ones.
 The recording (.json.gz) keeps every device time: racing replays, table generalisation (leave one shape
-out) and anything else can be recomputed from it without a GPU.
+out) and anything else can be recomputed from it without a GPU. ``--prune-from RECORDING --prune-within
+X``: per M, only the variants that came within X of the best at some point of that M in an earlier
+recording of the same format (plus, per M, the space's variants that recording never timed, of the
+smallest mx >= M: the kernels added since), so a 110-shape recording fits one GPU's time box; its
+regrets are then over that pruned space (the JSON says so).
 
 ``replay``: bench/racing_vs_exhaustive.py's replay (RacingPolicy fed the recorded dispatches round by
 round; winners by the stored-winner rule) over a recording, with the two headline figures named plainly:
@@ -92,6 +96,38 @@ def split_units(units: Sequence[Unit], gpus: int) -> list[list[Unit]]:
     return shares
 
 
+def pruned_variants(
+    recording: Path,
+    formats: Sequence[str],
+    ms: Sequence[int],
+    space: Sequence[tuple[str, int]],
+    within: float,
+) -> dict[int, list[str]]:
+    """Per M, the variants of ``space`` ((name, mx) in declared order) to time: those within ``within``
+    of the best (by median) at some point of that M and one of ``formats`` in ``recording``, and those
+    the recording never timed whose mx is the smallest mx >= M of the space (new kernels, untested)."""
+    import statistics
+
+    with gzip.open(recording, "rt") as fh:
+        points = json.load(fh)["points"]
+    timed = {v for p in points for v, t in p["times_ns"].items() if t}
+    out: dict[int, list[str]] = {}
+    for m in ms:
+        near: set[str] = set()
+        for p in points:
+            if p["m"] != m or p["format"] not in formats:
+                continue
+            med = {v: statistics.median(t) for v, t in p["times_ns"].items() if t and v in set(p["eligible"])}
+            if med:
+                best = min(med.values())
+                near |= {v for v, t in med.items() if t <= best * (1 + within)}
+        if not near:
+            raise SystemExit(f"--prune-from {recording}: no {'/'.join(formats)} point at M = {m}")
+        fit = min((mx for _, mx in space if mx >= m), default=None)
+        out[m] = [v for v, mx in space if v in near or (v not in timed and mx == fit)]
+    return out
+
+
 # -- record: one process per GPU -------------------------------------------------------------------
 
 
@@ -146,6 +182,7 @@ class Recorder:
         if backend.detect() is None:
             raise SystemExit(f"no {self.args.arch} device in this process")
         variants = tuple(v.name for v in self.package.space(backend.name))
+        pruned: dict[str, list[str]] = json.loads(self.args.variants) if self.args.variants else {}
         original = runner.build_task_problem
 
         def from_pool(package: Any, spec: Any) -> Any:  # the prebuilt problem, else the runner's own
@@ -164,7 +201,7 @@ class Recorder:
                     if time.monotonic() > self.deadline:
                         break
                     self.prebuilt[(unit[0], unit[2], unit[3], m)] = problem
-                    row = self.time_point(backend, variants, unit, m)
+                    row = self.time_point(backend, tuple(pruned.get(str(m), variants)), unit, m)
                     row["build_wait_s"], waited = round(waited, 3), 0.0
                     out.write(json.dumps(row, separators=(",", ":")) + "\n")
                     out.flush()
@@ -222,6 +259,13 @@ def record(args: argparse.Namespace) -> None:
     shares = split_units(units, len(gpus))
     work = args.out.parent / (args.out.name + ".parts")
     work.mkdir(parents=True, exist_ok=True)
+    package = builtin_packages()["tb-decode"]
+    backend = "cuda" if args.arch.startswith("sm_") else args.arch
+    ms = [int(v) for v in args.m.split(",")]
+    pruned: dict[int, list[str]] = {}
+    if args.prune_from is not None:
+        space = [(v.name, int(v.params["mx"])) for v in package.space(backend)]
+        pruned = pruned_variants(args.prune_from, args.formats.split(","), ms, space, args.prune_within)
     children = []
     for gpu, share in zip(gpus, shares, strict=True):
         part = work / f"gpu{gpu}.jsonl"
@@ -231,13 +275,12 @@ def record(args: argparse.Namespace) -> None:
                 "--deadline-s", str(args.deadline_s), "--builders", str(args.builders),
                 "--sample-above", str(args.sample_above),
                 "--artifacts", args.artifacts or str(work / f"artifacts-{gpu}"),
-                "--part", str(part)]  # fmt: skip
+                "--part", str(part), "--variants", json.dumps(pruned) if pruned else ""]  # fmt: skip
         env = {**os.environ, **pinning_env(None, gpu, args.arch), "PYTHONUNBUFFERED": "1"}
         children.append((part, subprocess.Popen(argv, env=env)))
     codes = [p.wait(timeout=args.deadline_s + 600) for _, p in children]
     points = [json.loads(line) for part, _ in children if part.exists() for line in part.open()]
-    package = builtin_packages()["tb-decode"]
-    order = {v.name: v.order for v in package.space("cuda" if args.arch.startswith("sm_") else args.arch)}
+    order = {v.name: v.order for v in package.space(backend)}
     for point in points:
         point["order"] = {name: order.get(name, 0) for name in point["times_ns"]}
     payload = {
@@ -256,6 +299,17 @@ def record(args: argparse.Namespace) -> None:
             "shapes": args.shapes,
             "formats": args.formats.split(","),
             "m": args.m,
+            "variants": "the whole space"
+            if not pruned
+            else {
+                "pruned_from": str(args.prune_from),
+                "within": args.prune_within,
+                "rule": "per M: within the fraction of the best at some point of that M in the earlier "
+                "recording, plus the variants it never timed of the smallest mx >= M; regrets are over "
+                "this pruned space",
+                "per_m": {str(m): len(v) for m, v in pruned.items()},
+                "names": {str(m): v for m, v in pruned.items()},
+            },
         },
         "child_exit_codes": codes,
         "wall_s": round(time.monotonic() - started, 1),
@@ -384,6 +438,9 @@ def main() -> None:
     )
     rec.add_argument("--out", type=Path, required=True)
     rec.add_argument("--artifacts", default="", help="compiled-kernel cache shared by the GPU processes")
+    rec.add_argument("--prune-from", type=Path, default=None, help="an earlier recording (see the docstring)")
+    rec.add_argument("--prune-within", type=float, default=0.0, help="with --prune-from: 0.01 = within 1%%")
+    child.add_argument("--variants", default="", help="JSON {M: [variant, ...]} (default: the whole space)")
     child.add_argument("--units", required=True)
     child.add_argument("--artifacts", required=True)
     child.add_argument("--part", required=True)

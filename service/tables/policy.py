@@ -64,6 +64,7 @@ class PolicyChoice:
     shapes: int
     surrogate_cv: float | None = None
     neighbours_cv: float | None = None
+    detail: str = ""  # the chosen policy's own choices (neighbours: estimator and bandwidth)
 
     @property
     def chosen_cv(self) -> float | None:
@@ -82,9 +83,10 @@ class PolicyChoice:
             return f"{self.policy} (one shape: nothing to hold out)"
         surrogate = "" if self.surrogate_cv is None else f", surrogate {pct(self.surrogate_cv)}"
         neighbours = "" if self.neighbours_cv is None else f", neighbours {pct(self.neighbours_cv)}"
+        detail = f"; {self.detail}" if self.detail else ""
         return (
             f"{self.policy} (held-out mean regret over {self.shapes} shapes, {self.folds} folds: "
-            f"tree {pct(self.tree_cv)}, segments {pct(self.segments_cv)}{surrogate}{neighbours})"
+            f"tree {pct(self.tree_cv)}, segments {pct(self.segments_cv)}{surrogate}{neighbours}{detail})"
         )
 
 
@@ -353,9 +355,14 @@ def fit_policy(
                 if scores["segments"] <= best + 1e-12:
                     chosen = "segments"
         folds = len(shape_folds(group))
+        detail = ""
+        if chosen == "neighbours" and cb in fits.neighbours:
+            model = fits.neighbours[cb]
+            hn, hk = model.bandwidth
+            detail = f"neighbours {model.method} estimator, bandwidth {hn:g} / {hk:g} octaves of N / K"
         choices[cb] = PolicyChoice(
             cb, chosen, scores["segments"], scores["tree"], folds, len({(p.n, p.k) for p in group}),
-            scores["surrogate"], scores["neighbours"],
+            scores["surrogate"], scores["neighbours"], detail,
         )  # fmt: skip
         if chosen == "tree":
             trees[cb] = fits.tree(cb)

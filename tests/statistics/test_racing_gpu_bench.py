@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO
 
 SCRIPT = str(REPO / "bench/racing_gpu.py")
@@ -60,3 +62,37 @@ def test_record_on_host_then_replay(tmp_path: Path) -> None:
         len(t) for p in payload["points"] for t in p["times_ns"].values()
     )
     assert "agreement_decided" in block and "rotated_replays" in block
+
+
+def test_pruned_variants_keep_near_winners_per_m_and_the_untimed_kernels_of_the_right_mx(
+    tmp_path: Path,
+) -> None:
+    """--prune-from: per M the variants within the fraction of some point's best (parity-passing only, the
+    other format ignored), plus those the earlier recording never timed whose mx is the smallest >= M."""
+    sys.path.insert(0, str(REPO / "bench"))
+    import racing_gpu
+
+    def point(fmt: str, m: int, times: dict[str, int], eligible: list[str]) -> dict[str, object]:
+        return {
+            "format": fmt,
+            "m": m,
+            "times_ns": {v: [t] * 3 for v, t in times.items()},
+            "eligible": eligible,
+        }
+
+    points = [
+        point("Q4_0", 1, {"A": 1000, "B": 1005, "C": 1100, "D": 900}, ["A", "B", "C"]),  # D failed parity
+        point("Q4_0", 1, {"A": 1200, "C": 1000}, ["A", "C"]),
+        point("Q4_0", 2, {"A": 1000, "B": 2000}, ["A", "B"]),
+        point("Q4_K", 2, {"B": 1000, "A": 2000}, ["A", "B"]),  # another format: ignored
+    ]
+    recording = tmp_path / "rec.json.gz"
+    with gzip.open(recording, "wt") as fh:
+        json.dump({"points": points}, fh)
+    space = [("A", 1), ("B", 1), ("C", 1), ("D", 1), ("N1", 1), ("N2", 2), ("N4", 4)]
+    tight = racing_gpu.pruned_variants(recording, ["Q4_0"], [1, 2], space, 0.0)
+    assert tight == {1: ["A", "C", "N1"], 2: ["A", "N2"]}
+    loose = racing_gpu.pruned_variants(recording, ["Q4_0"], [1, 2], space, 0.01)
+    assert loose[1] == ["A", "B", "C", "N1"]
+    with pytest.raises(SystemExit, match="no Q4_0 point at M = 3"):
+        racing_gpu.pruned_variants(recording, ["Q4_0"], [3], space, 0.0)

@@ -1,8 +1,9 @@
 """The neighbours fallback (service.tables.neighbours): regret vectors interpolated between shapes,
-answers only among variants valid at the query, bandwidth by inner leave-one-shape-out."""
+answers only among variants valid at the query, estimator and bandwidth by inner leave-one-shape-out."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -13,6 +14,7 @@ from kernels.packages.package import DeviceFacts
 from service.tables.model import MeasuredPoint
 from service.tables.neighbours import (
     BANDWIDTHS,
+    METHODS,
     RegretKernel,
     fit_neighbours,
     neighbours_answer,
@@ -60,12 +62,12 @@ def test_held_out_regret_matches_refitting_without_each_shape() -> None:
     shape does."""
     points = [p for p in measured() if p.m == 1]
     kernel = RegretKernel.of(points, VARIANTS, no_d_above_2048)
-    for bandwidth in ((0.5, 0.75), (1.0, 1.0)):
-        fast = kernel.held_out(bandwidth)
+    for bandwidth, method in itertools.product(((0.5, 0.75), (1.0, 1.0)), METHODS):
+        fast = kernel.held_out(bandwidth, method)
         for i, p in enumerate(points):
             rest = RegretKernel.of([q for q in points if q is not p], VARIANTS, no_d_above_2048)
             ok = np.array([[no_d_above_2048(v, 0, p.m, p.n, p.k) for v in VARIANTS]])
-            row = rest.predict([p.n], [p.k], bandwidth, ok)[0]
+            row = rest.predict([p.n], [p.k], bandwidth, ok, method)[0]
             chosen = VARIANTS[int(np.argmin(row))]
             assert p.times_us is not None
             assert math.isclose(fast[i], p.times_us[chosen] / min(p.times_us.values()) - 1.0)
@@ -95,6 +97,38 @@ def test_bandwidth_comes_from_the_grid_and_ignores_the_held_out_shape() -> None:
     assert again.bandwidth == model.bandwidth
 
 
+def plane_points(slope: float) -> list[MeasuredPoint]:
+    """A's regret rises by ``slope`` per octave of N from N = 256 (B the best everywhere): a trend."""
+    return [
+        MeasuredPoint(0, 1, n, k, f"{n}x{k}", "B", {"A": 10.0 * (1 + slope * math.log2(n / 256)), "B": 10.0})
+        for n in NS
+        for k in KS
+    ]
+
+
+def test_linear_estimator_reads_a_trend_at_the_edge_the_mean_averages_away() -> None:
+    """At the edge of the measured range the weighted mean sees only one side of the query; the
+    linear estimator's intercept follows the trend (its slope shrunk by the ridge, so not exactly)."""
+    points = plane_points(0.04)
+    kernel = RegretKernel.of(points, ("A", "B"), always_valid)
+    ok = np.ones((1, 2), dtype=bool)
+    truth = 0.04 * math.log2(200 / 256)  # below the range: A is (nominally) faster than B there
+    constant = kernel.predict([200], [1024], (0.75, 0.75), ok, "constant")[0, 0]
+    linear = kernel.predict([200], [1024], (0.75, 0.75), ok, "linear")[0, 0]
+    assert abs(linear - truth) < abs(constant - truth)
+    inside = kernel.predict([1448], [1448], (0.75, 0.75), ok, "linear")[0, 0]
+    assert abs(inside - 0.04 * math.log2(1448 / 256)) < 0.01
+
+
+def test_estimator_comes_from_methods_by_inner_loso() -> None:
+    model = fit_neighbours(plane_points(0.04), always_valid)[0]
+    assert model.method in METHODS
+    only = fit_neighbours(plane_points(0.04), always_valid, methods=("constant",))[0]
+    assert only.method == "constant"
+    assert model.inner_regret is not None and only.inner_regret is not None
+    assert model.inner_regret <= only.inner_regret  # the joint grid contains the constant-only one
+
+
 def test_emitted_tree_answers_valid_variants_everywhere_on_the_measured_range() -> None:
     model = fit_neighbours(measured(), no_d_above_2048)[0]
     tree = neighbours_tree(model)
@@ -113,6 +147,13 @@ def test_policy_takes_neighbours_only_with_times_and_records_its_score() -> None
     assert choice.policy == ("neighbours" if choice.neighbours_cv < choice.tree_cv else "tree")
     untimed = [MeasuredPoint(p.codebook, p.m, p.n, p.k, p.shape, p.winner) for p in points]
     assert fit_policy(untimed, ("tree", "neighbours")).choices[0].policy == "tree"
+
+
+def test_header_line_names_the_neighbours_estimator_and_bandwidth() -> None:
+    choice = fit_policy(measured(), ("neighbours",), validity=no_d_above_2048).choices[0]
+    model = fit_neighbours(measured(), no_d_above_2048)[0]
+    assert choice.policy == "neighbours"
+    assert f"neighbours {model.method} estimator, bandwidth {model.bandwidth[0]:g}" in choice.describe()
 
 
 def test_package_validity_is_the_package_restrictions() -> None:
