@@ -191,7 +191,7 @@ TB_DEV void tbt_iq4_lookup(tb_u32 w, tb_u32 t0, tb_u32 t2, tb_u32 k3210, tb_u32 
 #define TB_MINB_STREAM(RW, U, PG) ((PG) > 0 && (PG) < TB_STREAM_OCC(RW, U) ? (PG) : TB_STREAM_OCC(RW, U))
 #define TB_MINB_VG(RG, RW, U, KB, MX, PG, PP)                                                           \
     ((RG) == 16 ? TB_MINB_TC(RW, PG)                                                                    \
-                : (PP) == 5 ? TB_MINB_STREAM(RW, U, PG) : TB_MINB_V(RW, U, KB, MX, PG, PP))
+                : (PP) == 5 ? TB_MINB_STREAM(RW, U, PG) : (PP) == 6 ? (PG) : TB_MINB_V(RW, U, KB, MX, PG, PP))
 /* passes of x staging loaded before any is reduced (tb_stage_x): 6 x 256 float4 cover K = 6144 at M = 1.
  * AMD: 1, the order measured before (gfx906 hipcc: 2 passes or x first made the 4-wave PP0 variants spill) */
 #if defined(TB_AMD)
@@ -901,6 +901,199 @@ __device__ TB_FORCEINLINE void tb_decode_stream(TB_DECODE_PARAMS) {
 }
 #endif
 
+#if defined(TB_DSMEM)
+/* PP = 6 (CUDA, M = 1): the flat kernel (U = S: a cp.async ring of S stages of one 16-byte chunk per lane, full-wave
+ * rows, PG blocks per SM: grid_x = min(tiles, PG x SMs), every block resident). Why (issue 13, k3m): the PP5 stream
+ * kernel's whole batch (Q4_0 RW2/U5: 10 payload + 10 scale loads per lane) sits on ONE scoreboard in NVRTC 13.0's
+ * SASS, so a wave's first dot waits for its last load; with one unit per wave (GDN_Z: 3072 units of 2 rows on 3072
+ * waves) the loads of every wave finish with the DRAM stream and all of a SM's dot products (Z: ~7.7k warp
+ * instructions, ~1.3k cycles of x reads from shared memory) run after it, a serial tail; with more rows than waves
+ * (units interleaved) a wave does 1 or 2 units (tail imbalance up to 2x). Here:
+ *  - block b owns rows [b n / grid_x, (b + 1) n / grid_x) (equal to +-1 row), and its 8 waves split the block's
+ *    flattened (row, 32-chunk stage) sequence evenly (+-1 stage): every wave streams the same bytes, whatever N;
+ *  - each stage's payload goes to the wave's own ring slots by cp.async and is waited for by cp.async.wait_group
+ *    (S - 1 stages in flight per lane, consumed in the order they were issued): the dots run while the bytes
+ *    arrive, the tail is one stage;
+ *  - x is loaded by one thread per 32-block straight into registers (its L2 loads issued before the ring's first
+ *    stages) and quantised with tb_stage_x1's rule and slots (the same bits), no fp32 buffer in shared memory;
+ *  - a row the wave range cuts is reduced by the wave and its partial summed with the other waves' in wave order
+ *    through shared memory after the block's last barrier (deterministic; rows inside a range are written direct).
+ * Dynamic shared memory: [ring: S x 256 x 16 B][x int8 of K: 1.25 bytes per weight] (tunebase-kernel.toml smem). */
+template <int S>
+__device__ TB_FORCEINLINE void tb_decode_flat(TB_DECODE_PARAMS) {
+    typedef tb_work<1, 1, 1, 1, 1> W;
+    static_assert(S >= 3, "at least two stages in flight");
+    __shared__ float tb_part[TB_WAVES][2];
+    __shared__ int tb_prow[TB_WAVES][2];
+    W w;
+    tb_setup<W, 1>(w, qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
+    tb_u32x4 *ring = (tb_u32x4 *)TB_DSMEM;
+    tb_u32x4 *xq = ring + S * TB_THREADS;
+    float *xm = (float *)(xq + TB_RUNS * w.nchunks);
+    w.xq = xq, w.xm = xm;
+    const int lane = w.tid & (TB_WAVE - 1), wave = w.tid / TB_WAVE;
+    const int nch = w.nchunks;                          /* chunks per row */
+    const int spr = (nch + TB_WAVE - 1) / TB_WAVE;      /* stages per row */
+    const int r0 = (int)((tb_size)TB_BID_X * (tb_size)n / (tb_size)grid_x);
+    const int r1 = (int)((tb_size)(TB_BID_X + 1) * (tb_size)n / (tb_size)grid_x);
+    const int T = (r1 - r0) * spr;                       /* this block's stages */
+    const int s0 = wave * T / TB_WAVES, s1 = (wave + 1) * T / TB_WAVES;
+    if (lane < 2) tb_prow[wave][lane] = -1;
+
+    /* x: one thread per 32-block, 8 float4 in registers; the first round's loads before the weights' */
+    const int nxb = w.nxb;
+    tb_f4 v[8];
+    if (w.tid < nxb) {
+        const tb_f4 *src = (const tb_f4 *)(x + (tb_size)(w.xb0 + w.tid) * 32);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = src[j];
+    }
+    /* the ring: stage s of the wave's range, its payload to slot s % S, its meta to a register */
+    tb_meta mt[S];
+    int irow = r0 + s0 / spr, ibase = (s0 % spr) * TB_WAVE, iss = s0;
+    auto issue = [&](int st) {
+        if (iss < s1) {
+            const int c = ibase + lane;
+            if (c < nch) {
+                const tb_size row = (tb_size)irow;
+                tb_cp_async16(tb_smem_addr(ring + st * TB_THREADS + w.tid), qs + row * w.qs_row + 16 * (tb_size)c);
+                mt[st] = tb_load_meta(TB_QH_BYTES ? qh + row * w.qh_row : qh, sc + row * w.sc_row, c);
+            }
+        }
+        tb_cp_commit(); /* empty groups past the end keep the wait count uniform */
+        ++iss;
+        ibase += TB_WAVE;
+        if (ibase >= spr * TB_WAVE) ibase = 0, ++irow;
+    };
+#pragma unroll
+    for (int st = 0; st < S - 1; ++st) issue(st);
+    /* x quantised (tb_stage_x1's rule, slots and bits), rounds of 256 blocks */
+    for (int rb = 0; rb < nxb; rb += TB_THREADS) {
+        const int b = rb + w.tid;
+        if (b < nxb) {
+            if (rb > 0) {
+                const tb_f4 *src = (const tb_f4 *)(x + (tb_size)(w.xb0 + b) * 32);
+#pragma unroll
+                for (int j = 0; j < 8; ++j) v[j] = src[j];
+            }
+            float amax = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                const tb_f4 f = v[j];
+                amax = tb_fmaxf(amax, tb_fmaxf(tb_fmaxf(tb_fabsf(f.x), tb_fabsf(f.y)), tb_fmaxf(tb_fabsf(f.z), tb_fabsf(f.w))));
+            }
+            const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+            tb_i32 sum = 0;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                tb_u32 word[2];
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const tb_f4 f = v[j + 4 * h];
+                    const tb_i32 q0 = (tb_i32)tb_rintf(f.x * inv), q1 = (tb_i32)tb_rintf(f.y * inv);
+                    const tb_i32 q2 = (tb_i32)tb_rintf(f.z * inv), q3 = (tb_i32)tb_rintf(f.w * inv);
+                    sum += q0 + q1 + q2 + q3;
+                    word[h] = (tb_u32)(q0 & 0xFF) | ((tb_u32)(q1 & 0xFF) << 8) | ((tb_u32)(q2 & 0xFF) << 16) |
+                              ((tb_u32)(q3 & 0xFF) << 24);
+                }
+                tb_u32 *slot[2];
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    int c, run;
+                    tb_half_slot(2 * (w.xb0 + b) + h, &c, &run);
+                    slot[h] = (tb_u32 *)(xq + run * nch + (c - w.c0));
+                }
+#if TB_X_IL
+                slot[0][j] = tb_prmt(word[0], word[1], 0x5140u);
+                slot[1][j] = tb_prmt(word[0], word[1], 0x7362u);
+#else
+                slot[0][j] = word[0];
+                slot[1][j] = word[1];
+#endif
+            }
+            const float xs = amax / 127.0f;
+            xm[2 * b] = xs;
+            xm[2 * b + 1] = xs * (float)sum;
+        }
+    }
+    tb_sync();
+
+    float acc[1] = {0.0f};
+    int crow = r0 + s0 / spr, cbase = (s0 % spr) * TB_WAVE;
+    int rstart = s0; /* the stage the wave began its current row at */
+    const int first_row = crow;
+    /* the wave's row ends: reduce; a row whole in the range goes to y, a cut one to the wave's partial slot */
+    auto row_end = [&](int s_next) {
+        tb_reduce<1, TB_WAVE>::run(acc, lane);
+        const bool whole = (rstart - (crow - r0) * spr) == 0 && s_next == (crow - r0 + 1) * spr;
+        if (lane == 0) {
+            if (whole) {
+                y[crow] = acc[0];
+            } else {
+                const int slot = crow == first_row ? 0 : 1;
+                tb_part[wave][slot] = acc[0];
+                tb_prow[wave][slot] = crow;
+            }
+        }
+        acc[0] = 0.0f;
+    };
+    if (s0 < s1) {
+        int s = s0;
+        bool done = false;
+        for (;;) {
+#pragma unroll
+            for (int j = 0; j < S; ++j) {
+                issue((j + S - 1) % S);
+                tb_cp_wait<S - 1>();
+                const int c = cbase + lane;
+                if (c < nch) {
+                    tb_u32 q[1][4];
+                    tb_meta m1[1];
+                    const tb_u32x4 pv = ring[j * TB_THREADS + w.tid];
+                    q[0][0] = pv.x, q[0][1] = pv.y, q[0][2] = pv.z, q[0][3] = pv.w;
+                    m1[0] = mt[j];
+                    w.template dot<true>(q, m1, w.c0 + c, 0, acc);
+                }
+                ++s;
+                cbase += TB_WAVE;
+                if (cbase >= spr * TB_WAVE || s == s1) {
+                    row_end(s);
+                    cbase = 0, ++crow, rstart = s;
+                }
+                if (s == s1) {
+                    done = true;
+                    break;
+                }
+            }
+            if (done) break;
+        }
+    }
+    tb_sync();
+    /* the cut rows: entry (wave, slot) in order is in row order; the first entry of a row sums its run */
+    if (w.tid < 2 * TB_WAVES) {
+        const int e = w.tid;
+        const int row = tb_prow[e >> 1][e & 1];
+        int prev = -1;
+        for (int p = e - 1; p >= 0; --p) {
+            const int r = tb_prow[p >> 1][p & 1];
+            if (r >= 0) {
+                prev = r;
+                break;
+            }
+        }
+        if (row >= 0 && prev != row) {
+            float tot = tb_part[e >> 1][e & 1];
+            for (int p = e + 1; p < 2 * TB_WAVES; ++p) {
+                const int r = tb_prow[p >> 1][p & 1];
+                if (r == row) tot += tb_part[p >> 1][p & 1];
+                else if (r >= 0) break;
+            }
+            y[row] = tot;
+        }
+    }
+}
+#endif
+
 /* ---- RG = 16 (CUDA): int8 tensor cores, mma.sync m16n8k32 s8 (sm_80+) ---------------------------------------
  * A warp owns 16 weight rows (x RW): they are the A operand (16 rows x 32 k), unpacked in registers from the
  * true-bytes payload with tb_i8mma.h's tbp_unpack (one payload word per lane and block gives both operand words
@@ -1347,6 +1540,10 @@ __device__ TB_FORCEINLINE void tb_decode_pick(TB_DECODE_PARAMS) {
     } else if constexpr (PP == 5) {
         tb_decode_stream<RG, RW, U, MX>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
         return;
+    } else if constexpr (PP == 6) {
+        static_assert(RG == 1 && RW == 1 && KB == 1 && MX == 1, "the flat kernel: M = 1, full-wave rows, one chunk a stage");
+        tb_decode_flat<U>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
+        return;
     } else if constexpr (PP >= 2) {
         tb_decode_ring<RG, RW, U, KB, PG, MX, PP>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
         return;
@@ -1424,9 +1621,14 @@ __device__ TB_FORCEINLINE void tb_decode_pick(TB_DECODE_PARAMS) {
     TB_DECODE_VARIANT(1, 1, 1, 4, 2, 0, 5) TB_DECODE_VARIANT(1, 1, 1, 5, 1, 4, 5) TB_DECODE_VARIANT(1, 1, 1, 5, 2, 0, 5) \
     TB_DECODE_VARIANT(1, 1, 1, 6, 1, 3, 5) TB_DECODE_VARIANT(1, 1, 1, 6, 1, 4, 5) TB_DECODE_VARIANT(1, 1, 1, 6, 2, 0, 5) \
     TB_DECODE_VARIANT(1, 1, 2, 5, 1, 0, 5) TB_DECODE_VARIANT(1, 1, 2, 5, 1, 3, 5)
+/* the flat kernel (PP6: M = 1, the CUDA space only) */
+#define TB_DECODE_FLAT_VARIANTS \
+    TB_DECODE_VARIANT(1, 1, 1, 4, 1, 4, 6) TB_DECODE_VARIANT(1, 1, 1, 6, 1, 3, 6) TB_DECODE_VARIANT(1, 1, 1, 8, 1, 3, 6) \
+    TB_DECODE_VARIANT(1, 1, 1, 8, 1, 4, 6)
 #else
 #define TB_DECODE_RING_VARIANTS
 #define TB_DECODE_TC_VARIANTS
 #define TB_DECODE_STREAM_VARIANTS
+#define TB_DECODE_FLAT_VARIANTS
 #endif
-TB_DECODE_VARIANTS TB_DECODE_RING_VARIANTS TB_DECODE_TC_VARIANTS TB_DECODE_STREAM_VARIANTS
+TB_DECODE_VARIANTS TB_DECODE_RING_VARIANTS TB_DECODE_TC_VARIANTS TB_DECODE_STREAM_VARIANTS TB_DECODE_FLAT_VARIANTS
