@@ -214,6 +214,10 @@ TB_DEV void tb_cp_async16(unsigned dst, const void *src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
 }
 TB_DEV void tb_cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+/* 4 bytes through L1 (PP6: a chunk's scale word) */
+TB_DEV void tb_cp_async4(unsigned dst, const void *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
+}
 template <int N>
 TB_DEV void tb_cp_wait(void) {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
@@ -914,21 +918,39 @@ __device__ TB_FORCEINLINE void tb_decode_stream(TB_DECODE_PARAMS) {
  *  - each stage's payload goes to the wave's own ring slots by cp.async and is waited for by cp.async.wait_group
  *    (S - 1 stages in flight per lane, consumed in the order they were issued): the dots run while the bytes
  *    arrive, the tail is one stage;
- *  - x is loaded by one thread per 32-block straight into registers (its L2 loads issued before the ring's first
- *    stages) and quantised with tb_stage_x1's rule and slots (the same bits), no fp32 buffer in shared memory;
+ *  - x is loaded by 4 lanes per 32-block straight into registers (coalesced; its L2 loads issued before the ring's
+ *    first stages) and quantised with tb_stage_x's rule and slots (the same bits; rint by a float add, not F2I), no
+ *    fp32 buffer in shared memory;
  *  - a row the wave range cuts is reduced by the wave and its partial summed with the other waves' in wave order
  *    through shared memory after the block's last barrier (deterministic; rows inside a range are written direct).
- * Dynamic shared memory: [ring: S x 256 x 16 B][x int8 of K: 1.25 bytes per weight] (tunebase-kernel.toml smem). */
+ * Dynamic shared memory: [ring: S x 256 x 16 B][scale words: S x 256 x 4 B][x int8 of K: 1.25 bytes per weight]
+ * (tunebase-kernel.toml smem). Formats with one scale word per chunk and no high bits: Q4_0, Q4_1, Q8_0, IQ4_NL. */
+/* fp32 bits of x * inv + 1.5 * 2^23: the product rounded to fp32, then to the nearest integer (ties to even, as
+ * rintf) in the low mantissa bits (|x * inv| < 2^22); no contraction into an FMA (the product must round first) */
+TB_DEV tb_u32 tb_rint_bits(float xv, float inv) {
+#if defined(TB_CUDA_EMULATION)
+    volatile float p = xv * inv;
+    return __float_as_uint(p + 12582912.0f);
+#else
+    return __float_as_uint(__fadd_rn(__fmul_rn(xv, inv), 12582912.0f));
+#endif
+}
 template <int S>
 __device__ TB_FORCEINLINE void tb_decode_flat(TB_DECODE_PARAMS) {
     typedef tb_work<1, 1, 1, 1, 1> W;
     static_assert(S >= 3, "at least two stages in flight");
+    /* one scale word per chunk and no high bits (Q4_0, Q4_1, Q8_0, IQ4_NL): the word goes through the ring; the
+     * other formats keep their meta in registers (correct, and slower: one scoreboard for all stages' loads) */
+    constexpr bool SMETA = TB_QH_BYTES == 0 && (TB_SC_BYTES == 2 || TB_SC_BYTES == 4);
+    tb_meta mt[S];
+    (void)mt;
     __shared__ float tb_part[TB_WAVES][2];
     __shared__ int tb_prow[TB_WAVES][2];
     W w;
     tb_setup<W, 1>(w, qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
     tb_u32x4 *ring = (tb_u32x4 *)TB_DSMEM;
-    tb_u32x4 *xq = ring + S * TB_THREADS;
+    tb_u32 *mw = (tb_u32 *)(ring + S * TB_THREADS);     /* [S][256] scale words */
+    tb_u32x4 *xq = (tb_u32x4 *)(mw + S * TB_THREADS);
     float *xm = (float *)(xq + TB_RUNS * w.nchunks);
     w.xq = xq, w.xm = xm;
     const int lane = w.tid & (TB_WAVE - 1), wave = w.tid / TB_WAVE;
@@ -940,16 +962,24 @@ __device__ TB_FORCEINLINE void tb_decode_flat(TB_DECODE_PARAMS) {
     const int s0 = wave * T / TB_WAVES, s1 = (wave + 1) * T / TB_WAVES;
     if (lane < 2) tb_prow[wave][lane] = -1;
 
-    /* x: one thread per 32-block, 8 float4 in registers; the first round's loads before the weights' */
-    const int nxb = w.nxb;
-    tb_f4 v[8];
-    if (w.tid < nxb) {
-        const tb_f4 *src = (const tb_f4 *)(x + (tb_size)(w.xb0 + w.tid) * 32);
+    /* x: 4 lanes per 32-block (lane p: float4 p and p + 4, i.e. word p of both 16-weight halves), XQ passes of 256
+     * lanes in flight: each load instruction reads 8 half-lines of 64 bytes (one lane per block read 32 lines, 8x
+     * the L1 wavefronts); the first passes' loads go out before the weights' first stages */
+    constexpr int XQ = 3;
+    const int nxb = w.nxb, xl = 4 * nxb;
+    tb_f4 v[XQ][2];
+    auto load_x = [&](int base) {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] = src[j];
-    }
-    /* the ring: stage s of the wave's range, its payload to slot s % S, its meta to a register */
-    tb_meta mt[S];
+        for (int p = 0; p < XQ; ++p) {
+            const int t = base + p * TB_THREADS + w.tid;
+            if (t < xl) {
+                const tb_f4 *src = (const tb_f4 *)(x + (tb_size)(w.xb0 + (t >> 2)) * 32) + (t & 3);
+                v[p][0] = src[0], v[p][1] = src[4];
+            }
+        }
+    };
+    load_x(0);
+    /* the ring: stage s of the wave's range, its payload and scale word to slot s % S */
     int irow = r0 + s0 / spr, ibase = (s0 % spr) * TB_WAVE, iss = s0;
     auto issue = [&](int st) {
         if (iss < s1) {
@@ -957,7 +987,14 @@ __device__ TB_FORCEINLINE void tb_decode_flat(TB_DECODE_PARAMS) {
             if (c < nch) {
                 const tb_size row = (tb_size)irow;
                 tb_cp_async16(tb_smem_addr(ring + st * TB_THREADS + w.tid), qs + row * w.qs_row + 16 * (tb_size)c);
-                mt[st] = tb_load_meta(TB_QH_BYTES ? qh + row * w.qh_row : qh, sc + row * w.sc_row, c);
+                /* the aligned word holding the chunk's scale bytes (Q4_0 / IQ4_NL / Q8_0: 2 at an even offset,
+                 * Q4_1: 4): a scale loaded to a register shared one scoreboard with every stage's, and NVRTC
+                 * waited for all of them before each new one (k3m, SASS), so it goes through the ring too */
+                const tb_size so = row * w.sc_row + (tb_size)(c / TB_CHUNKS_PER_BLOCK) * TB_SC_BYTES;
+                if constexpr (SMETA)
+                    tb_cp_async4(tb_smem_addr(mw + st * TB_THREADS + w.tid), sc + (so & ~(tb_size)3));
+                else
+                    mt[st] = tb_load_meta(TB_QH_BYTES ? qh + row * w.qh_row : qh, sc + row * w.sc_row, c);
             }
         }
         tb_cp_commit(); /* empty groups past the end keep the wait count uniform */
@@ -967,53 +1004,59 @@ __device__ TB_FORCEINLINE void tb_decode_flat(TB_DECODE_PARAMS) {
     };
 #pragma unroll
     for (int st = 0; st < S - 1; ++st) issue(st);
-    /* x quantised (tb_stage_x1's rule, slots and bits), rounds of 256 blocks */
-    for (int rb = 0; rb < nxb; rb += TB_THREADS) {
-        const int b = rb + w.tid;
-        if (b < nxb) {
-            if (rb > 0) {
-                const tb_f4 *src = (const tb_f4 *)(x + (tb_size)(w.xb0 + b) * 32);
+    /* x quantised, tb_stage_x's rule and slots (the same bits): amax over the block's 32 (4 lanes, 2 shuffles),
+     * inv = 127 / amax, q = rint(x inv) (the fp32 product rounded to an integer by adding 1.5 * 2^23: its low byte
+     * is q as int8, exact for |x inv| <= 127, no F2I: the H200's conversions run at 16 per clock per SM and the
+     * 4 blocks per SM each quantise the whole of x), xs = amax / 127, xs * sum q */
+    for (int base = 0; base < xl; base += XQ * TB_THREADS) { /* uniform trip count: shuffles below */
+        if (base > 0) load_x(base);
 #pragma unroll
-                for (int j = 0; j < 8; ++j) v[j] = src[j];
-            }
-            float amax = 0.0f;
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                const tb_f4 f = v[j];
-                amax = tb_fmaxf(amax, tb_fmaxf(tb_fmaxf(tb_fabsf(f.x), tb_fabsf(f.y)), tb_fmaxf(tb_fabsf(f.z), tb_fabsf(f.w))));
-            }
+        for (int p = 0; p < XQ; ++p) {
+            if (base + p * TB_THREADS >= xl) break; /* uniform over the block */
+            const int t = base + p * TB_THREADS + w.tid;
+            const bool on = t < xl;
+            const int b = on ? t >> 2 : 0, part = t & 3;
+            const tb_f4 a = on ? v[p][0] : tb_f4{0.0f, 0.0f, 0.0f, 0.0f}, c = on ? v[p][1] : tb_f4{0.0f, 0.0f, 0.0f, 0.0f};
+            float amax = tb_fmaxf(tb_fmaxf(tb_fmaxf(tb_fabsf(a.x), tb_fabsf(a.y)), tb_fmaxf(tb_fabsf(a.z), tb_fabsf(a.w))),
+                                  tb_fmaxf(tb_fmaxf(tb_fabsf(c.x), tb_fabsf(c.y)), tb_fmaxf(tb_fabsf(c.z), tb_fabsf(c.w))));
+            amax = tb_fmaxf(amax, tb_shfl_xor(amax, 2));
+            amax = tb_fmaxf(amax, tb_shfl_xor(amax, 1));
             const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+            tb_u32 word[2];
             tb_i32 sum = 0;
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                tb_u32 word[2];
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const tb_f4 f = v[j + 4 * h];
-                    const tb_i32 q0 = (tb_i32)tb_rintf(f.x * inv), q1 = (tb_i32)tb_rintf(f.y * inv);
-                    const tb_i32 q2 = (tb_i32)tb_rintf(f.z * inv), q3 = (tb_i32)tb_rintf(f.w * inv);
-                    sum += q0 + q1 + q2 + q3;
-                    word[h] = (tb_u32)(q0 & 0xFF) | ((tb_u32)(q1 & 0xFF) << 8) | ((tb_u32)(q2 & 0xFF) << 16) |
-                              ((tb_u32)(q3 & 0xFF) << 24);
-                }
+            for (int h = 0; h < 2; ++h) {
+                const tb_f4 f = h ? c : a;
+                const tb_u32 r0 = tb_rint_bits(f.x, inv), r1 = tb_rint_bits(f.y, inv);
+                const tb_u32 r2 = tb_rint_bits(f.z, inv), r3 = tb_rint_bits(f.w, inv);
+                /* bits = 0x4B400000 + q: the low bytes are q's; sum q = sum bits - 4 x 0x4B400000 (mod 2^32) */
+                sum += (tb_i32)(r0 + r1 + r2 + r3 - 4u * 0x4B400000u);
+                word[h] = tb_prmt(tb_prmt(r0, r1, 0x0040u), tb_prmt(r2, r3, 0x0040u), 0x5410u);
+            }
+            float fsum = (float)sum; /* exact: |sum| <= 4064 */
+            fsum += tb_shfl_xor(fsum, 2);
+            fsum += tb_shfl_xor(fsum, 1);
+            if (on) {
                 tb_u32 *slot[2];
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    int c, run;
-                    tb_half_slot(2 * (w.xb0 + b) + h, &c, &run);
-                    slot[h] = (tb_u32 *)(xq + run * nch + (c - w.c0));
+                    int cc, run;
+                    tb_half_slot(2 * (w.xb0 + b) + h, &cc, &run);
+                    slot[h] = (tb_u32 *)(xq + run * nch + (cc - w.c0));
                 }
 #if TB_X_IL
-                slot[0][j] = tb_prmt(word[0], word[1], 0x5140u);
-                slot[1][j] = tb_prmt(word[0], word[1], 0x7362u);
+                slot[0][part] = tb_prmt(word[0], word[1], 0x5140u);
+                slot[1][part] = tb_prmt(word[0], word[1], 0x7362u);
 #else
-                slot[0][j] = word[0];
-                slot[1][j] = word[1];
+                slot[0][part] = word[0];
+                slot[1][part] = word[1];
 #endif
+                if (part == 0) {
+                    const float xs = amax / 127.0f;
+                    xm[2 * b] = xs;
+                    xm[2 * b + 1] = xs * fsum;
+                }
             }
-            const float xs = amax / 127.0f;
-            xm[2 * b] = xs;
-            xm[2 * b + 1] = xs * (float)sum;
         }
     }
     tb_sync();
@@ -1051,7 +1094,16 @@ __device__ TB_FORCEINLINE void tb_decode_flat(TB_DECODE_PARAMS) {
                     tb_meta m1[1];
                     const tb_u32x4 pv = ring[j * TB_THREADS + w.tid];
                     q[0][0] = pv.x, q[0][1] = pv.y, q[0][2] = pv.z, q[0][3] = pv.w;
-                    m1[0] = mt[j];
+                    /* the scale read by tb_load_meta from the word in shared memory: a row pointer placed so that
+                     * the chunk's scale offset lands on its bytes in the word */
+                    const tb_size so = (tb_size)crow * w.sc_row + (tb_size)(c / TB_CHUNKS_PER_BLOCK) * TB_SC_BYTES;
+                    const tb_u8 *sw = (const tb_u8 *)(mw + j * TB_THREADS + w.tid) + (int)(so & 3) -
+                                      (c / TB_CHUNKS_PER_BLOCK) * TB_SC_BYTES;
+                    if constexpr (SMETA)
+                        m1[0] = tb_load_meta(qh, sw, c);
+                    else
+                        m1[0] = mt[j];
+                    (void)sw;
                     w.template dot<true>(q, m1, w.c0 + c, 0, acc);
                 }
                 ++s;
