@@ -8,8 +8,7 @@
 set -u
 tag=${1:-k3m-$(date -u +%F)}
 winners="MX1/KB1/RW2/U4/RG1/PG3/PP2,MX1/KB1/RW2/U2/RG2/PG0/PP1,MX2/KB1/RW2/U2/RG1/PG2/PP2,MX1/KB1/RW2/U2/RG1/PG3/PP1"
-flat="MX1/KB1/RW1/U4/RG1/PG4/PP6,MX1/KB1/RW1/U6/RG1/PG3/PP6,MX1/KB1/RW1/U8/RG1/PG3/PP6,MX1/KB1/RW1/U8/RG1/PG4/PP6"
-M=1 FORMATS=Q4_0 VARIANTS="stream,$winners,$flat" BUDGET_S=${BUDGET_S:-225} ROOFLINE_TIMEOUT=${ROOFLINE_TIMEOUT:-220} \
+M=1 FORMATS=Q4_0 VARIANTS="stream,flat,$winners" BUDGET_S=${BUDGET_S:-225} ROOFLINE_TIMEOUT=${ROOFLINE_TIMEOUT:-220} \
   bash bench/device_k1n.sh "$tag" roofline
 json="${OUT:-/tmp/out}/decode-roofline-h200-$tag.json"
 [ -f "$json" ] && python3 - "$json" <<'PY'

@@ -191,7 +191,12 @@ TB_DEV void tbt_iq4_lookup(tb_u32 w, tb_u32 t0, tb_u32 t2, tb_u32 k3210, tb_u32 
 #define TB_MINB_STREAM(RW, U, PG) ((PG) > 0 && (PG) < TB_STREAM_OCC(RW, U) ? (PG) : TB_STREAM_OCC(RW, U))
 #define TB_MINB_VG(RG, RW, U, KB, MX, PG, PP)                                                           \
     ((RG) == 16 ? TB_MINB_TC(RW, PG)                                                                    \
-                : (PP) == 5 ? TB_MINB_STREAM(RW, U, PG) : (PP) == 6 ? (PG) : TB_MINB_V(RW, U, KB, MX, PG, PP))
+                : (PP) == 5 ? TB_MINB_STREAM(RW, U, PG) : (PP) == 6 ? TB_MINB_FLAT(PG) : TB_MINB_V(RW, U, KB, MX, PG, PP))
+/* PP 6 (the flat kernel): PG blocks per SM where a chunk's scale is one word through the ring (Q4_0, Q4_1, Q8_0,
+ * IQ4_NL: NVRTC 13.0 sm_90 55-63 registers, no spills); the other formats keep U stages of meta in registers (Q6_K
+ * U8 at 64 registers spilled 200 bytes, Q4_K 68, IQ4_XS / Q5_0 / Q5_1 8-12; Q6_K U4 20): 2 blocks' 128 registers */
+#define TB_FLAT_SMETA (TB_QH_BYTES == 0 && (TB_SC_BYTES == 2 || TB_SC_BYTES == 4))
+#define TB_MINB_FLAT(PG) (TB_FLAT_SMETA ? (PG) : 2)
 /* passes of x staging loaded before any is reduced (tb_stage_x): 6 x 256 float4 cover K = 6144 at M = 1.
  * AMD: 1, the order measured before (gfx906 hipcc: 2 passes or x first made the 4-wave PP0 variants spill) */
 #if defined(TB_AMD)
@@ -941,9 +946,7 @@ __device__ TB_FORCEINLINE void tb_decode_flat(TB_DECODE_PARAMS) {
     static_assert(S >= 3, "at least two stages in flight");
     /* one scale word per chunk and no high bits (Q4_0, Q4_1, Q8_0, IQ4_NL): the word goes through the ring; the
      * other formats keep their meta in registers (correct, and slower: one scoreboard for all stages' loads) */
-    constexpr bool SMETA = TB_QH_BYTES == 0 && (TB_SC_BYTES == 2 || TB_SC_BYTES == 4);
-    tb_meta mt[S];
-    (void)mt;
+    constexpr bool SMETA = TB_FLAT_SMETA;
     __shared__ float tb_part[TB_WAVES][2];
     __shared__ int tb_prow[TB_WAVES][2];
     W w;
@@ -979,28 +982,29 @@ __device__ TB_FORCEINLINE void tb_decode_flat(TB_DECODE_PARAMS) {
         }
     };
     load_x(0);
-    /* the ring: stage s of the wave's range, its payload and scale word to slot s % S */
-    int irow = r0 + s0 / spr, ibase = (s0 % spr) * TB_WAVE, iss = s0;
+    /* the ring: stage s of the wave's range, its payload and scale word to slot s % S. A row is spr whole stages
+     * (the manifest asks K % 1024 == 0: 32 | chunks per row) and a block's rows are contiguous in qs and sc, so the
+     * wave's stages are one contiguous run of global chunks g = r0 nch + 32 s + lane: a pointer steps 512 bytes */
+    const tb_size g0 = (tb_size)r0 * (tb_size)nch + (tb_size)s0 * TB_WAVE + (tb_size)lane;
+    const tb_u8 *qp = qs + 16 * g0;
+    /* SMETA: the aligned word holding chunk g's scale bytes (Q4_0 / IQ4_NL / Q8_0: 2 at an even offset, Q4_1: 4),
+     * 32 / TB_CHUNKS_PER_BLOCK x TB_SC_BYTES bytes (a multiple of 4) on per stage; its offset in the word is the
+     * lane's. A scale loaded to a register shared one scoreboard with every stage's, and NVRTC waited for all of
+     * them before each new one (k3m, SASS), so it goes through the ring too */
+    constexpr int SC_STEP = TB_WAVE / TB_CHUNKS_PER_BLOCK * TB_SC_BYTES;
+    const tb_size sbyte = g0 / TB_CHUNKS_PER_BLOCK * TB_SC_BYTES;
+    const tb_u8 *sp = sc + (sbyte & ~(tb_size)3);
+    const int soff = (int)(sbyte & 3);
+    int iss = s0;
     auto issue = [&](int st) {
         if (iss < s1) {
-            const int c = ibase + lane;
-            if (c < nch) {
-                const tb_size row = (tb_size)irow;
-                tb_cp_async16(tb_smem_addr(ring + st * TB_THREADS + w.tid), qs + row * w.qs_row + 16 * (tb_size)c);
-                /* the aligned word holding the chunk's scale bytes (Q4_0 / IQ4_NL / Q8_0: 2 at an even offset,
-                 * Q4_1: 4): a scale loaded to a register shared one scoreboard with every stage's, and NVRTC
-                 * waited for all of them before each new one (k3m, SASS), so it goes through the ring too */
-                const tb_size so = row * w.sc_row + (tb_size)(c / TB_CHUNKS_PER_BLOCK) * TB_SC_BYTES;
-                if constexpr (SMETA)
-                    tb_cp_async4(tb_smem_addr(mw + st * TB_THREADS + w.tid), sc + (so & ~(tb_size)3));
-                else
-                    mt[st] = tb_load_meta(TB_QH_BYTES ? qh + row * w.qh_row : qh, sc + row * w.sc_row, c);
-            }
+            tb_cp_async16(tb_smem_addr(ring + st * TB_THREADS + w.tid), qp);
+            if constexpr (SMETA) tb_cp_async4(tb_smem_addr(mw + st * TB_THREADS + w.tid), sp);
         }
         tb_cp_commit(); /* empty groups past the end keep the wait count uniform */
         ++iss;
-        ibase += TB_WAVE;
-        if (ibase >= spr * TB_WAVE) ibase = 0, ++irow;
+        qp += 16 * TB_WAVE;
+        sp += SC_STEP;
     };
 #pragma unroll
     for (int st = 0; st < S - 1; ++st) issue(st);
@@ -1081,43 +1085,31 @@ __device__ TB_FORCEINLINE void tb_decode_flat(TB_DECODE_PARAMS) {
         acc[0] = 0.0f;
     };
     if (s0 < s1) {
-        int s = s0;
-        bool done = false;
-        for (;;) {
-#pragma unroll
-            for (int j = 0; j < S; ++j) {
-                issue((j + S - 1) % S);
-                tb_cp_wait<S - 1>();
-                const int c = cbase + lane;
-                if (c < nch) {
-                    tb_u32 q[1][4];
-                    tb_meta m1[1];
-                    const tb_u32x4 pv = ring[j * TB_THREADS + w.tid];
-                    q[0][0] = pv.x, q[0][1] = pv.y, q[0][2] = pv.z, q[0][3] = pv.w;
-                    /* the scale read by tb_load_meta from the word in shared memory: a row pointer placed so that
-                     * the chunk's scale offset lands on its bytes in the word */
-                    const tb_size so = (tb_size)crow * w.sc_row + (tb_size)(c / TB_CHUNKS_PER_BLOCK) * TB_SC_BYTES;
-                    const tb_u8 *sw = (const tb_u8 *)(mw + j * TB_THREADS + w.tid) + (int)(so & 3) -
-                                      (c / TB_CHUNKS_PER_BLOCK) * TB_SC_BYTES;
-                    if constexpr (SMETA)
-                        m1[0] = tb_load_meta(qh, sw, c);
-                    else
-                        m1[0] = mt[j];
-                    (void)sw;
-                    w.template dot<true>(q, m1, w.c0 + c, 0, acc);
-                }
-                ++s;
-                cbase += TB_WAVE;
-                if (cbase >= spr * TB_WAVE || s == s1) {
-                    row_end(s);
-                    cbase = 0, ++crow, rstart = s;
-                }
-                if (s == s1) {
-                    done = true;
-                    break;
-                }
+        /* the formats whose meta is not one word (high bits, K-quant / IQ4_XS scales) load it from global memory
+         * when the stage is computed (correct; a latency per stage: PP6 serves Q4_0 / Q4_1 / Q8_0 / IQ4_NL) */
+        tb_size g = g0;
+        for (int s = s0, st = 0; s < s1; ++s) {
+            issue(st == 0 ? S - 1 : st - 1);
+            tb_cp_wait<S - 1>();
+            tb_u32 q[1][4];
+            tb_meta m1[1];
+            const tb_u32x4 pv = ring[st * TB_THREADS + w.tid];
+            q[0][0] = pv.x, q[0][1] = pv.y, q[0][2] = pv.z, q[0][3] = pv.w;
+            const int c = cbase + lane;
+            if constexpr (SMETA) /* tb_load_meta reads the word in shared memory: a row pointer placed so */
+                m1[0] = tb_load_meta(qh, (const tb_u8 *)(mw + st * TB_THREADS + w.tid) + soff -
+                                             (c / TB_CHUNKS_PER_BLOCK) * TB_SC_BYTES, c);
+            else
+                m1[0] = tb_load_meta(qh + (g / TB_CHUNKS_PER_BLOCK - c / TB_CHUNKS_PER_BLOCK) * TB_QH_BYTES,
+                                     sc + (g / TB_CHUNKS_PER_BLOCK - c / TB_CHUNKS_PER_BLOCK) * TB_SC_BYTES, c);
+            w.template dot<true>(q, m1, w.c0 + c, 0, acc);
+            g += TB_WAVE;
+            st = st == S - 1 ? 0 : st + 1;
+            cbase += TB_WAVE;
+            if (cbase == nch || s + 1 == s1) { /* wave-uniform */
+                row_end(s + 1);
+                cbase = 0, ++crow, rstart = s + 1;
             }
-            if (done) break;
         }
     }
     tb_sync();
