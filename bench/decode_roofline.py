@@ -169,7 +169,8 @@ def select_variants(spec: str) -> tuple[str, ...]:
             wanted.add(item)
         elif item:
             raise ValueError(
-                f"--variants: {item!r} is not a CUDA tb-decode variant, 'ring', 'registers', 'tc', 'stream' or 'flat'"
+                f"--variants: {item!r} is not a CUDA tb-decode variant, "
+                "'ring', 'registers', 'tc', 'stream' or 'flat'"
             )
     return tuple(v.name for v in space if v.name in wanted)
 
@@ -290,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--variants",
         default="",
-        help="names, 'ring' (PP 2/3, dp4a), 'registers' (PP 0/1), 'tc' (RG16), 'stream' (PP5), 'flat' (PP6); empty: all",
+        help="names, 'ring' (PP 2/3, dp4a), 'registers' (PP 0/1), 'tc' (RG16), 'stream' (PP5), 'flat' (PP6); "
+        "empty: all",
     )
     args = parser.parse_args(argv)
     try:
