@@ -499,6 +499,43 @@ struct tb_work {
         }
     }
 
+    /* PP6 (RW = MX = 1, full-wave rows, one chunk a stage): dot()'s ring path with x's slot and scale pointers
+     * given (they step by a constant per stage: 32 chunks, TB_CHUNK_WEIGHTS 32-blocks), not made from c */
+    __device__ TB_FORCEINLINE void dot_flat(const tb_u32 (&q)[4], const tb_meta &mt, int c, const tb_u32x4 *xa,
+                                            const float *pl, const float *ph, float *acc) const {
+        tb_chunk ch;
+#if TB_X_IL
+        tb_meta m1 = mt;
+#if defined(TB_FMT_IQ4_XS)
+        static_assert(TB_CHUNKS_PER_BLOCK == 8, "IQ4_XS: 8 chunks per super-block");
+        m1.e = (tb_u32)(lg & 7); /* c % 8: stages start at multiples of 32 chunks */
+#endif
+        ch = tb_unpack(q, m1, c);
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+            tbt_iq4_lookup(q[i], iq4t0, iq4t2, iq4k3210, (tb_u32 *)&ch.lo[i], (tb_u32 *)&ch.hi[i]);
+#else
+        ch = tb_unpack(q, mt, c);
+#endif
+        tb_i32 xl[4], xh[4];
+        const tb_u32x4 a = xa[0];
+        xl[0] = (tb_i32)a.x, xl[1] = (tb_i32)a.y, xl[2] = (tb_i32)a.z, xl[3] = (tb_i32)a.w;
+#if TB_RUNS == 2
+        const tb_u32x4 h = xa[nchunks];
+        xh[0] = (tb_i32)h.x, xh[1] = (tb_i32)h.y, xh[2] = (tb_i32)h.z, xh[3] = (tb_i32)h.w;
+#else
+        xh[0] = xh[1] = xh[2] = xh[3] = 0;
+#endif
+        const tb_f2 ml = *(const tb_f2 *)pl;
+#if TB_SAME_BLOCK || TB_RUNS == 1
+        const tb_f2 mh = ml;
+        (void)ph;
+#else
+        const tb_f2 mh = *(const tb_f2 *)ph;
+#endif
+        acc[0] += tb_chunk_dot(&ch, c, xl, xh, ml.x, mh.x, ml.y, mh.y);
+    }
+
     /* the batch held in registers (PP <= 1) */
     /* FULL: the caller knows the batch lies inside the slice (base + G U <= c1): no per-chunk guards */
     template <bool FULL = false>
@@ -1088,6 +1125,14 @@ __device__ TB_FORCEINLINE void tb_decode_flat(TB_DECODE_PARAMS) {
         /* the formats whose meta is not one word (high bits, K-quant / IQ4_XS scales) load it from global memory
          * when the stage is computed (correct; a latency per stage: PP6 serves Q4_0 / Q4_1 / Q8_0 / IQ4_NL) */
         tb_size g = g0;
+        const tb_u8 *mwl = (const tb_u8 *)(mw + w.tid) + soff; /* the lane's scale bytes in slot 0's word */
+        /* x of chunk c = cbase + lane: its slot (run 0; run 1 at + nch) and its 32-blocks' scale pairs; a stage
+         * moves them 32 chunks, TB_CHUNK_WEIGHTS 32-blocks on; a new row starts them at c = lane again */
+        const float *pl0 = xm + 2 * (tb_chunk_p_lo(w.c0 + lane) / 32 - w.xb0);
+        const float *ph0 = xm + 2 * (tb_chunk_p_hi(w.c0 + lane) / 32 - w.xb0);
+        const tb_u32x4 *xa = xq + cbase + lane;
+        const float *pl = pl0 + 2 * TB_CHUNK_WEIGHTS * (cbase / TB_WAVE);
+        const float *ph = ph0 + 2 * TB_CHUNK_WEIGHTS * (cbase / TB_WAVE);
         for (int s = s0, st = 0; s < s1; ++s) {
             issue(st == 0 ? S - 1 : st - 1);
             tb_cp_wait<S - 1>();
@@ -1096,19 +1141,22 @@ __device__ TB_FORCEINLINE void tb_decode_flat(TB_DECODE_PARAMS) {
             const tb_u32x4 pv = ring[st * TB_THREADS + w.tid];
             q[0][0] = pv.x, q[0][1] = pv.y, q[0][2] = pv.z, q[0][3] = pv.w;
             const int c = cbase + lane;
-            if constexpr (SMETA) /* tb_load_meta reads the word in shared memory: a row pointer placed so */
-                m1[0] = tb_load_meta(qh, (const tb_u8 *)(mw + st * TB_THREADS + w.tid) + soff -
-                                             (c / TB_CHUNKS_PER_BLOCK) * TB_SC_BYTES, c);
-            else
+            if constexpr (SMETA) { /* tb_load_meta's m.e of these formats: the scale bytes, from the word */
+                m1[0].w[0] = m1[0].w[1] = m1[0].w[2] = m1[0].w[3] = 0;
+                const tb_u8 *sb = mwl + 4 * TB_THREADS * st;
+                m1[0].e = TB_SC_BYTES == 2 ? (tb_u32)tb_ld_u16(sb) : tb_ld_u32(sb);
+            } else
                 m1[0] = tb_load_meta(qh + (g / TB_CHUNKS_PER_BLOCK - c / TB_CHUNKS_PER_BLOCK) * TB_QH_BYTES,
                                      sc + (g / TB_CHUNKS_PER_BLOCK - c / TB_CHUNKS_PER_BLOCK) * TB_SC_BYTES, c);
-            w.template dot<true>(q, m1, w.c0 + c, 0, acc);
+            w.dot_flat(q[0], m1[0], w.c0 + c, xa, pl, ph, acc);
             g += TB_WAVE;
             st = st == S - 1 ? 0 : st + 1;
             cbase += TB_WAVE;
+            xa += TB_WAVE, pl += 2 * TB_CHUNK_WEIGHTS, ph += 2 * TB_CHUNK_WEIGHTS;
             if (cbase == nch || s + 1 == s1) { /* wave-uniform */
                 row_end(s + 1);
                 cbase = 0, ++crow, rstart = s + 1;
+                xa = xq + lane, pl = pl0, ph = ph0;
             }
         }
     }
