@@ -1029,9 +1029,9 @@ __device__ TB_FORCEINLINE void tb_decode_flat(TB_DECODE_PARAMS) {
      * lane's. A scale loaded to a register shared one scoreboard with every stage's, and NVRTC waited for all of
      * them before each new one (k3m, SASS), so it goes through the ring too */
     constexpr int SC_STEP = TB_WAVE / TB_CHUNKS_PER_BLOCK * TB_SC_BYTES;
-    const tb_size sbyte = g0 / TB_CHUNKS_PER_BLOCK * TB_SC_BYTES;
-    const tb_u8 *sp = sc + (sbyte & ~(tb_size)3);
-    const int soff = (int)(sbyte & 3);
+    const tb_u8 *sfirst = sc + g0 / TB_CHUNKS_PER_BLOCK * TB_SC_BYTES; /* the lane's first scale byte */
+    const int soff = (int)((unsigned long long)sfirst & 3ull);       /* aligned by address, not by offset */
+    const tb_u8 *sp = sfirst - soff;
     int iss = s0;
     auto issue = [&](int st) {
         if (iss < s1) {
