@@ -10,7 +10,7 @@ stream, so the SM's whole dot-product work runs after it. The model:
     PP5:  time = reader + tail,  tail = SM's dot instructions / (4 schedulers x issue efficiency x clock)
     PP6:  time = reader + one stage per wave at the end + the cut-row sum (the dots run while bytes arrive)
 
-with the dot instructions from the SASS (PP5 RW2/U5: 65 per two row-chunks; PP6: ~75 per stage of one
+with the dot instructions from the SASS (PP5 RW2/U5: 65 per two row-chunks; PP6: ~50 per stage of one
 chunk per lane, issue and ring bookkeeping included) and the wave imbalance of each grid (PP5: units
 interleaved over the lane groups, a wave does ceil or floor of units / groups; PP6: stages split evenly per
 block). Prints, per shape, the measured decode time and reader time, the model's PP5 tail beside the measured
@@ -33,7 +33,7 @@ SMS = 132
 CLOCK_GHZ = 1.755  # H200 SM clock under load (assumed; the boost clock is 1.98)
 ISSUE_EFF = 0.5  # warp-instructions per scheduler cycle in the tail (dependent dp4a chains, LDS latency)
 PP5_PER_ROW_CHUNK = 65 / 2  # SASS, Q4_0 RW2/U5: one chunk of two rows
-PP6_PER_STAGE = 75  # SASS, Q4_0 U8/PG4: one stage (a chunk per lane) with its copy issue and wait
+PP6_PER_STAGE = 50  # SASS, Q4_0 U8/PG4 (rounds of S stages unrolled): a stage with its copy issue and wait
 PP6_END = 0.2  # us: the block barrier and the cut-row sum after the last stage
 
 

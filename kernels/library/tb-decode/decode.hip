@@ -1133,32 +1133,42 @@ __device__ TB_FORCEINLINE void tb_decode_flat(TB_DECODE_PARAMS) {
         const tb_u32x4 *xa = xq + cbase + lane;
         const float *pl = pl0 + 2 * TB_CHUNK_WEIGHTS * (cbase / TB_WAVE);
         const float *ph = ph0 + 2 * TB_CHUNK_WEIGHTS * (cbase / TB_WAVE);
-        for (int s = s0, st = 0; s < s1; ++s) {
+        int s = s0;
+        /* one stage: issue stage s + S - 1 into the slot stage s - 1 left, wait for stage s (slot st), dot it */
+        auto step = [&](int st) {
             issue(st == 0 ? S - 1 : st - 1);
             tb_cp_wait<S - 1>();
-            tb_u32 q[1][4];
-            tb_meta m1[1];
+            tb_u32 q[4];
+            tb_meta m1;
             const tb_u32x4 pv = ring[st * TB_THREADS + w.tid];
-            q[0][0] = pv.x, q[0][1] = pv.y, q[0][2] = pv.z, q[0][3] = pv.w;
+            q[0] = pv.x, q[1] = pv.y, q[2] = pv.z, q[3] = pv.w;
             const int c = cbase + lane;
             if constexpr (SMETA) { /* tb_load_meta's m.e of these formats: the scale bytes, from the word */
-                m1[0].w[0] = m1[0].w[1] = m1[0].w[2] = m1[0].w[3] = 0;
+                m1.w[0] = m1.w[1] = m1.w[2] = m1.w[3] = 0;
                 const tb_u8 *sb = mwl + 4 * TB_THREADS * st;
-                m1[0].e = TB_SC_BYTES == 2 ? (tb_u32)tb_ld_u16(sb) : tb_ld_u32(sb);
-            } else
-                m1[0] = tb_load_meta(qh + (g / TB_CHUNKS_PER_BLOCK - c / TB_CHUNKS_PER_BLOCK) * TB_QH_BYTES,
-                                     sc + (g / TB_CHUNKS_PER_BLOCK - c / TB_CHUNKS_PER_BLOCK) * TB_SC_BYTES, c);
-            w.dot_flat(q[0], m1[0], w.c0 + c, xa, pl, ph, acc);
+                m1.e = TB_SC_BYTES == 2 ? (tb_u32)tb_ld_u16(sb) : tb_ld_u32(sb);
+            } else {
+                m1 = tb_load_meta(qh + (g / TB_CHUNKS_PER_BLOCK - c / TB_CHUNKS_PER_BLOCK) * TB_QH_BYTES,
+                                  sc + (g / TB_CHUNKS_PER_BLOCK - c / TB_CHUNKS_PER_BLOCK) * TB_SC_BYTES, c);
+            }
+            w.dot_flat(q, m1, w.c0 + c, xa, pl, ph, acc);
             g += TB_WAVE;
-            st = st == S - 1 ? 0 : st + 1;
             cbase += TB_WAVE;
             xa += TB_WAVE, pl += 2 * TB_CHUNK_WEIGHTS, ph += 2 * TB_CHUNK_WEIGHTS;
-            if (cbase == nch || s + 1 == s1) { /* wave-uniform */
-                row_end(s + 1);
-                cbase = 0, ++crow, rstart = s + 1;
+            ++s;
+            if (cbase == nch || s == s1) { /* wave-uniform */
+                row_end(s);
+                cbase = 0, ++crow, rstart = s;
                 xa = xq + lane, pl = pl0, ph = ph0;
             }
+        };
+        /* whole rounds of S stages with the slots known at compile time (ring and scale offsets as immediates),
+         * then the rest; stage s0 + i is in slot i % S */
+        while (s + S <= s1) {
+#pragma unroll
+            for (int j = 0; j < S; ++j) step(j);
         }
+        for (int st = 0; s < s1; ++st) step(st);
     }
     tb_sync();
     /* the cut rows: entry (wave, slot) in order is in row order; the first entry of a row sums its run */
