@@ -234,3 +234,41 @@ def test_stream_kernel_on_the_emulator(tmp_path: Path, fmt: str, n: int, k: int)
     results = {ref: _run(binary, fmt, ref, problem, folder)}
     results.update({name: _run(binary, fmt, name, problem, folder, late=True) for name in STREAM})
     _check(problem, results)
+
+
+# the flat kernel (PP6, M = 1): every point of the space; on one SM the grid is PG blocks, so a block's rows
+# are cut among its 8 waves at stage boundaries (n = 70: 17-18 rows per block, 5 stages a row at K = 5120),
+# and the cut rows are summed through shared memory; n = 8: one row a wave. Q4_0 / IQ4_NL / Q4_1 / Q8_0 take
+# their scale word through the ring, the other formats load their meta when a stage is computed
+FLAT = [v.name for v in DECODE.space("cuda") if v.params["pp"] == 6]
+FLAT_CASES = [
+    ("Q4_0", 70, 5120), ("Q4_0", 37, 6144), ("Q4_0", 24, 17408), ("Q4_0", 45, 2048), ("Q4_0", 40, 1024),
+    ("Q4_0", 8, 5120), ("IQ4_NL", 70, 5120), ("Q4_1", 50, 2048), ("Q8_0", 29, 2048), ("IQ4_XS", 70, 5120),
+    ("Q4_K", 70, 5120), ("Q6_K", 33, 6144), ("Q5_0", 21, 2048),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("fmt", "n", "k"), FLAT_CASES)
+def test_flat_kernel_on_the_emulator(tmp_path: Path, fmt: str, n: int, k: int) -> None:
+    """The M = 1 flat kernel (a block's rows split evenly over its waves by 32-chunk stages, a cp.async ring
+    of one chunk per lane and stage, cut rows summed in wave order) against the reference and a PP1 register
+    kernel, copies landing only at their wait: a stage computed before its wait, a slot refilled early, a cut
+    row summed twice or not at all changes the numbers."""
+    assert len(FLAT) == 4
+    # the points whose shared memory fits at this K (K = 17408: U8 at 4 blocks per SM does not)
+    spec = get_format(fmt)
+    names = [
+        name
+        for name in FLAT
+        if DECODE.point_problems(DECODE.bindings(DECODE.parse(name, "cuda"), n, k, 1, spec, FACTS)) == []
+    ]
+    assert len(names) == (3 if k > 6144 else 4)
+    ref = "MX1/KB4/RW2/U2/RG1/PG0/PP1" if k > 6144 else "MX1/KB1/RW1/U4/RG1/PG3/PP1"
+    binary = _emulator(tmp_path, fmt, [*names, ref])
+    problem = build_problem(fmt, n, k, 1, seed=19, packed=False)
+    folder = tmp_path / "flat"
+    _write(folder, fmt, problem)
+    results = {ref: _run(binary, fmt, ref, problem, folder)}
+    results.update({name: _run(binary, fmt, name, problem, folder, late=True) for name in names})
+    results["early"] = _run(binary, fmt, names[0], problem, folder)
+    _check(problem, results)

@@ -52,9 +52,12 @@ def test_variant_selection() -> None:
     order."""
     every = bench.select_variants("")
     ring = bench.select_variants("ring")
-    assert len(every) == 136 and len(ring) == 36 and all(name.endswith(("/PP2", "/PP3")) for name in ring)
+    # 140 (was 136): k3m added the 4 points of the PP6 flat kernel
+    assert len(every) == 140 and len(ring) == 36 and all(name.endswith(("/PP2", "/PP3")) for name in ring)
     stream = bench.select_variants("stream")
     assert len(stream) == 8 and all(name.startswith("MX1/KB1/") and name.endswith("/PP5") for name in stream)
+    flat = bench.select_variants("flat")
+    assert len(flat) == 4 and all(name.startswith("MX1/KB1/RW1/") and name.endswith("/PP6") for name in flat)
     assert len(bench.select_variants("registers")) == 68
     tc = bench.select_variants("tc")
     assert len(tc) == 24 and all("/RG16/" in name for name in tc) and not set(tc) & set(ring)

@@ -28,7 +28,10 @@ def test_decode_spaces() -> None:
     ring = [v.params for v in cuda if v.params["pp"] in (2, 3) and v.params["rg"] != 16]
     tc = [v.params for v in cuda if v.params["rg"] == 16]
     stream = [v.params for v in cuda if v.params["pp"] == 5]
-    assert len(ring) == 36 and len(tc) == 24 and len(stream) == 8 and len(cuda) == 136
+    # 140 (was 136): k3m added the PP6 flat kernel's 4 points (M = 1: U stages of a cp.async ring, PG 3 / 4)
+    flat = [v.params for v in cuda if v.params["pp"] == 6]
+    assert len(ring) == 36 and len(tc) == 24 and len(stream) == 8 and len(flat) == 4 and len(cuda) == 140
+    assert all(p["mx"] == p["kb"] == p["rg"] == p["rw"] == 1 and p["pg"] in (3, 4) for p in flat)
     assert all(p["mx"] == 1 and p["kb"] == 1 and p["rg"] in (1, 2) for p in stream)
     assert {p["u"] for p in stream} == {4, 5, 6} and all(p["u"] in (2, 4, 8) for p in ring + tc)
     assert all(p["pp"] in (2, 3, 4) and p["u"] == 8 and p["mx"] in (2, 4, 8) for p in tc)
@@ -53,7 +56,8 @@ def test_decode_spaces() -> None:
     assert host[4].family == "tb-decode"
     # every invalid GPU point names the rule that removes it
     invalid = DECODE.invalid_points("cuda")
-    assert len(invalid) == 4 * 2 * 2 * 5 * 4 * 4 * 6 - 136 and all(p["rule"] for p in invalid)
+    # pp 0..6 (k3m added 6)
+    assert len(invalid) == 4 * 2 * 2 * 5 * 4 * 4 * 7 - 140 and all(p["rule"] for p in invalid)
     assert any(p["point"] == "MX4/KB1/RW1/U8/RG16/PG2/PP2" for p in DECODE.invalid_points("rocm"))
     assert any(p["point"] == "MX8/KB1/RW1/U4/RG1/PG0/PP1" and "mx != 8" in p["rule"] for p in invalid)
     assert any(p["point"] == "MX4/KB1/RW2/U2/RG1/PG0/PP2" for p in DECODE.invalid_points("rocm"))
@@ -87,9 +91,16 @@ def test_decode_source_default_list_is_the_gpu_space() -> None:
         tuple(v.params[p] for p in keys) for v in DECODE.space("cuda") if v.params["rg"] == 16
     ]
     start = text.index("#define TB_DECODE_STREAM_VARIANTS")
-    stream = re.findall(r"TB_DECODE_VARIANT\(([^)]*)\)", text[start : text.index("#else", start)])
+    stream = re.findall(
+        r"TB_DECODE_VARIANT\(([^)]*)\)", text[start : text.index("#define TB_DECODE_FLAT_VARIANTS", start)]
+    )
     assert [tuple(int(x) for x in item.split(",")) for item in stream] == [
         tuple(v.params[p] for p in keys) for v in DECODE.space("cuda") if v.params["pp"] == 5
+    ]
+    start = text.index("#define TB_DECODE_FLAT_VARIANTS")
+    flat = re.findall(r"TB_DECODE_VARIANT\(([^)]*)\)", text[start : text.index("#else", start)])
+    assert [tuple(int(x) for x in item.split(",")) for item in flat] == [
+        tuple(v.params[p] for p in keys) for v in DECODE.space("cuda") if v.params["pp"] == 6
     ]
 
 

@@ -191,7 +191,12 @@ TB_DEV void tbt_iq4_lookup(tb_u32 w, tb_u32 t0, tb_u32 t2, tb_u32 k3210, tb_u32 
 #define TB_MINB_STREAM(RW, U, PG) ((PG) > 0 && (PG) < TB_STREAM_OCC(RW, U) ? (PG) : TB_STREAM_OCC(RW, U))
 #define TB_MINB_VG(RG, RW, U, KB, MX, PG, PP)                                                           \
     ((RG) == 16 ? TB_MINB_TC(RW, PG)                                                                    \
-                : (PP) == 5 ? TB_MINB_STREAM(RW, U, PG) : TB_MINB_V(RW, U, KB, MX, PG, PP))
+                : (PP) == 5 ? TB_MINB_STREAM(RW, U, PG) : (PP) == 6 ? TB_MINB_FLAT(PG) : TB_MINB_V(RW, U, KB, MX, PG, PP))
+/* PP 6 (the flat kernel): PG blocks per SM where a chunk's scale is one word through the ring (Q4_0, Q4_1, Q8_0,
+ * IQ4_NL: NVRTC 13.0 sm_90 55-63 registers, no spills); the other formats keep U stages of meta in registers (Q6_K
+ * U8 at 64 registers spilled 200 bytes, Q4_K 68, IQ4_XS / Q5_0 / Q5_1 8-12; Q6_K U4 20): 2 blocks' 128 registers */
+#define TB_FLAT_SMETA (TB_QH_BYTES == 0 && (TB_SC_BYTES == 2 || TB_SC_BYTES == 4))
+#define TB_MINB_FLAT(PG) (TB_FLAT_SMETA ? (PG) : 2)
 /* passes of x staging loaded before any is reduced (tb_stage_x): 6 x 256 float4 cover K = 6144 at M = 1.
  * AMD: 1, the order measured before (gfx906 hipcc: 2 passes or x first made the 4-wave PP0 variants spill) */
 #if defined(TB_AMD)
@@ -214,6 +219,10 @@ TB_DEV void tb_cp_async16(unsigned dst, const void *src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
 }
 TB_DEV void tb_cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+/* 4 bytes through L1 (PP6: a chunk's scale word) */
+TB_DEV void tb_cp_async4(unsigned dst, const void *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
+}
 template <int N>
 TB_DEV void tb_cp_wait(void) {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
@@ -488,6 +497,43 @@ struct tb_work {
                     acc[r * MX + i] += tb_chunk_dot(&ch[r], c, xl, xh, ml.x, mh.x, ml.y, mh.y);
             }
         }
+    }
+
+    /* PP6 (RW = MX = 1, full-wave rows, one chunk a stage): dot()'s ring path with x's slot and scale pointers
+     * given (they step by a constant per stage: 32 chunks, TB_CHUNK_WEIGHTS 32-blocks), not made from c */
+    __device__ TB_FORCEINLINE void dot_flat(const tb_u32 (&q)[4], const tb_meta &mt, int c, const tb_u32x4 *xa,
+                                            const float *pl, const float *ph, float *acc) const {
+        tb_chunk ch;
+#if TB_X_IL
+        tb_meta m1 = mt;
+#if defined(TB_FMT_IQ4_XS)
+        static_assert(TB_CHUNKS_PER_BLOCK == 8, "IQ4_XS: 8 chunks per super-block");
+        m1.e = (tb_u32)(lg & 7); /* c % 8: stages start at multiples of 32 chunks */
+#endif
+        ch = tb_unpack(q, m1, c);
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+            tbt_iq4_lookup(q[i], iq4t0, iq4t2, iq4k3210, (tb_u32 *)&ch.lo[i], (tb_u32 *)&ch.hi[i]);
+#else
+        ch = tb_unpack(q, mt, c);
+#endif
+        tb_i32 xl[4], xh[4];
+        const tb_u32x4 a = xa[0];
+        xl[0] = (tb_i32)a.x, xl[1] = (tb_i32)a.y, xl[2] = (tb_i32)a.z, xl[3] = (tb_i32)a.w;
+#if TB_RUNS == 2
+        const tb_u32x4 h = xa[nchunks];
+        xh[0] = (tb_i32)h.x, xh[1] = (tb_i32)h.y, xh[2] = (tb_i32)h.z, xh[3] = (tb_i32)h.w;
+#else
+        xh[0] = xh[1] = xh[2] = xh[3] = 0;
+#endif
+        const tb_f2 ml = *(const tb_f2 *)pl;
+#if TB_SAME_BLOCK || TB_RUNS == 1
+        const tb_f2 mh = ml;
+        (void)ph;
+#else
+        const tb_f2 mh = *(const tb_f2 *)ph;
+#endif
+        acc[0] += tb_chunk_dot(&ch, c, xl, xh, ml.x, mh.x, ml.y, mh.y);
     }
 
     /* the batch held in registers (PP <= 1) */
@@ -897,6 +943,255 @@ __device__ TB_FORCEINLINE void tb_decode_stream(TB_DECODE_PARAMS) {
             if (unit0 >= units) break;
         }
         w.load_at(a, unit * RW, base);
+    }
+}
+#endif
+
+#if defined(TB_DSMEM)
+/* PP = 6 (CUDA, M = 1): the flat kernel (U = S: a cp.async ring of S stages of one 16-byte chunk per lane, full-wave
+ * rows, PG blocks per SM: grid_x = min(tiles, PG x SMs), every block resident). Why (issue 13, k3m): the PP5 stream
+ * kernel's whole batch (Q4_0 RW2/U5: 10 payload + 10 scale loads per lane) sits on ONE scoreboard in NVRTC 13.0's
+ * SASS, so a wave's first dot waits for its last load; with one unit per wave (GDN_Z: 3072 units of 2 rows on 3072
+ * waves) the loads of every wave finish with the DRAM stream and all of a SM's dot products (Z: ~7.7k warp
+ * instructions, ~1.3k cycles of x reads from shared memory) run after it, a serial tail; with more rows than waves
+ * (units interleaved) a wave does 1 or 2 units (tail imbalance up to 2x). Here:
+ *  - block b owns rows [b n / grid_x, (b + 1) n / grid_x) (equal to +-1 row), and its 8 waves split the block's
+ *    flattened (row, 32-chunk stage) sequence evenly (+-1 stage): every wave streams the same bytes, whatever N;
+ *  - each stage's payload goes to the wave's own ring slots by cp.async and is waited for by cp.async.wait_group
+ *    (S - 1 stages in flight per lane, consumed in the order they were issued): the dots run while the bytes
+ *    arrive, the tail is one stage;
+ *  - x is loaded by 4 lanes per 32-block straight into registers (coalesced; its L2 loads issued before the ring's
+ *    first stages) and quantised with tb_stage_x's rule and slots (the same bits; rint by a float add, not F2I), no
+ *    fp32 buffer in shared memory;
+ *  - a row the wave range cuts is reduced by the wave and its partial summed with the other waves' in wave order
+ *    through shared memory after the block's last barrier (deterministic; rows inside a range are written direct).
+ * Dynamic shared memory: [ring: S x 256 x 16 B][scale words: S x 256 x 4 B][x int8 of K: 1.25 bytes per weight]
+ * (tunebase-kernel.toml smem). Formats with one scale word per chunk and no high bits: Q4_0, Q4_1, Q8_0, IQ4_NL. */
+/* fp32 bits of x * inv + 1.5 * 2^23: the product rounded to fp32, then to the nearest integer (ties to even, as
+ * rintf) in the low mantissa bits (|x * inv| < 2^22); no contraction into an FMA (the product must round first) */
+TB_DEV tb_u32 tb_rint_bits(float xv, float inv) {
+#if defined(TB_CUDA_EMULATION)
+    volatile float p = xv * inv;
+    return __float_as_uint(p + 12582912.0f);
+#else
+    return __float_as_uint(__fadd_rn(__fmul_rn(xv, inv), 12582912.0f));
+#endif
+}
+template <int S>
+__device__ TB_FORCEINLINE void tb_decode_flat(TB_DECODE_PARAMS) {
+    typedef tb_work<1, 1, 1, 1, 1> W;
+    static_assert(S >= 3, "at least two stages in flight");
+    /* one scale word per chunk and no high bits (Q4_0, Q4_1, Q8_0, IQ4_NL): the word goes through the ring; the
+     * other formats keep their meta in registers (correct, and slower: one scoreboard for all stages' loads) */
+    constexpr bool SMETA = TB_FLAT_SMETA;
+    __shared__ float tb_part[TB_WAVES][2];
+    __shared__ int tb_prow[TB_WAVES][2];
+    W w;
+    tb_setup<W, 1>(w, qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
+    tb_u32x4 *ring = (tb_u32x4 *)TB_DSMEM;
+    tb_u32 *mw = (tb_u32 *)(ring + S * TB_THREADS);     /* [S][256] scale words */
+    tb_u32x4 *xq = (tb_u32x4 *)(mw + S * TB_THREADS);
+    float *xm = (float *)(xq + TB_RUNS * w.nchunks);
+    w.xq = xq, w.xm = xm;
+    const int lane = w.tid & (TB_WAVE - 1), wave = w.tid / TB_WAVE;
+    const int nch = w.nchunks;                          /* chunks per row */
+    const int spr = (nch + TB_WAVE - 1) / TB_WAVE;      /* stages per row */
+    const int r0 = (int)((tb_size)TB_BID_X * (tb_size)n / (tb_size)grid_x);
+    const int r1 = (int)((tb_size)(TB_BID_X + 1) * (tb_size)n / (tb_size)grid_x);
+    const int T = (r1 - r0) * spr;                       /* this block's stages */
+    const int s0 = wave * T / TB_WAVES, s1 = (wave + 1) * T / TB_WAVES;
+    if (lane < 2) tb_prow[wave][lane] = -1;
+
+    /* x: 4 lanes per 32-block (lane p: float4 p and p + 4, i.e. word p of both 16-weight halves), XQ passes of 256
+     * lanes in flight: each load instruction reads 8 half-lines of 64 bytes (one lane per block read 32 lines, 8x
+     * the L1 wavefronts); the first passes' loads go out before the weights' first stages */
+    constexpr int XQ = 3;
+    const int nxb = w.nxb, xl = 4 * nxb;
+    tb_f4 v[XQ][2];
+    auto load_x = [&](int base) {
+#pragma unroll
+        for (int p = 0; p < XQ; ++p) {
+            const int t = base + p * TB_THREADS + w.tid;
+            if (t < xl) {
+                const tb_f4 *src = (const tb_f4 *)(x + (tb_size)(w.xb0 + (t >> 2)) * 32) + (t & 3);
+                v[p][0] = src[0], v[p][1] = src[4];
+            }
+        }
+    };
+    load_x(0);
+    /* the ring: stage s of the wave's range, its payload and scale word to slot s % S. A row is spr whole stages
+     * (the manifest asks K % 1024 == 0: 32 | chunks per row) and a block's rows are contiguous in qs and sc, so the
+     * wave's stages are one contiguous run of global chunks g = r0 nch + 32 s + lane: a pointer steps 512 bytes */
+    const tb_size g0 = (tb_size)r0 * (tb_size)nch + (tb_size)s0 * TB_WAVE + (tb_size)lane;
+    const tb_u8 *qp = qs + 16 * g0;
+    /* SMETA: the aligned word holding chunk g's scale bytes (Q4_0 / IQ4_NL / Q8_0: 2 at an even offset, Q4_1: 4),
+     * 32 / TB_CHUNKS_PER_BLOCK x TB_SC_BYTES bytes (a multiple of 4) on per stage; its offset in the word is the
+     * lane's. A scale loaded to a register shared one scoreboard with every stage's, and NVRTC waited for all of
+     * them before each new one (k3m, SASS), so it goes through the ring too */
+    constexpr int SC_STEP = TB_WAVE / TB_CHUNKS_PER_BLOCK * TB_SC_BYTES;
+    const tb_u8 *sfirst = sc + g0 / TB_CHUNKS_PER_BLOCK * TB_SC_BYTES; /* the lane's first scale byte */
+    const int soff = (int)((unsigned long long)sfirst & 3ull);       /* aligned by address, not by offset */
+    const tb_u8 *sp = sfirst - soff;
+    int iss = s0;
+    auto issue = [&](int st) {
+        if (iss < s1) {
+            tb_cp_async16(tb_smem_addr(ring + st * TB_THREADS + w.tid), qp);
+            if constexpr (SMETA) tb_cp_async4(tb_smem_addr(mw + st * TB_THREADS + w.tid), sp);
+        }
+        tb_cp_commit(); /* empty groups past the end keep the wait count uniform */
+        ++iss;
+        qp += 16 * TB_WAVE;
+        sp += SC_STEP;
+    };
+#pragma unroll
+    for (int st = 0; st < S - 1; ++st) issue(st);
+    /* x quantised, tb_stage_x's rule and slots (the same bits): amax over the block's 32 (4 lanes, 2 shuffles),
+     * inv = 127 / amax, q = rint(x inv) (the fp32 product rounded to an integer by adding 1.5 * 2^23: its low byte
+     * is q as int8, exact for |x inv| <= 127, no F2I: the H200's conversions run at 16 per clock per SM and the
+     * 4 blocks per SM each quantise the whole of x), xs = amax / 127, xs * sum q */
+    for (int base = 0; base < xl; base += XQ * TB_THREADS) { /* uniform trip count: shuffles below */
+        if (base > 0) load_x(base);
+#pragma unroll
+        for (int p = 0; p < XQ; ++p) {
+            if (base + p * TB_THREADS >= xl) break; /* uniform over the block */
+            const int t = base + p * TB_THREADS + w.tid;
+            const bool on = t < xl;
+            const int b = on ? t >> 2 : 0, part = t & 3;
+            const tb_f4 a = on ? v[p][0] : tb_f4{0.0f, 0.0f, 0.0f, 0.0f}, c = on ? v[p][1] : tb_f4{0.0f, 0.0f, 0.0f, 0.0f};
+            float amax = tb_fmaxf(tb_fmaxf(tb_fmaxf(tb_fabsf(a.x), tb_fabsf(a.y)), tb_fmaxf(tb_fabsf(a.z), tb_fabsf(a.w))),
+                                  tb_fmaxf(tb_fmaxf(tb_fabsf(c.x), tb_fabsf(c.y)), tb_fmaxf(tb_fabsf(c.z), tb_fabsf(c.w))));
+            amax = tb_fmaxf(amax, tb_shfl_xor(amax, 2));
+            amax = tb_fmaxf(amax, tb_shfl_xor(amax, 1));
+            const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+            tb_u32 word[2];
+            tb_i32 sum = 0;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const tb_f4 f = h ? c : a;
+                const tb_u32 r0 = tb_rint_bits(f.x, inv), r1 = tb_rint_bits(f.y, inv);
+                const tb_u32 r2 = tb_rint_bits(f.z, inv), r3 = tb_rint_bits(f.w, inv);
+                /* bits = 0x4B400000 + q: the low bytes are q's; sum q = sum bits - 4 x 0x4B400000 (mod 2^32) */
+                sum += (tb_i32)(r0 + r1 + r2 + r3 - 4u * 0x4B400000u);
+                word[h] = tb_prmt(tb_prmt(r0, r1, 0x0040u), tb_prmt(r2, r3, 0x0040u), 0x5410u);
+            }
+            float fsum = (float)sum; /* exact: |sum| <= 4064 */
+            fsum += tb_shfl_xor(fsum, 2);
+            fsum += tb_shfl_xor(fsum, 1);
+            if (on) {
+                tb_u32 *slot[2];
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    int cc, run;
+                    tb_half_slot(2 * (w.xb0 + b) + h, &cc, &run);
+                    slot[h] = (tb_u32 *)(xq + run * nch + (cc - w.c0));
+                }
+#if TB_X_IL
+                slot[0][part] = tb_prmt(word[0], word[1], 0x5140u);
+                slot[1][part] = tb_prmt(word[0], word[1], 0x7362u);
+#else
+                slot[0][part] = word[0];
+                slot[1][part] = word[1];
+#endif
+                if (part == 0) {
+                    const float xs = amax / 127.0f;
+                    xm[2 * b] = xs;
+                    xm[2 * b + 1] = xs * fsum;
+                }
+            }
+        }
+    }
+    tb_sync();
+
+    float acc[1] = {0.0f};
+    int crow = r0 + s0 / spr, cbase = (s0 % spr) * TB_WAVE;
+    int rstart = s0; /* the stage the wave began its current row at */
+    const int first_row = crow;
+    /* the wave's row ends: reduce; a row whole in the range goes to y, a cut one to the wave's partial slot */
+    auto row_end = [&](int s_next) {
+        tb_reduce<1, TB_WAVE>::run(acc, lane);
+        const bool whole = (rstart - (crow - r0) * spr) == 0 && s_next == (crow - r0 + 1) * spr;
+        if (lane == 0) {
+            if (whole) {
+                y[crow] = acc[0];
+            } else {
+                const int slot = crow == first_row ? 0 : 1;
+                tb_part[wave][slot] = acc[0];
+                tb_prow[wave][slot] = crow;
+            }
+        }
+        acc[0] = 0.0f;
+    };
+    if (s0 < s1) {
+        /* the formats whose meta is not one word (high bits, K-quant / IQ4_XS scales) load it from global memory
+         * when the stage is computed (correct; a latency per stage: PP6 serves Q4_0 / Q4_1 / Q8_0 / IQ4_NL) */
+        tb_size g = g0;
+        const tb_u8 *mwl = (const tb_u8 *)(mw + w.tid) + soff; /* the lane's scale bytes in slot 0's word */
+        /* x of chunk c = cbase + lane: its slot (run 0; run 1 at + nch) and its 32-blocks' scale pairs; a stage
+         * moves them 32 chunks, TB_CHUNK_WEIGHTS 32-blocks on; a new row starts them at c = lane again */
+        const float *pl0 = xm + 2 * (tb_chunk_p_lo(w.c0 + lane) / 32 - w.xb0);
+        const float *ph0 = xm + 2 * (tb_chunk_p_hi(w.c0 + lane) / 32 - w.xb0);
+        const tb_u32x4 *xa = xq + cbase + lane;
+        const float *pl = pl0 + 2 * TB_CHUNK_WEIGHTS * (cbase / TB_WAVE);
+        const float *ph = ph0 + 2 * TB_CHUNK_WEIGHTS * (cbase / TB_WAVE);
+        int s = s0;
+        /* one stage: issue stage s + S - 1 into the slot stage s - 1 left, wait for stage s (slot st), dot it */
+        auto step = [&](int st) {
+            issue(st == 0 ? S - 1 : st - 1);
+            tb_cp_wait<S - 1>();
+            tb_u32 q[4];
+            tb_meta m1;
+            const tb_u32x4 pv = ring[st * TB_THREADS + w.tid];
+            q[0] = pv.x, q[1] = pv.y, q[2] = pv.z, q[3] = pv.w;
+            const int c = cbase + lane;
+            if constexpr (SMETA) { /* tb_load_meta's m.e of these formats: the scale bytes, from the word */
+                m1.w[0] = m1.w[1] = m1.w[2] = m1.w[3] = 0;
+                const tb_u8 *sb = mwl + 4 * TB_THREADS * st;
+                m1.e = TB_SC_BYTES == 2 ? (tb_u32)tb_ld_u16(sb) : tb_ld_u32(sb);
+            } else {
+                m1 = tb_load_meta(qh + (g / TB_CHUNKS_PER_BLOCK - c / TB_CHUNKS_PER_BLOCK) * TB_QH_BYTES,
+                                  sc + (g / TB_CHUNKS_PER_BLOCK - c / TB_CHUNKS_PER_BLOCK) * TB_SC_BYTES, c);
+            }
+            w.dot_flat(q, m1, w.c0 + c, xa, pl, ph, acc);
+            g += TB_WAVE;
+            cbase += TB_WAVE;
+            xa += TB_WAVE, pl += 2 * TB_CHUNK_WEIGHTS, ph += 2 * TB_CHUNK_WEIGHTS;
+            ++s;
+            if (cbase == nch || s == s1) { /* wave-uniform */
+                row_end(s);
+                cbase = 0, ++crow, rstart = s;
+                xa = xq + lane, pl = pl0, ph = ph0;
+            }
+        };
+        /* whole rounds of S stages with the slots known at compile time (ring and scale offsets as immediates),
+         * then the rest; stage s0 + i is in slot i % S */
+        while (s + S <= s1) {
+#pragma unroll
+            for (int j = 0; j < S; ++j) step(j);
+        }
+        for (int st = 0; s < s1; ++st) step(st);
+    }
+    tb_sync();
+    /* the cut rows: entry (wave, slot) in order is in row order; the first entry of a row sums its run */
+    if (w.tid < 2 * TB_WAVES) {
+        const int e = w.tid;
+        const int row = tb_prow[e >> 1][e & 1];
+        int prev = -1;
+        for (int p = e - 1; p >= 0; --p) {
+            const int r = tb_prow[p >> 1][p & 1];
+            if (r >= 0) {
+                prev = r;
+                break;
+            }
+        }
+        if (row >= 0 && prev != row) {
+            float tot = tb_part[e >> 1][e & 1];
+            for (int p = e + 1; p < 2 * TB_WAVES; ++p) {
+                const int r = tb_prow[p >> 1][p & 1];
+                if (r == row) tot += tb_part[p >> 1][p & 1];
+                else if (r >= 0) break;
+            }
+            y[row] = tot;
+        }
     }
 }
 #endif
@@ -1347,6 +1642,10 @@ __device__ TB_FORCEINLINE void tb_decode_pick(TB_DECODE_PARAMS) {
     } else if constexpr (PP == 5) {
         tb_decode_stream<RG, RW, U, MX>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
         return;
+    } else if constexpr (PP == 6) {
+        static_assert(RG == 1 && RW == 1 && KB == 1 && MX == 1, "the flat kernel: M = 1, full-wave rows, one chunk a stage");
+        tb_decode_flat<U>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
+        return;
     } else if constexpr (PP >= 2) {
         tb_decode_ring<RG, RW, U, KB, PG, MX, PP>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
         return;
@@ -1424,9 +1723,14 @@ __device__ TB_FORCEINLINE void tb_decode_pick(TB_DECODE_PARAMS) {
     TB_DECODE_VARIANT(1, 1, 1, 4, 2, 0, 5) TB_DECODE_VARIANT(1, 1, 1, 5, 1, 4, 5) TB_DECODE_VARIANT(1, 1, 1, 5, 2, 0, 5) \
     TB_DECODE_VARIANT(1, 1, 1, 6, 1, 3, 5) TB_DECODE_VARIANT(1, 1, 1, 6, 1, 4, 5) TB_DECODE_VARIANT(1, 1, 1, 6, 2, 0, 5) \
     TB_DECODE_VARIANT(1, 1, 2, 5, 1, 0, 5) TB_DECODE_VARIANT(1, 1, 2, 5, 1, 3, 5)
+/* the flat kernel (PP6: M = 1, the CUDA space only) */
+#define TB_DECODE_FLAT_VARIANTS \
+    TB_DECODE_VARIANT(1, 1, 1, 4, 1, 4, 6) TB_DECODE_VARIANT(1, 1, 1, 6, 1, 3, 6) TB_DECODE_VARIANT(1, 1, 1, 8, 1, 3, 6) \
+    TB_DECODE_VARIANT(1, 1, 1, 8, 1, 4, 6)
 #else
 #define TB_DECODE_RING_VARIANTS
 #define TB_DECODE_TC_VARIANTS
 #define TB_DECODE_STREAM_VARIANTS
+#define TB_DECODE_FLAT_VARIANTS
 #endif
-TB_DECODE_VARIANTS TB_DECODE_RING_VARIANTS TB_DECODE_TC_VARIANTS TB_DECODE_STREAM_VARIANTS
+TB_DECODE_VARIANTS TB_DECODE_RING_VARIANTS TB_DECODE_TC_VARIANTS TB_DECODE_STREAM_VARIANTS TB_DECODE_FLAT_VARIANTS
