@@ -236,9 +236,9 @@ def test_stream_kernel_on_the_emulator(tmp_path: Path, fmt: str, n: int, k: int)
     _check(problem, results)
 
 
-# the interleaved ring (PP 6 / 7): units of RW rows over the grid's warps. One SM, so the 2-3 blocks' 16-24 warps
-# each loop over 1-4 units of the n = 70 rows (35 units of RW2, 70 of RW1: the last warps' units past the end),
-# U5 = one ring step per K = 5120 row, U4 / U2 rows over two / three steps, copies landing late
+# the interleaved ring (PP 6 / 7): units of RW rows over the grid's warps. One SM, so the 2-3 blocks' 16-24
+# warps each loop over 1-4 units of the n = 70 rows (35 units of RW2, 70 of RW1: the last warps' units past
+# the end), U5 = one ring step per K = 5120 row, U4 / U2 rows over two / three steps, copies landing late
 IW = [v.name for v in DECODE.space("cuda") if v.params["pp"] in (6, 7)]
 
 

@@ -48,13 +48,15 @@ def test_summary_counts_ratios_and_bandwidth() -> None:
 
 
 def test_variant_selection() -> None:
-    """--variants: names and the keywords 'ring' / 'registers' / 'tc' / 'stream' pick from the CUDA space, in
-    order."""
+    """--variants: names and the keywords 'ring' / 'registers' / 'tc' / 'stream' / 'iw' pick from the CUDA
+    space, in order."""
     every = bench.select_variants("")
     ring = bench.select_variants("ring")
-    assert len(every) == 136 and len(ring) == 36 and all(name.endswith(("/PP2", "/PP3")) for name in ring)
+    assert len(every) == 143 and len(ring) == 36 and all(name.endswith(("/PP2", "/PP3")) for name in ring)
     stream = bench.select_variants("stream")
     assert len(stream) == 8 and all(name.startswith("MX1/KB1/") and name.endswith("/PP5") for name in stream)
+    iw = bench.select_variants("iw")  # the interleaved ring (PP 6, 7)
+    assert len(iw) == 7 and all(name.endswith(("/PP6", "/PP7")) for name in iw) and not set(iw) & set(ring)
     assert len(bench.select_variants("registers")) == 68
     tc = bench.select_variants("tc")
     assert len(tc) == 24 and all("/RG16/" in name for name in tc) and not set(tc) & set(ring)
