@@ -40,7 +40,9 @@
  *       (measured on the H200, 2026-11-30: the single-buffered kernel left the GateUp at 62 % of copy
  *       bandwidth, latency-bound with one batch per row and 16-24 warps per SM); 2 / 3 (CUDA): the cp.async
  *       ring (tb_decode_ring); 5 (CUDA, M = 1): the stream kernel (tb_decode_stream: the first batch issued
- *       before x is quantised, x through a cp.async fp32 buffer, rows interleaved over the grid's lane groups)
+ *       before x is quantised, x through a cp.async fp32 buffer, rows interleaved over the grid's lane groups);
+ *       6 / 7 (CUDA, RG1, KB1): the ring of 2 / 3 stages over units of RW rows interleaved over the grid's
+ *       warps (tb_decode_ring_iw: every block the same rows +-1 unit; U5 makes a K = 5120 row one step)
  *
  * Data flow: (1) x of this workgroup's K slice is loaded (TB_XP passes in flight at once) and quantised
  * per 32-block to int8 into static LDS (kernels/activations.py's rule; each 16-weight half stored at the
