@@ -12,6 +12,7 @@ tag=${1:-$(date -u +%F)}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export CUDA_VISIBLE_DEVICES=${GPU:-0} PYTHONUNBUFFERED=1
 run() { if [ -n "${DRY:-}" ]; then echo "DRY: $*"; else "$@"; fi; }
+source "$(dirname "$0")/device_lib.sh"  # stamp
 if [ -z "${DRY:-}" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site:$PWD
@@ -24,11 +25,7 @@ for pass in ${PASSES:-a b}; do
   json="$OUT/decode-roofline-h200-k3i-$tag-$pass.json"; log="${json%.json}.log"
   cmd=(python3 bench/decode_roofline.py --m 1,2,3,4 --dispatches 10 --formats IQ4_XS,Q4_0
        --shapes Qwen36_FFN_GateUp --variants "iw,$old" --out "$json")
-  {
-    echo "# device: $(nvidia-smi --query-gpu=index,name,uuid,driver_version --format=csv,noheader 2>/dev/null | tr '\n' ';')"
-    echo "# date: $(date -u +%FT%TZ)"; echo "# git: $(cat .git-head 2>/dev/null || git rev-parse HEAD 2>/dev/null || echo unknown)"
-    echo "# command: ${cmd[*]}"
-  } > "$log"
+  stamp "${cmd[*]}" > "$log"
   t0=$(date +%s)
   run timeout "${BOX_S:-110}" "${cmd[@]}" >> "$log" 2>&1
   echo "# rc=$? seconds=$(( $(date +%s) - t0 ))" >> "$log"
