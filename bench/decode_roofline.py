@@ -146,7 +146,7 @@ def select_variants(spec: str) -> tuple[str, ...]:
     """The CUDA variants to time ('' = the whole space; a subset saves device time): comma-separated names
     and the keywords 'ring' (every cp.async ring variant of the dp4a kernel, PP 2 / 3), 'registers'
     (PP 0 / 1), 'tc' (the int8 tensor-core kernels, RG16), 'stream' (the M = 1 stream kernel, PP 5) and
-    'iw' (the ring over units of rows interleaved over the grid's warps, PP 6 / 7).
+    'iw' (the ring over units of rows interleaved over the grid's warps, PP 7 / 8).
     Unknown names raise ValueError."""
     from kernels.packages.loader import builtin_packages
 
@@ -161,7 +161,7 @@ def select_variants(spec: str) -> tuple[str, ...]:
         elif item == "stream":
             wanted |= {v.name for v in space if v.params["pp"] == 5}
         elif item == "iw":
-            wanted |= {v.name for v in space if v.params["pp"] in (6, 7)}
+            wanted |= {v.name for v in space if v.params["pp"] in (7, 8)}
         elif item == "tc":
             wanted |= {v.name for v in space if v.params["rg"] == 16}
         elif item == "registers":
@@ -292,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--variants",
         default="",
-        help="names, 'ring' (PP 2/3, dp4a), 'registers' (PP 0/1), 'tc' (RG16), 'stream' (PP5), 'iw' (PP6/7);"
+        help="names, 'ring' (PP 2/3, dp4a), 'registers' (PP 0/1), 'tc' (RG16), 'stream' (PP5), 'iw' (PP7/8);"
         " empty: all",
     )
     args = parser.parse_args(argv)

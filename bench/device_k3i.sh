@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on ONE H200 for issue 13's last two points (IQ4_XS FFN_GateUp M = 2 / 3: call 13 ran 27.71 / 32.54 us,
-# llama.cpp 27.2 / 32.5): the interleaved cp.async ring (PP 6 / 7, decode.hip tb_decode_ring_iw) beside the call-13
+# llama.cpp 27.2 / 32.5): the interleaved cp.async ring (PP 7 / 8, decode.hip tb_decode_ring_iw) beside the call-13
 # winners and runners-up of IQ4_XS and Q4_0 GateUp M = 1..4, in one process, TWICE (pass a, pass b: the run-to-run
 # spread of the same binaries decides whether a ~2% lead is real). Under $OUT (4 files):
 #   decode-roofline-h200-k3i-<tag>-{a,b}.json / .log   (bench/decode_roofline.py, --dispatches 10)
@@ -31,7 +31,7 @@ for pass in ${PASSES:-a b}; do
   echo "# rc=$? seconds=$(( $(date +%s) - t0 ))" >> "$log"
   tail -12 "$log"
 done
-# the per-point table of both passes: winner, and every PP 6 / 7 time beside the call-13 winner's
+# the per-point table of both passes: winner, and every PP 7 / 8 time beside the call-13 winner's
 python3 - "$OUT" "$tag" <<'PY' || true
 import json, pathlib, sys
 out, tag = pathlib.Path(sys.argv[1]), sys.argv[2]
@@ -40,11 +40,11 @@ for path in sorted(out.glob(f"decode-roofline-h200-k3i-{tag}-*.json")):
     print(f"== {path.name}  copy {d.get('copy', {}).get('bandwidth_gbs', 0):.0f} GB/s")
     for p in d.get("points", []):
         times = p.get("all_us", {})
-        iw = {k: v for k, v in times.items() if k.endswith(("/PP6", "/PP7"))}
+        iw = {k: v for k, v in times.items() if k.endswith(("/PP7", "/PP8"))}
         best_iw = min(iw.items(), key=lambda kv: kv[1], default=("-", float("nan")))
         best_old = min(((k, v) for k, v in times.items() if k not in iw), key=lambda kv: kv[1], default=("-", float("nan")))
         print(f"{p['format']:7} M{p['m']} win {p.get('variant', '-'):28} {p.get('median_us', float('nan')):7.2f} us"
-              f" llama {p.get('llama_us', '-')}  best PP6/7 {best_iw[0]} {best_iw[1]:.2f}  best old {best_old[0]} {best_old[1]:.2f}"
+              f" llama {p.get('llama_us', '-')}  best PP7/8 {best_iw[0]} {best_iw[1]:.2f}  best old {best_old[0]} {best_old[1]:.2f}"
               f"  res {p.get('resources', {}).get('registers')}r/{p.get('resources', {}).get('blocks_per_sm')}b")
 PY
 ls -la "$OUT"

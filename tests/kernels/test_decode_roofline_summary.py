@@ -55,8 +55,8 @@ def test_variant_selection() -> None:
     assert len(every) == 143 and len(ring) == 36 and all(name.endswith(("/PP2", "/PP3")) for name in ring)
     stream = bench.select_variants("stream")
     assert len(stream) == 8 and all(name.startswith("MX1/KB1/") and name.endswith("/PP5") for name in stream)
-    iw = bench.select_variants("iw")  # the interleaved ring (PP 6, 7)
-    assert len(iw) == 7 and all(name.endswith(("/PP6", "/PP7")) for name in iw) and not set(iw) & set(ring)
+    iw = bench.select_variants("iw")  # the interleaved ring (PP 7, 8)
+    assert len(iw) == 7 and all(name.endswith(("/PP7", "/PP8")) for name in iw) and not set(iw) & set(ring)
     assert len(bench.select_variants("registers")) == 68
     tc = bench.select_variants("tc")
     assert len(tc) == 24 and all("/RG16/" in name for name in tc) and not set(tc) & set(ring)

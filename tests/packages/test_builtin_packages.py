@@ -23,13 +23,13 @@ def test_decode_spaces() -> None:
     gpu = DECODE.space("rocm")
     cuda = DECODE.space("cuda")
     # CUDA adds the cp.async ring (pp 2, 3), the int8 tensor-core kernels (rg 16), the M = 1 stream kernel
-    # (pp 5) and the interleaved ring (pp 6, 7: 7 points for IQ4_XS GateUp M = 2 / 3) to the register kernels
+    # (pp 5) and the interleaved ring (pp 7, 8: 7 points for IQ4_XS GateUp M = 2 / 3) to the register kernels
     # both backends share
     assert len(gpu) == 68 and [v.name for v in cuda if v.params["pp"] < 2] == [v.name for v in gpu]
     ring = [v.params for v in cuda if v.params["pp"] in (2, 3) and v.params["rg"] != 16]
     tc = [v.params for v in cuda if v.params["rg"] == 16]
     stream = [v.params for v in cuda if v.params["pp"] == 5]
-    iw = [v.params for v in cuda if v.params["pp"] in (6, 7)]
+    iw = [v.params for v in cuda if v.params["pp"] in (7, 8)]
     assert len(ring) == 36 and len(tc) == 24 and len(stream) == 8 and len(iw) == 7 and len(cuda) == 143
     assert all(p["kb"] == 1 and p["rg"] == 1 and p["mx"] in (2, 4) and p["pg"] in (2, 3) for p in iw)
     assert all(p["mx"] == 1 and p["kb"] == 1 and p["rg"] in (1, 2) for p in stream)
@@ -95,7 +95,7 @@ def test_decode_source_default_list_is_the_gpu_space() -> None:
         r"TB_DECODE_VARIANT\(([^)]*)\)", text[start : text.index("#define TB_DECODE_RING_VARIANTS", start)]
     )
     assert [tuple(int(x) for x in item.split(",")) for item in iw] == [
-        tuple(v.params[p] for p in keys) for v in DECODE.space("cuda") if v.params["pp"] in (6, 7)
+        tuple(v.params[p] for p in keys) for v in DECODE.space("cuda") if v.params["pp"] in (7, 8)
     ]
     start = text.index("#define TB_DECODE_STREAM_VARIANTS")
     stream = re.findall(r"TB_DECODE_VARIANT\(([^)]*)\)", text[start : text.index("#else", start)])

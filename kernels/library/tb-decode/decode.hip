@@ -41,7 +41,7 @@
  *       bandwidth, latency-bound with one batch per row and 16-24 warps per SM); 2 / 3 (CUDA): the cp.async
  *       ring (tb_decode_ring); 5 (CUDA, M = 1): the stream kernel (tb_decode_stream: the first batch issued
  *       before x is quantised, x through a cp.async fp32 buffer, rows interleaved over the grid's lane groups);
- *       6 / 7 (CUDA, RG1, KB1): the ring of 2 / 3 stages over units of RW rows interleaved over the grid's
+ *       7 / 8 (CUDA, RG1, KB1): the ring of 2 / 3 stages over units of RW rows interleaved over the grid's
  *       warps (tb_decode_ring_iw: every block the same rows +-1 unit; U5 makes a K = 5120 row one step)
  *
  * Data flow: (1) x of this workgroup's K slice is loaded (TB_XP passes in flight at once) and quantised
@@ -191,11 +191,11 @@ TB_DEV void tbt_iq4_lookup(tb_u32 w, tb_u32 t0, tb_u32 t2, tb_u32 k3210, tb_u32 
 #define TB_STREAM_OCC(RW, U) \
     (TB_STREAM_CW(RW, U) <= 60 ? 4 : TB_STREAM_CW(RW, U) <= 100 ? 3 : TB_STREAM_CW(RW, U) <= 180 ? 2 : 1)
 #define TB_MINB_STREAM(RW, U, PG) ((PG) > 0 && (PG) < TB_STREAM_OCC(RW, U) ? (PG) : TB_STREAM_OCC(RW, U))
-/* PP 6 / 7: the ring's estimate and blocks per SM at PP - 4 stages */
+/* PP 7 / 8: the ring's estimate and blocks per SM at PP - 5 stages */
 #define TB_MINB_VG(RG, RW, U, KB, MX, PG, PP)                                                           \
     ((RG) == 16 ? TB_MINB_TC(RW, PG)                                                                    \
                 : (PP) == 5 ? TB_MINB_STREAM(RW, U, PG)                                                 \
-                : (PP) >= 6 ? TB_MINB_RING(RW, U, MX, PG, (PP) - 4) : TB_MINB_V(RW, U, KB, MX, PG, PP))
+                : (PP) == 7 || (PP) == 8 ? TB_MINB_RING(RW, U, MX, PG, (PP) - 5) : TB_MINB_V(RW, U, KB, MX, PG, PP))
 /* passes of x staging loaded before any is reduced (tb_stage_x): 6 x 256 float4 cover K = 6144 at M = 1.
  * AMD: 1, the order measured before (gfx906 hipcc: 2 passes or x first made the 4-wave PP0 variants spill) */
 #if defined(TB_AMD)
@@ -521,7 +521,7 @@ struct tb_work {
     __device__ TB_FORCEINLINE void issue(tb_u32x4 *ring, int st, tb_meta (&mt)[RW][U], int tile, int base) const {
         issue_at(ring, st, mt, tile * ROWS_WG + rowoff, base);
     }
-    /* the same for the RW rows from row0 (PP 6 / 7: units of rows interleaved over the grid's warps) */
+    /* the same for the RW rows from row0 (PP 7 / 8: units of rows interleaved over the grid's warps) */
     __device__ TB_FORCEINLINE void issue_at(tb_u32x4 *ring, int st, tb_meta (&mt)[RW][U], int row0, int base) const {
 #pragma unroll
         for (int r = 0; r < RW; ++r) {
@@ -766,7 +766,7 @@ __device__ TB_FORCEINLINE void tb_decode_ring(TB_DECODE_PARAMS) {
 #endif
 
 #if defined(TB_DSMEM)
-/* PP = 6 / 7 (CUDA, KB 1, RG 1): the cp.async ring of tb_decode_ring (PP - 4 = 2 / 3 stages) over units of RW rows
+/* PP = 7 / 8 (CUDA, KB 1, RG 1): the cp.async ring of tb_decode_ring (PP - 5 = 2 / 3 stages) over units of RW rows
  * interleaved over the grid's warps (unit = warp * grid_x + block, stepping grid_x x 8) instead of 16-row tiles
  * over its blocks. Evidence (the H200, 2026-12-01, call 13): the IQ4_XS GateUp M = 2 winner, the ring MX2/RW2/U4
  * PG2 (27.71 us, 0.98x llama.cpp), runs 1088 tiles of 16 rows on 264 blocks: 32 blocks take a fifth tile while
@@ -1424,9 +1424,9 @@ __device__ TB_FORCEINLINE void tb_decode_pick(TB_DECODE_PARAMS) {
         static_assert(U == TBT_U && PP >= 2, "RG16: 8 chunks per stage, a ring of PP stages");
         tb_decode_tc<RW, KB, PG, MX, PP>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
         return;
-    } else if constexpr (PP == 6 || PP == 7) {
-        static_assert(RG == 1 && KB == 1, "PP 6 / 7: full-wave rows, one K slice");
-        tb_decode_ring_iw<RW, U, MX, PP - 4>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
+    } else if constexpr (PP == 7 || PP == 8) {
+        static_assert(RG == 1 && KB == 1, "PP 7 / 8: full-wave rows, one K slice");
+        tb_decode_ring_iw<RW, U, MX, PP - 5>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
         return;
     } else if constexpr (PP == 5) {
         tb_decode_stream<RG, RW, U, MX>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
@@ -1480,11 +1480,11 @@ __device__ TB_FORCEINLINE void tb_decode_pick(TB_DECODE_PARAMS) {
 #endif
 /* the cp.async ring variants (PP 2, 3: the CUDA space only) join a plain CUDA build's default list */
 #if defined(TB_DECODE_DEFAULT_LIST) && defined(TB_DSMEM)
-/* the interleaved ring (PP 6 / 7: the CUDA space only) */
+/* the interleaved ring (PP 7 / 8: the CUDA space only) */
 #define TB_DECODE_IW_VARIANTS \
-    TB_DECODE_VARIANT(2, 1, 1, 5, 1, 2, 7) TB_DECODE_VARIANT(2, 1, 1, 5, 1, 3, 6) TB_DECODE_VARIANT(2, 1, 2, 4, 1, 2, 6) \
-    TB_DECODE_VARIANT(2, 1, 2, 5, 1, 2, 6) TB_DECODE_VARIANT(4, 1, 1, 5, 1, 3, 6) TB_DECODE_VARIANT(4, 1, 2, 2, 1, 2, 7) \
-    TB_DECODE_VARIANT(4, 1, 2, 5, 1, 2, 6)
+    TB_DECODE_VARIANT(2, 1, 1, 5, 1, 2, 8) TB_DECODE_VARIANT(2, 1, 1, 5, 1, 3, 7) TB_DECODE_VARIANT(2, 1, 2, 4, 1, 2, 7) \
+    TB_DECODE_VARIANT(2, 1, 2, 5, 1, 2, 7) TB_DECODE_VARIANT(4, 1, 1, 5, 1, 3, 7) TB_DECODE_VARIANT(4, 1, 2, 2, 1, 2, 8) \
+    TB_DECODE_VARIANT(4, 1, 2, 5, 1, 2, 7)
 #define TB_DECODE_RING_VARIANTS \
     TB_DECODE_VARIANT(1, 1, 1, 4, 1, 0, 2) TB_DECODE_VARIANT(1, 1, 1, 4, 1, 0, 3) TB_DECODE_VARIANT(1, 1, 1, 4, 1, 3, 2) \
     TB_DECODE_VARIANT(1, 1, 1, 4, 1, 3, 3) TB_DECODE_VARIANT(1, 1, 1, 4, 1, 4, 2) TB_DECODE_VARIANT(1, 1, 1, 4, 1, 4, 3) \
