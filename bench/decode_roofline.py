@@ -145,8 +145,9 @@ def points(
 def select_variants(spec: str) -> tuple[str, ...]:
     """The CUDA variants to time ('' = the whole space; a subset saves device time): comma-separated names
     and the keywords 'ring' (every cp.async ring variant of the dp4a kernel, PP 2 / 3), 'registers'
-    (PP 0 / 1), 'tc' (the int8 tensor-core kernels, RG16), 'stream' (the M = 1 stream kernel, PP 5) and 'flat'
-    (the M = 1 flat kernel, PP 6). Unknown names raise ValueError."""
+    (PP 0 / 1), 'tc' (the int8 tensor-core kernels, RG16), 'stream' (the M = 1 stream kernel, PP 5), 'flat'
+    (the M = 1 flat kernel, PP 6) and 'iw' (the ring over units of rows interleaved over the grid's warps,
+    PP 7 / 8). Unknown names raise ValueError."""
     from kernels.packages.loader import builtin_packages
 
     space = builtin_packages()["tb-decode"].space("cuda")
@@ -161,6 +162,8 @@ def select_variants(spec: str) -> tuple[str, ...]:
             wanted |= {v.name for v in space if v.params["pp"] == 5}
         elif item == "flat":
             wanted |= {v.name for v in space if v.params["pp"] == 6}
+        elif item == "iw":
+            wanted |= {v.name for v in space if v.params["pp"] in (7, 8)}
         elif item == "tc":
             wanted |= {v.name for v in space if v.params["rg"] == 16}
         elif item == "registers":
@@ -170,7 +173,7 @@ def select_variants(spec: str) -> tuple[str, ...]:
         elif item:
             raise ValueError(
                 f"--variants: {item!r} is not a CUDA tb-decode variant, "
-                "'ring', 'registers', 'tc', 'stream' or 'flat'"
+                "'ring', 'registers', 'tc', 'stream', 'flat' or 'iw'"
             )
     return tuple(v.name for v in space if v.name in wanted)
 
@@ -291,8 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--variants",
         default="",
-        help="names, 'ring' (PP 2/3, dp4a), 'registers' (PP 0/1), 'tc' (RG16), 'stream' (PP5), 'flat' (PP6); "
-        "empty: all",
+        help="names, 'ring' (PP 2/3, dp4a), 'registers' (PP 0/1), 'tc' (RG16), 'stream' (PP5), 'flat' (PP6), "
+        "'iw' (PP7/8); empty: all",
     )
     args = parser.parse_args(argv)
     try:

@@ -180,7 +180,9 @@ def start_carried(srv: Path, work: Path) -> Servers:
     if shutil.which("dpkg") is None:
         raise RuntimeError("dpkg is needed to unpack the carried Redis packages")
     redis_port, pg_port = free_port(), free_port()
-    servers = Servers(f"postgresql+psycopg://postgres@127.0.0.1:{pg_port}/postgres", f"redis://127.0.0.1:{redis_port}")
+    servers = Servers(
+        f"postgresql+psycopg://postgres@127.0.0.1:{pg_port}/postgres", f"redis://127.0.0.1:{redis_port}"
+    )
     try:
         process, log, version = start_redis(srv, work, redis_port)
         servers.processes.append(("redis", process))

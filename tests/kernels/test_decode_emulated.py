@@ -272,3 +272,24 @@ def test_flat_kernel_on_the_emulator(tmp_path: Path, fmt: str, n: int, k: int) -
     results.update({name: _run(binary, fmt, name, problem, folder, late=True) for name in names})
     results["early"] = _run(binary, fmt, names[0], problem, folder)
     _check(problem, results)
+
+
+# the interleaved ring (PP 7 / 8): units of RW rows over the grid's warps. One SM, so the 2-3 blocks' 16-24
+# warps each loop over 1-4 units of the n = 70 rows (35 units of RW2, 70 of RW1: the last warps' units past
+# the end), U5 = one ring step per K = 5120 row, U4 / U2 rows over two / three steps, copies landing late
+IW = [v.name for v in DECODE.space("cuda") if v.params["pp"] in (7, 8)]
+
+
+@pytest.mark.parametrize("fmt", ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q4_K", "Q6_K", "IQ4_XS"])
+def test_interleaved_ring_on_the_emulator(tmp_path: Path, fmt: str) -> None:
+    """Every PP 7 / 8 variant at M = 2 (MX2 and MX4) and M = 3 (MX4), against the reference and a register
+    kernel: a unit skipped, written twice or computed from a stage before its wait changes the numbers."""
+    assert len(IW) == 7
+    ref = {2: "MX2/KB1/RW1/U4/RG1/PG3/PP1", 3: "MX4/KB1/RW2/U2/RG1/PG3/PP1"}
+    binary = _emulator(tmp_path, fmt, sorted({*IW, *ref.values()}))
+    for m in (2, 3):
+        problem, folder = _data(tmp_path, fmt, m)
+        names = [name for name in IW if m <= DECODE.parse(name, "cuda").params["mx"]]
+        results = {ref[m]: _run(binary, fmt, ref[m], problem, folder)}
+        results.update({name: _run(binary, fmt, name, problem, folder, late=True) for name in names})
+        _check(problem, results)

@@ -48,16 +48,18 @@ def test_summary_counts_ratios_and_bandwidth() -> None:
 
 
 def test_variant_selection() -> None:
-    """--variants: names and the keywords 'ring' / 'registers' / 'tc' / 'stream' pick from the CUDA space, in
-    order."""
+    """--variants: names and the keywords 'ring' / 'registers' / 'tc' / 'stream' / 'iw' pick from the CUDA
+    space, in order."""
     every = bench.select_variants("")
     ring = bench.select_variants("ring")
-    # 140 (was 136): k3m added the 4 points of the PP6 flat kernel
-    assert len(every) == 140 and len(ring) == 36 and all(name.endswith(("/PP2", "/PP3")) for name in ring)
+    # 147 (was 136): k3m's 4 points of the PP6 flat kernel and k3i's 7 interleaved ring points (PP 7, 8)
+    assert len(every) == 147 and len(ring) == 36 and all(name.endswith(("/PP2", "/PP3")) for name in ring)
     stream = bench.select_variants("stream")
     assert len(stream) == 8 and all(name.startswith("MX1/KB1/") and name.endswith("/PP5") for name in stream)
     flat = bench.select_variants("flat")
     assert len(flat) == 4 and all(name.startswith("MX1/KB1/RW1/") and name.endswith("/PP6") for name in flat)
+    iw = bench.select_variants("iw")  # the interleaved ring (PP 7, 8)
+    assert len(iw) == 7 and all(name.endswith(("/PP7", "/PP8")) for name in iw) and not set(iw) & set(ring)
     assert len(bench.select_variants("registers")) == 68
     tc = bench.select_variants("tc")
     assert len(tc) == 24 and all("/RG16/" in name for name in tc) and not set(tc) & set(ring)

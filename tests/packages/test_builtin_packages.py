@@ -22,18 +22,24 @@ PREFILL = builtin_packages()["tb-prefill"]
 def test_decode_spaces() -> None:
     gpu = DECODE.space("rocm")
     cuda = DECODE.space("cuda")
-    # CUDA adds the cp.async ring (pp 2, 3), the int8 tensor-core kernels (rg 16) and the M = 1 stream kernel
-    # (pp 5) to the register kernels both backends share
+    # CUDA adds the cp.async ring (pp 2, 3), the int8 tensor-core kernels (rg 16), the M = 1 stream kernel
+    # (pp 5), the M = 1 flat kernel (pp 6) and the interleaved ring (pp 7, 8: 7 points for IQ4_XS GateUp
+    # M = 2 / 3) to the register kernels both backends share
     assert len(gpu) == 68 and [v.name for v in cuda if v.params["pp"] < 2] == [v.name for v in gpu]
     ring = [v.params for v in cuda if v.params["pp"] in (2, 3) and v.params["rg"] != 16]
     tc = [v.params for v in cuda if v.params["rg"] == 16]
     stream = [v.params for v in cuda if v.params["pp"] == 5]
-    # 140 (was 136): k3m added the PP6 flat kernel's 4 points (M = 1: U stages of a cp.async ring, PG 3 / 4)
+    # 147 (was 136): k3m's 4 points of the PP6 flat kernel (M = 1: U stages of a cp.async ring, PG 3 / 4),
+    # k3i's 7 interleaved ring points (PP 7 / 8)
     flat = [v.params for v in cuda if v.params["pp"] == 6]
-    assert len(ring) == 36 and len(tc) == 24 and len(stream) == 8 and len(flat) == 4 and len(cuda) == 140
+    iw = [v.params for v in cuda if v.params["pp"] in (7, 8)]
+    assert len(ring) == 36 and len(tc) == 24 and len(stream) == 8 and len(flat) == 4 and len(iw) == 7
+    assert len(cuda) == 147
     assert all(p["mx"] == p["kb"] == p["rg"] == p["rw"] == 1 and p["pg"] in (3, 4) for p in flat)
+    assert all(p["kb"] == 1 and p["rg"] == 1 and p["mx"] in (2, 4) and p["pg"] in (2, 3) for p in iw)
     assert all(p["mx"] == 1 and p["kb"] == 1 and p["rg"] in (1, 2) for p in stream)
     assert {p["u"] for p in stream} == {4, 5, 6} and all(p["u"] in (2, 4, 8) for p in ring + tc)
+    assert {p["u"] for p in iw} == {2, 4, 5}
     assert all(p["pp"] in (2, 3, 4) and p["u"] == 8 and p["mx"] in (2, 4, 8) for p in tc)
     assert [p["mx"] for p in tc if p["pp"] == 4] == [2, 4, 8]  # RG16 only: the dp4a ring has 2 or 3 stages
     assert {v.params["mx"] for v in cuda if v.params["rg"] != 16} == {1, 2, 4} and {
@@ -56,8 +62,8 @@ def test_decode_spaces() -> None:
     assert host[4].family == "tb-decode"
     # every invalid GPU point names the rule that removes it
     invalid = DECODE.invalid_points("cuda")
-    # pp 0..6 (k3m added 6)
-    assert len(invalid) == 4 * 2 * 2 * 5 * 4 * 4 * 7 - 140 and all(p["rule"] for p in invalid)
+    # pp 0..8 (k3m added 6, k3i 7 and 8)
+    assert len(invalid) == 4 * 2 * 2 * 5 * 4 * 4 * 9 - 147 and all(p["rule"] for p in invalid)
     assert any(p["point"] == "MX4/KB1/RW1/U8/RG16/PG2/PP2" for p in DECODE.invalid_points("rocm"))
     assert any(p["point"] == "MX8/KB1/RW1/U4/RG1/PG0/PP1" and "mx != 8" in p["rule"] for p in invalid)
     assert any(p["point"] == "MX4/KB1/RW2/U2/RG1/PG0/PP2" for p in DECODE.invalid_points("rocm"))
@@ -89,6 +95,13 @@ def test_decode_source_default_list_is_the_gpu_space() -> None:
     )
     assert [tuple(int(x) for x in item.split(",")) for item in tc] == [
         tuple(v.params[p] for p in keys) for v in DECODE.space("cuda") if v.params["rg"] == 16
+    ]
+    start = text.index("#define TB_DECODE_IW_VARIANTS")
+    iw = re.findall(
+        r"TB_DECODE_VARIANT\(([^)]*)\)", text[start : text.index("#define TB_DECODE_RING_VARIANTS", start)]
+    )
+    assert [tuple(int(x) for x in item.split(",")) for item in iw] == [
+        tuple(v.params[p] for p in keys) for v in DECODE.space("cuda") if v.params["pp"] in (7, 8)
     ]
     start = text.index("#define TB_DECODE_STREAM_VARIANTS")
     stream = re.findall(

@@ -40,7 +40,9 @@
  *       (measured on the H200, 2026-11-30: the single-buffered kernel left the GateUp at 62 % of copy
  *       bandwidth, latency-bound with one batch per row and 16-24 warps per SM); 2 / 3 (CUDA): the cp.async
  *       ring (tb_decode_ring); 5 (CUDA, M = 1): the stream kernel (tb_decode_stream: the first batch issued
- *       before x is quantised, x through a cp.async fp32 buffer, rows interleaved over the grid's lane groups)
+ *       before x is quantised, x through a cp.async fp32 buffer, rows interleaved over the grid's lane groups);
+ *       7 / 8 (CUDA, RG1, KB1): the ring of 2 / 3 stages over units of RW rows interleaved over the grid's
+ *       warps (tb_decode_ring_iw: every block the same rows +-1 unit; U5 makes a K = 5120 row one step)
  *
  * Data flow: (1) x of this workgroup's K slice is loaded (TB_XP passes in flight at once) and quantised
  * per 32-block to int8 into static LDS (kernels/activations.py's rule; each 16-weight half stored at the
@@ -189,6 +191,7 @@ TB_DEV void tbt_iq4_lookup(tb_u32 w, tb_u32 t0, tb_u32 t2, tb_u32 k3210, tb_u32 
 #define TB_STREAM_OCC(RW, U) \
     (TB_STREAM_CW(RW, U) <= 60 ? 4 : TB_STREAM_CW(RW, U) <= 100 ? 3 : TB_STREAM_CW(RW, U) <= 180 ? 2 : 1)
 #define TB_MINB_STREAM(RW, U, PG) ((PG) > 0 && (PG) < TB_STREAM_OCC(RW, U) ? (PG) : TB_STREAM_OCC(RW, U))
+/* PP 7 / 8: the ring's estimate and blocks per SM at PP - 5 stages */
 #define TB_MINB_VG(RG, RW, U, KB, MX, PG, PP)                                                           \
     ((RG) == 16 ? TB_MINB_TC(RW, PG)                                                                    \
                 : (PP) == 5 ? TB_MINB_STREAM(RW, U, PG) : (PP) == 6 ? TB_MINB_FLAT(PG) : TB_MINB_V(RW, U, KB, MX, PG, PP))
@@ -197,6 +200,8 @@ TB_DEV void tbt_iq4_lookup(tb_u32 w, tb_u32 t0, tb_u32 t2, tb_u32 k3210, tb_u32 
  * U8 at 64 registers spilled 200 bytes, Q4_K 68, IQ4_XS / Q5_0 / Q5_1 8-12; Q6_K U4 20): 2 blocks' 128 registers */
 #define TB_FLAT_SMETA (TB_QH_BYTES == 0 && (TB_SC_BYTES == 2 || TB_SC_BYTES == 4))
 #define TB_MINB_FLAT(PG) (TB_FLAT_SMETA ? (PG) : 2)
+                : (PP) == 5 ? TB_MINB_STREAM(RW, U, PG)                                                 \
+                : (PP) == 7 || (PP) == 8 ? TB_MINB_RING(RW, U, MX, PG, (PP) - 5) : TB_MINB_V(RW, U, KB, MX, PG, PP))
 /* passes of x staging loaded before any is reduced (tb_stage_x): 6 x 256 float4 cover K = 6144 at M = 1.
  * AMD: 1, the order measured before (gfx906 hipcc: 2 passes or x first made the 4-wave PP0 variants spill) */
 #if defined(TB_AMD)
@@ -561,7 +566,10 @@ struct tb_work {
     /* PP >= 2: the payload of batch `base` of tile `tile` goes to ring stage `st` by cp.async (slot
      * [st][r][u][tid]: a warp's 32 slots are 512 contiguous bytes, conflict-free), the meta to registers */
     __device__ TB_FORCEINLINE void issue(tb_u32x4 *ring, int st, tb_meta (&mt)[RW][U], int tile, int base) const {
-        const int row0 = tile * ROWS_WG + rowoff;
+        issue_at(ring, st, mt, tile * ROWS_WG + rowoff, base);
+    }
+    /* the same for the RW rows from row0 (PP 7 / 8: units of rows interleaved over the grid's warps) */
+    __device__ TB_FORCEINLINE void issue_at(tb_u32x4 *ring, int st, tb_meta (&mt)[RW][U], int row0, int base) const {
 #pragma unroll
         for (int r = 0; r < RW; ++r) {
             const tb_size row = (tb_size)(row0 + r < n ? row0 + r : n - 1);
@@ -801,6 +809,79 @@ __device__ TB_FORCEINLINE void tb_decode_ring(TB_DECODE_PARAMS) {
             if (step(m2, 2, m0, 0) || step(m0, 0, m1, 1) || step(m1, 1, m2, 2)) return;
         }
     }
+}
+#endif
+
+#if defined(TB_DSMEM)
+/* PP = 7 / 8 (CUDA, KB 1, RG 1): the cp.async ring of tb_decode_ring (PP - 5 = 2 / 3 stages) over units of RW rows
+ * interleaved over the grid's warps (unit = warp * grid_x + block, stepping grid_x x 8) instead of 16-row tiles
+ * over its blocks. Evidence (the H200, 2026-12-01, call 13): the IQ4_XS GateUp M = 2 winner, the ring MX2/RW2/U4
+ * PG2 (27.71 us, 0.98x llama.cpp), runs 1088 tiles of 16 rows on 264 blocks: 32 blocks take a fifth tile while
+ * the other 232 are done (ncu, call 8: SM active 50.9k of 58.8k cycles, 1.13 eligible warps, 42% no eligible),
+ * and at K = 5120 its U4 batch leaves a row's 5th chunk per lane to a second, quarter-full step (the same wait
+ * and loop overhead for a quarter of the work). Here every block gets n / (RW grid_x) units (+-1), every warp
+ * its own (no block barrier after x is staged, as in tb_decode_ring: a lane reads only the ring slots it
+ * filled), and U 5 makes a K = 5120 row ONE step. A warp with no unit left leaves after x is staged. */
+template <int RW, int U, int MX, int S>
+__device__ TB_FORCEINLINE void tb_decode_ring_iw(TB_DECODE_PARAMS) {
+    typedef tb_work<1, RW, U, 1, MX> W;
+    static_assert(S == 2 || S == 3, "a ring of two or three stages");
+    static_assert(W::V <= W::G, "the butterfly needs RW * MX <= lanes per row");
+    constexpr int STEP = W::G * U;
+    static_assert(!(TB_X_IL && TB_CHUNKS_PER_BLOCK == 8) || STEP % 8 == 0, "tb_work::dot: batches at multiples of 8");
+
+    W w;
+    tb_setup<W, 1>(w, qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
+    tb_u32x4 *ring = (tb_u32x4 *)TB_DSMEM;
+    tb_u32x4 *xq = ring + S * RW * U * TB_THREADS;
+    float *xm = (float *)(xq + m * TB_RUNS * w.nchunks);
+    w.xq = xq, w.xm = xm;
+
+    float acc[W::V];
+#pragma unroll
+    for (int v = 0; v < W::V; ++v) acc[v] = 0.0f;
+    const int units = (n + RW - 1) / RW;
+    const int gstride = grid_x * TB_WAVES;
+    int unit = (w.tid / TB_WAVE) * grid_x + TB_BID_X; /* this warp's first unit (warp-uniform) */
+    if (w.c1 == w.c0) return;                         /* k = 0 (uniform over the grid) */
+    /* one named meta array per stage (an array of stages went to local memory at MX4 on sm_90) */
+    tb_meta m0[RW][U], m1[RW][U], m2[RW][U];
+    int iunit = unit, ibase = w.c0; /* the next batch to issue */
+    auto issue = [&](tb_meta(&mi)[RW][U], int st) {
+        if (iunit < units) w.issue_at(ring, st, mi, iunit * RW, ibase);
+        tb_cp_commit(); /* empty groups past the end keep the wait count uniform */
+        ibase += STEP;
+        if (ibase >= w.c1) iunit += gstride, ibase = w.c0;
+    };
+    issue(m0, 0);
+    if (S == 3) issue(m1, 1);
+    tb_stage_x<TB_XP(MX)>(x, m, k, w.xb0, w.nxb, w.c0, w.nchunks, xq, xm);
+    tb_sync();
+    if (unit >= units) return; /* nothing issued: iunit started past the end */
+    int base = w.c0;
+    /* one step: issue batch n + S - 1 into the stage batch n - 1 left, wait for batch n, compute it */
+    auto step = [&](tb_meta(&mi)[RW][U], int si, const tb_meta(&mc)[RW][U], int sc) -> bool {
+        issue(mi, si);
+        tb_cp_wait<S - 1>();
+        w.compute(ring, sc, mc, base, acc);
+        base += STEP;
+        if (base >= w.c1) {
+            w.store(unit * RW, acc);
+            unit += gstride, base = w.c0;
+            if (unit >= units) return true;
+        }
+        return false;
+    };
+    if constexpr (S == 2) {
+        for (;;) {
+            if (step(m1, 1, m0, 0) || step(m0, 0, m1, 1)) break;
+        }
+    } else {
+        for (;;) {
+            if (step(m2, 2, m0, 0) || step(m0, 0, m1, 1) || step(m1, 1, m2, 2)) break;
+        }
+    }
+    tb_cp_wait<0>(); /* the empty groups past the end */
 }
 #endif
 
@@ -1639,6 +1720,10 @@ __device__ TB_FORCEINLINE void tb_decode_pick(TB_DECODE_PARAMS) {
         static_assert(U == TBT_U && PP >= 2, "RG16: 8 chunks per stage, a ring of PP stages");
         tb_decode_tc<RW, KB, PG, MX, PP>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
         return;
+    } else if constexpr (PP == 7 || PP == 8) {
+        static_assert(RG == 1 && KB == 1, "PP 7 / 8: full-wave rows, one K slice");
+        tb_decode_ring_iw<RW, U, MX, PP - 5>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
+        return;
     } else if constexpr (PP == 5) {
         tb_decode_stream<RG, RW, U, MX>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
         return;
@@ -1695,6 +1780,11 @@ __device__ TB_FORCEINLINE void tb_decode_pick(TB_DECODE_PARAMS) {
 #endif
 /* the cp.async ring variants (PP 2, 3: the CUDA space only) join a plain CUDA build's default list */
 #if defined(TB_DECODE_DEFAULT_LIST) && defined(TB_DSMEM)
+/* the interleaved ring (PP 7 / 8: the CUDA space only) */
+#define TB_DECODE_IW_VARIANTS \
+    TB_DECODE_VARIANT(2, 1, 1, 5, 1, 2, 8) TB_DECODE_VARIANT(2, 1, 1, 5, 1, 3, 7) TB_DECODE_VARIANT(2, 1, 2, 4, 1, 2, 7) \
+    TB_DECODE_VARIANT(2, 1, 2, 5, 1, 2, 7) TB_DECODE_VARIANT(4, 1, 1, 5, 1, 3, 7) TB_DECODE_VARIANT(4, 1, 2, 2, 1, 2, 8) \
+    TB_DECODE_VARIANT(4, 1, 2, 5, 1, 2, 7)
 #define TB_DECODE_RING_VARIANTS \
     TB_DECODE_VARIANT(1, 1, 1, 4, 1, 0, 2) TB_DECODE_VARIANT(1, 1, 1, 4, 1, 0, 3) TB_DECODE_VARIANT(1, 1, 1, 4, 1, 3, 2) \
     TB_DECODE_VARIANT(1, 1, 1, 4, 1, 3, 3) TB_DECODE_VARIANT(1, 1, 1, 4, 1, 4, 2) TB_DECODE_VARIANT(1, 1, 1, 4, 1, 4, 3) \
@@ -1728,9 +1818,17 @@ __device__ TB_FORCEINLINE void tb_decode_pick(TB_DECODE_PARAMS) {
     TB_DECODE_VARIANT(1, 1, 1, 4, 1, 4, 6) TB_DECODE_VARIANT(1, 1, 1, 6, 1, 3, 6) TB_DECODE_VARIANT(1, 1, 1, 8, 1, 3, 6) \
     TB_DECODE_VARIANT(1, 1, 1, 8, 1, 4, 6)
 #else
+#define TB_DECODE_IW_VARIANTS
 #define TB_DECODE_RING_VARIANTS
 #define TB_DECODE_TC_VARIANTS
 #define TB_DECODE_STREAM_VARIANTS
 #define TB_DECODE_FLAT_VARIANTS
 #endif
-TB_DECODE_VARIANTS TB_DECODE_RING_VARIANTS TB_DECODE_TC_VARIANTS TB_DECODE_STREAM_VARIANTS TB_DECODE_FLAT_VARIANTS
+                : (PP) == 5 ? TB_MINB_STREAM(RW, U, PG)                                                 \
+                : (PP) == 6 ? TB_MINB_FLAT(PG)                                                          \
+                : (PP) == 7 || (PP) == 8 ? TB_MINB_RING(RW, U, MX, PG, (PP) - 5) : TB_MINB_V(RW, U, KB, MX, PG, PP))
+/* PP 6 (the flat kernel): PG blocks per SM where a chunk's scale is one word through the ring (Q4_0, Q4_1, Q8_0,
+ * IQ4_NL: NVRTC 13.0 sm_90 55-63 registers, no spills); the other formats keep U stages of meta in registers (Q6_K
+ * U8 at 64 registers spilled 200 bytes, Q4_K 68, IQ4_XS / Q5_0 / Q5_1 8-12; Q6_K U4 20): 2 blocks' 128 registers */
+#define TB_FLAT_SMETA (TB_QH_BYTES == 0 && (TB_SC_BYTES == 2 || TB_SC_BYTES == 4))
+#define TB_MINB_FLAT(PG) (TB_FLAT_SMETA ? (PG) : 2)
