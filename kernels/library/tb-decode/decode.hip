@@ -194,14 +194,14 @@ TB_DEV void tbt_iq4_lookup(tb_u32 w, tb_u32 t0, tb_u32 t2, tb_u32 k3210, tb_u32 
 /* PP 7 / 8: the ring's estimate and blocks per SM at PP - 5 stages */
 #define TB_MINB_VG(RG, RW, U, KB, MX, PG, PP)                                                           \
     ((RG) == 16 ? TB_MINB_TC(RW, PG)                                                                    \
-                : (PP) == 5 ? TB_MINB_STREAM(RW, U, PG) : (PP) == 6 ? TB_MINB_FLAT(PG) : TB_MINB_V(RW, U, KB, MX, PG, PP))
+                : (PP) == 5 ? TB_MINB_STREAM(RW, U, PG)                                                 \
+                : (PP) == 6 ? TB_MINB_FLAT(PG)                                                          \
+                : (PP) == 7 || (PP) == 8 ? TB_MINB_RING(RW, U, MX, PG, (PP) - 5) : TB_MINB_V(RW, U, KB, MX, PG, PP))
 /* PP 6 (the flat kernel): PG blocks per SM where a chunk's scale is one word through the ring (Q4_0, Q4_1, Q8_0,
  * IQ4_NL: NVRTC 13.0 sm_90 55-63 registers, no spills); the other formats keep U stages of meta in registers (Q6_K
  * U8 at 64 registers spilled 200 bytes, Q4_K 68, IQ4_XS / Q5_0 / Q5_1 8-12; Q6_K U4 20): 2 blocks' 128 registers */
 #define TB_FLAT_SMETA (TB_QH_BYTES == 0 && (TB_SC_BYTES == 2 || TB_SC_BYTES == 4))
 #define TB_MINB_FLAT(PG) (TB_FLAT_SMETA ? (PG) : 2)
-                : (PP) == 5 ? TB_MINB_STREAM(RW, U, PG)                                                 \
-                : (PP) == 7 || (PP) == 8 ? TB_MINB_RING(RW, U, MX, PG, (PP) - 5) : TB_MINB_V(RW, U, KB, MX, PG, PP))
 /* passes of x staging loaded before any is reduced (tb_stage_x): 6 x 256 float4 cover K = 6144 at M = 1.
  * AMD: 1, the order measured before (gfx906 hipcc: 2 passes or x first made the 4-wave PP0 variants spill) */
 #if defined(TB_AMD)
@@ -1824,11 +1824,5 @@ __device__ TB_FORCEINLINE void tb_decode_pick(TB_DECODE_PARAMS) {
 #define TB_DECODE_STREAM_VARIANTS
 #define TB_DECODE_FLAT_VARIANTS
 #endif
-                : (PP) == 5 ? TB_MINB_STREAM(RW, U, PG)                                                 \
-                : (PP) == 6 ? TB_MINB_FLAT(PG)                                                          \
-                : (PP) == 7 || (PP) == 8 ? TB_MINB_RING(RW, U, MX, PG, (PP) - 5) : TB_MINB_V(RW, U, KB, MX, PG, PP))
-/* PP 6 (the flat kernel): PG blocks per SM where a chunk's scale is one word through the ring (Q4_0, Q4_1, Q8_0,
- * IQ4_NL: NVRTC 13.0 sm_90 55-63 registers, no spills); the other formats keep U stages of meta in registers (Q6_K
- * U8 at 64 registers spilled 200 bytes, Q4_K 68, IQ4_XS / Q5_0 / Q5_1 8-12; Q6_K U4 20): 2 blocks' 128 registers */
-#define TB_FLAT_SMETA (TB_QH_BYTES == 0 && (TB_SC_BYTES == 2 || TB_SC_BYTES == 4))
-#define TB_MINB_FLAT(PG) (TB_FLAT_SMETA ? (PG) : 2)
+TB_DECODE_VARIANTS TB_DECODE_RING_VARIANTS TB_DECODE_TC_VARIANTS TB_DECODE_STREAM_VARIANTS TB_DECODE_FLAT_VARIANTS \
+    TB_DECODE_IW_VARIANTS
