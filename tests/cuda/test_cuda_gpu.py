@@ -116,14 +116,16 @@ def test_every_decode_variant_passes_parity_and_is_timed(backend: CudaBackend, f
     # n = 1000: not a multiple of any tile, so tails are exercised; K = 768 covers 256-weight super-blocks
     # and leaves empty K slices at kb = 4 (3 super-blocks); m = 3 runs the M guard of the MX4 kernels
     kept = _decode_kept(fmt, 1000, 768, m)
-    # what the point rules hold out here, and only that: RG16 KB4 (K % 1024 != 0) and, for Q6_K, the RG16
+    # what the point rules hold out here, and only that: RG16 KB4 (K % 1024 != 0), the flat kernel (PP6: whole
+    # 32-chunk stages, K % 1024 == 0; test_decode_at_model_k_with_split_k runs it) and, for Q6_K, the RG16
     # persistent grids whose pg blocks' shared memory does not fit an SM (a count here went stale)
     allowed = {"rg != 16 or k % (256 * kb) == 0", "pp < 2 or pg == 0 or pg * (smem + 1024) <= 233472"}
-    allowed.add("backend == 'host' or m <= mx")  # beside those: the M guard, which the runner reports
+    allowed |= {"pp != 6 or k % 1024 == 0", "backend == 'host' or m <= mx"}  # + the runner's M guard
     for name in set(VARIANTS) - set(kept):
         values = DECODE.bindings(DECODE.parse(name, "cuda"), 1000, 768, m, FORMATS[fmt], H200)
         assert set(DECODE.point_problems(values)) <= allowed, (name, DECODE.point_problems(values))
-    assert sum("/RG16/" not in name for name in kept) == sum("/RG16/" not in name for name in VARIANTS)
+    dp4a = [name for name in VARIANTS if "/RG16/" not in name and not name.endswith("/PP6")]
+    assert set(dp4a) <= set(kept)
     _all_pass(backend.run_task(spec(fmt, 1000, 768, m, variants=kept)), kept, m=m)
 
 
@@ -132,6 +134,8 @@ def test_decode_at_model_k_with_split_k(backend: CudaBackend, fmt: str) -> None:
     """K = 5120 (the qwen36 hidden size): several chunks per lane, slices of whole super-blocks."""
     kept = _decode_kept(fmt, 2051, 5120, 1)
     assert sum("/RG16/" in name for name in kept) >= 18
+    assert sum(name.endswith("/PP6") for name in kept) == 4  # the flat kernel runs here (K % 1024 == 0)
+    assert sum(name.endswith(("/PP7", "/PP8")) for name in kept) == 7  # and the interleaved ring
     _all_pass(backend.run_task(spec(fmt, 2051, 5120, 1, variants=kept)), kept)
 
 
