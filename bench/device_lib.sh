@@ -4,6 +4,6 @@ stamp() {
   echo "# device: $(nvidia-smi --query-gpu=index,name,uuid,driver_version,clocks.sm,clocks.mem --format=csv,noheader \
     2>/dev/null | tr '\n' ';') CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-}"
   echo "# date: $(date -u +%FT%TZ)"
-  echo "# commit: $(cat .git-head 2>/dev/null || git rev-parse HEAD 2>/dev/null || echo unknown)"
+  echo "# commit: $(git rev-parse HEAD 2>/dev/null || cat .git-head 2>/dev/null || echo unknown)"  # a stale .git-head can linger there
   echo "# command: $*"
 }
