@@ -78,6 +78,9 @@ def _template_regex(template: str, params: list[str]) -> re.Pattern[str]:
     return re.compile(f"^{pattern}$")
 
 
+_UNBOUND = object()  # a name the bindings lack (its rule then fails to evaluate, with the reason)
+
+
 def _broken(rules: list[tuple[str, Any]], bindings: Mapping[str, Value]) -> list[str]:
     """The rules that do not hold (a rule that cannot be evaluated is broken, with the reason)."""
     failed = []
@@ -107,6 +110,7 @@ class KernelPackage:
         self.builtin = builtin
         self.version = content_version(self.files)
         self._spaces: dict[str, dict[str, Variant]] = {}  # per backend; the manifest never changes
+        self._rule_verdicts: dict[tuple[Any, ...], Any] = {}  # (space rule, the values it reads) -> failure
 
     # -- identity ---------------------------------------------------------------
 
@@ -150,7 +154,19 @@ class KernelPackage:
             raise InvalidVariant(
                 f"no space for backend {backend!r} (known: {', '.join(BACKEND_SOURCE_KEYS)})"
             )
-        return _broken(self._space_rules, {**params, "backend": backend})
+        bindings: dict[str, Value] = {**params, "backend": backend}
+        failed = []
+        for index, (rule, expression) in enumerate(self._space_rules):
+            # a rule reads a few of the point's values: its verdict is memoised on those (a space walk
+            # evaluates every rule at every point: tb-decode's 11520 points took seconds per backend)
+            key = (index, *(bindings.get(name, _UNBOUND) for name in sorted(expression.names)))
+            verdict = self._rule_verdicts.get(key, _UNBOUND)
+            if verdict is _UNBOUND:
+                broken = _broken([(rule, expression)], bindings)
+                verdict = self._rule_verdicts[key] = broken[0] if broken else None
+            if verdict is not None:
+                failed.append(verdict)
+        return failed
 
     def all_points(self) -> list[dict[str, int]]:
         names = self.param_names
@@ -168,16 +184,55 @@ class KernelPackage:
         return list(self._space_by_name(backend).values())
 
     def _space_by_name(self, backend: str) -> dict[str, Variant]:
-        """The space, computed once per backend: a walk evaluates every rule at every point (seconds for
-        tb-decode), and parse() needs it per name (a task parses each of its variants, twice)."""
+        """The space, computed once per backend (parse() needs it per name: each task parses its variants).
+
+        A backtracking walk: the parameters most rules read are bound first and each rule is checked as soon
+        as the values it reads are bound, so a broken rule prunes every point below it; the valid points are
+        then put in declared order (earlier values of earlier params first). tb-decode has 11520 points and
+        ~40 rules: evaluating every rule at every point took seconds per backend, past HTTP clients' timeouts.
+        """
         cached = self._spaces.get(backend)
-        if cached is None:
-            cached = {}
-            for params in self.all_points():
-                if not self.failed_rules(params, backend):
-                    name = self.variant_name(params)
-                    cached[name] = Variant(self.name, name, params, order=len(cached))
-            self._spaces[backend] = cached
+        if cached is not None:
+            return cached
+        self.failed_rules({}, backend)  # an unknown backend raises here, with the known ones named
+        declared = self.param_names
+        reads = {name: sum(name in e.names for _, e in self._space_rules) for name in declared}
+        order = sorted(declared, key=lambda name: -reads[name])  # stable: ties keep the declared order
+        depth_of = {name: depth for depth, name in enumerate(order)}
+        due: list[list[tuple[str, Any]]] = [[] for _ in order]
+        for rule, expression in self._space_rules:
+            due[max((depth_of[n] for n in expression.names if n in depth_of), default=0)].append(
+                (rule, expression)
+            )
+        choices = [list(enumerate(self.manifest.params[name])) for name in order]
+        found: list[tuple[tuple[int, ...], dict[str, int]]] = []
+        bound: dict[str, Value] = {"backend": backend}
+        index: dict[str, int] = {}
+
+        def walk(depth: int) -> None:
+            name = order[depth]
+            for position, value in choices[depth]:
+                bound[name], index[name] = value, position
+                if _broken(due[depth], bound):
+                    continue
+                if depth + 1 < len(order):
+                    walk(depth + 1)
+                else:
+                    found.append(
+                        (
+                            tuple(index[n] for n in declared),
+                            {n: self.manifest.params[n][index[n]] for n in declared},
+                        )
+                    )
+            del bound[name], index[name]
+
+        if order:
+            walk(0)
+        cached = {}
+        for _, params in sorted(found, key=lambda item: item[0]):
+            variant_name = self.variant_name(params)
+            cached[variant_name] = Variant(self.name, variant_name, params, order=len(cached))
+        self._spaces[backend] = cached
         return cached
 
     def invalid_points(self, backend: str) -> list[dict[str, Any]]:
