@@ -168,8 +168,11 @@ def test_tensor_core_space_on_the_emulator(tmp_path: Path) -> None:
     persistent grids (PG 2, 3 on one SM) loop over tiles and the last tile is partial. A wrong fragment
     index, a missed wait or a ring slot refilled early changes the numbers; all variants quantise x alike,
     so they agree to float summation order."""
+    # 28 (was 24): k3j's MX4 split-K points; the KB5 ones need K % 1280 == 0: K = 2048 leaves them out here
+    # (test_tensor_core_fine_split_k_on_the_emulator runs them at K = 5120), MX4/KB4/RW2 stays (M = 1, 2, 3)
     space = [v.name for v in DECODE.space("cuda") if v.params["rg"] == 16]
-    assert len(space) == 24
+    assert len(space) == 28
+    space = [name for name in space if DECODE.parse(name, "cuda").params["kb"] != 5]
     dp4a = {1: "MX1/KB1/RW1/U4/RG1/PG0/PP1", 2: "MX2/KB1/RW1/U4/RG1/PG3/PP1", 3: "MX4/KB1/RW1/U4/RG1/PG0/PP0"}
     binary = _emulator(tmp_path, "Q4_0", sorted(set(space) | set(dp4a.values())))
     for m in (1, 2, 3, 8):
@@ -178,9 +181,29 @@ def test_tensor_core_space_on_the_emulator(tmp_path: Path) -> None:
         _write(folder, "Q4_0", problem)
         results = {dp4a[m]: _run(binary, "Q4_0", dp4a[m], problem, folder)} if m in dp4a else {}
         names = [name for name in space if m <= DECODE.parse(name, "cuda").params["mx"]]
-        assert len(names) == {1: 24, 2: 24, 3: 16, 8: 8}[m]
+        assert len(names) == {1: 25, 2: 25, 3: 17, 8: 8}[m]
         results.update({name: _run(binary, "Q4_0", name, problem, folder, late=True) for name in names})
         _check(problem, results)
+
+
+@pytest.mark.parametrize("fmt", ["IQ4_XS", "Q4_0"])
+@pytest.mark.parametrize("m", [3, 4])
+def test_tensor_core_fine_split_k_on_the_emulator(tmp_path: Path, fmt: str, m: int) -> None:
+    """RG16 split-K over 5 slices of 4 stages and RW2 split-K (k3j, for the IQ4_XS GateUp M = 3 point) at
+    K = 5120, N = 300 (three / two row tiles, the last partial; the workgroups of a tile add their partials in
+    slice order) against the KB4 RW1 kernel and a dp4a one, copies landing late."""
+    names = [
+        "MX4/KB5/RW1/U8/RG16/PG0/PP2", "MX4/KB5/RW1/U8/RG16/PG0/PP3", "MX4/KB4/RW2/U8/RG16/PG0/PP2",
+        "MX4/KB5/RW2/U8/RG16/PG0/PP2", "MX4/KB4/RW1/U8/RG16/PG0/PP2",
+    ]  # fmt: skip
+    dp4a = "MX4/KB1/RW1/U4/RG1/PG0/PP0"
+    binary = _emulator(tmp_path, fmt, [*names, dp4a])
+    problem = build_problem(fmt, 300, K, m, seed=11, packed=False)
+    folder = tmp_path / f"kb5-{m}"
+    _write(folder, fmt, problem)
+    results = {dp4a: _run(binary, fmt, dp4a, problem, folder)}
+    results.update({name: _run(binary, fmt, name, problem, folder, late=True) for name in names})
+    _check(problem, results)
 
 
 @pytest.mark.parametrize("fmt", ["Q4_0", "Q4_K"])

@@ -30,11 +30,13 @@ def test_decode_spaces() -> None:
     tc = [v.params for v in cuda if v.params["rg"] == 16]
     stream = [v.params for v in cuda if v.params["pp"] == 5]
     # 147 (was 136): k3m's 4 points of the PP6 flat kernel (M = 1: U stages of a cp.async ring, PG 3 / 4),
-    # k3i's 7 interleaved ring points (PP 7 / 8)
+    # k3i's 7 interleaved ring points (PP 7 / 8); 151: k3j's 4 MX4 RG16 split-K points for IQ4_XS GateUp M = 3
+    # (KB5 RW1 PP2 / PP3: 544 KB4 blocks were 1.37 waves of 396 slots; KB4 / KB5 RW2 PP2: the one-slice RW2
+    # grid ran 68 blocks, one per SM)
     flat = [v.params for v in cuda if v.params["pp"] == 6]
     iw = [v.params for v in cuda if v.params["pp"] in (7, 8)]
-    assert len(ring) == 36 and len(tc) == 24 and len(stream) == 8 and len(flat) == 4 and len(iw) == 7
-    assert len(cuda) == 147
+    assert len(ring) == 36 and len(tc) == 28 and len(stream) == 8 and len(flat) == 4 and len(iw) == 7
+    assert len(cuda) == 151
     assert all(p["mx"] == p["kb"] == p["rg"] == p["rw"] == 1 and p["pg"] in (3, 4) for p in flat)
     assert all(p["kb"] == 1 and p["rg"] == 1 and p["mx"] in (2, 4) and p["pg"] in (2, 3) for p in iw)
     assert all(p["mx"] == 1 and p["kb"] == 1 and p["rg"] in (1, 2) for p in stream)
@@ -44,7 +46,8 @@ def test_decode_spaces() -> None:
     assert [p["mx"] for p in tc if p["pp"] == 4] == [2, 4, 8]  # RG16 only: the dp4a ring has 2 or 3 stages
     assert {v.params["mx"] for v in cuda if v.params["rg"] != 16} == {1, 2, 4} and {
         (p["kb"], p["pg"]) for p in tc
-    } == {(1, 0), (1, 2), (1, 3), (4, 0)}
+    } == {(1, 0), (1, 2), (1, 3), (4, 0), (5, 0)}
+    assert all(p["mx"] == 4 for p in tc if p["kb"] == 5 or (p["kb"] > 1 and p["rw"] == 2))
     assert all(p["kb"] == 1 and p["rg"] in (1, 8) and p["rw"] * p["u"] * p["pp"] in (8, 12, 16) for p in ring)
     assert sum(p["mx"] == 1 for p in ring) == 12 and sum(p["mx"] == 4 for p in ring) == 17
     assert sum(p["rg"] == 8 for p in ring) == 6 and all(p["mx"] > 1 for p in ring if p["rg"] == 8)
@@ -62,8 +65,8 @@ def test_decode_spaces() -> None:
     assert host[4].family == "tb-decode"
     # every invalid GPU point names the rule that removes it
     invalid = DECODE.invalid_points("cuda")
-    # pp 0..8 (k3m added 6, k3i 7 and 8)
-    assert len(invalid) == 4 * 2 * 2 * 5 * 4 * 4 * 9 - 147 and all(p["rule"] for p in invalid)
+    # pp 0..8 (k3m added 6, k3i 7 and 8), kb 1, 4, 5 (k3j added 5)
+    assert len(invalid) == 4 * 3 * 2 * 5 * 4 * 4 * 9 - 151 and all(p["rule"] for p in invalid)
     assert any(p["point"] == "MX4/KB1/RW1/U8/RG16/PG2/PP2" for p in DECODE.invalid_points("rocm"))
     assert any(p["point"] == "MX8/KB1/RW1/U4/RG1/PG0/PP1" and "mx != 8" in p["rule"] for p in invalid)
     assert any(p["point"] == "MX4/KB1/RW2/U2/RG1/PG0/PP2" for p in DECODE.invalid_points("rocm"))
