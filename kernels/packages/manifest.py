@@ -23,8 +23,10 @@ MAX_PARAM_VALUES = 64
 # a bound on the cartesian product walked per backend (rules evaluated per point: ~0.1 ms each); 8192 since
 # tb-prefill's third NVIDIA engine (3 x 3888 / 2 = 5832 points, each backend's space walked in ~0.7 s), 16384
 # since its fourth (engine 3, 2-CTA clusters: 10368 points), 17280 since tb-decode's third split-K value
-# (kb 5 for its tensor-core kernel: 4 x 3 x 2 x 5 x 4 x 4 x 9 points, each backend's space walked in ~0.6 s)
-MAX_POINTS = 17280
+# (kb 5 for its tensor-core kernel: 4 x 3 x 2 x 5 x 4 x 4 x 9 points, each backend's space walked in ~0.6 s),
+# 20480 since its tenth pp value (19200 points; the space walk prunes at the first broken rule: ~0.35 s for
+# tb-decode's CUDA space, every built-in package and backend in ~0.6 s)
+MAX_POINTS = 20480
 
 # names every expression may read besides the package's parameters and derived values
 PROBLEM_NAMES = frozenset({"n", "k", "m"})

@@ -42,7 +42,9 @@
  *       ring (tb_decode_ring); 5 (CUDA, M = 1): the stream kernel (tb_decode_stream: the first batch issued
  *       before x is quantised, x through a cp.async fp32 buffer, rows interleaved over the grid's lane groups);
  *       7 / 8 (CUDA, RG1, KB1): the ring of 2 / 3 stages over units of RW rows interleaved over the grid's
- *       warps (tb_decode_ring_iw: every block the same rows +-1 unit; U5 makes a K = 5120 row one step)
+ *       warps (tb_decode_ring_iw: every block the same rows +-1 unit; U5 makes a K = 5120 row one step);
+ *       9 (CUDA, M = 1): PP 5 with split waits (tb_decode_stream SPLIT: a batch's last chunk by cp.async, waited
+ *       for on its own after the other chunks' dots; those keep one scoreboard)
  *
  * Data flow: (1) x of this workgroup's K slice is loaded (TB_XP passes in flight at once) and quantised
  * per 32-block to int8 into static LDS (kernels/activations.py's rule; each 16-weight half stored at the
@@ -194,7 +196,7 @@ TB_DEV void tbt_iq4_lookup(tb_u32 w, tb_u32 t0, tb_u32 t2, tb_u32 k3210, tb_u32 
 /* PP 7 / 8: the ring's estimate and blocks per SM at PP - 5 stages */
 #define TB_MINB_VG(RG, RW, U, KB, MX, PG, PP)                                                           \
     ((RG) == 16 ? TB_MINB_TC(RW, PG)                                                                    \
-                : (PP) == 5 ? TB_MINB_STREAM(RW, U, PG)                                                 \
+                : (PP) == 5 || (PP) == 9 ? TB_MINB_STREAM(RW, U, PG)                                                 \
                 : (PP) == 6 ? TB_MINB_FLAT(PG)                                                          \
                 : (PP) == 7 || (PP) == 8 ? TB_MINB_RING(RW, U, MX, PG, (PP) - 5) : TB_MINB_V(RW, U, KB, MX, PG, PP))
 /* PP 6 (the flat kernel): PG blocks per SM where a chunk's scale is one word through the ring (Q4_0, Q4_1, Q8_0,
@@ -395,6 +397,16 @@ __device__ TB_FORCEINLINE void tb_splitk_tail(int tile, int tid, int m, int n, f
     tb_sync(); /* tb_last is rewritten by the next tile */
 }
 
+/* PP9: a payload chunk by ld.global.nc, as NVRTC makes PP5's (qs handed to cp.async's asm cost the plain loads of
+ * the same pointer their read-only form: LDG.E.128, not LDG.E.128.CONSTANT, NVRTC 13.0) */
+TB_DEV void tb_ld_nc_u32x4(const tb_u8 *p, tb_u32 *w) {
+#if defined(TB_CUDA) && !defined(TB_CUDA_EMULATION)
+    asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p));
+#else
+    tb_ld_u32x4(p, w);
+#endif
+}
+
 /* the 16-byte payload chunks (and their scale / high-bit words) of one batch: U chunks of RW rows */
 template <int RW, int U>
 struct tb_batch {
@@ -424,7 +436,9 @@ struct tb_work {
     __device__ TB_FORCEINLINE void load(tb_batch<RW, U> &b, int tile, int base) const {
         load_at(b, tile * ROWS_WG + rowoff, base);
     }
-    /* the same for the RW rows from row0 (PP5: rows interleaved over the grid, not tiles) */
+    /* the same for the RW rows from row0 (PP5: rows interleaved over the grid, not tiles); chunks U0 .. U1 - 1 of
+     * the batch (PP9 loads a batch in two parts; NC: payload by ld.global.nc) */
+    template <int U0 = 0, int U1 = U, bool NC = false>
     __device__ TB_FORCEINLINE void load_at(tb_batch<RW, U> &b, int row0, int base) const {
 #pragma unroll
         for (int r = 0; r < RW; ++r) {
@@ -433,10 +447,13 @@ struct tb_work {
             const tb_u8 *qhr = TB_QH_BYTES ? qh + row * qh_row : qh;
             const tb_u8 *scr = sc + row * sc_row;
 #pragma unroll
-            for (int u = 0; u < U; ++u) {
+            for (int u = U0; u < U1; ++u) {
                 const int c = base + u * G + lg;
                 if (c < c1) {
-                    tb_ld_u32x4(qsr + 16 * (tb_size)c, b.q[r][u]);
+                    if constexpr (NC)
+                        tb_ld_nc_u32x4(qsr + 16 * (tb_size)c, b.q[r][u]);
+                    else
+                        tb_ld_u32x4(qsr + 16 * (tb_size)c, b.q[r][u]);
                     b.mt[r][u] = tb_load_meta(qhr, scr, c);
                 }
             }
@@ -448,7 +465,9 @@ struct tb_work {
     /* RING: the cp.async ring's dot (PP >= 2, CUDA): the IQ4 lookup's selector from one LOP3 with its base in a
      * register (tbt_iq4_lookup, -14 instructions per 4 chunks); the register kernels (PP 0, 1, shared with AMD)
      * keep tb_unpack_il (with the extra live register NVRTC gave some one-shot IQ4 kernels a block less per SM) */
-    template <bool RING = false>
+    /* M1 (PP9, MX = 1): m = 1 taken as known (the ABI's m >= 1), so no branch per chunk: a branch between a load
+     * and its use made ptxas put every load in flight on one scoreboard (k3q, NVRTC 13.0 SASS) */
+    template <bool RING = false, bool M1 = false>
     __device__ TB_FORCEINLINE void dot(const tb_u32 (&q)[RW][4], const tb_meta (&mt)[RW], int c, int u,
                                        float *acc) const {
         const int lc = c - c0;
@@ -481,7 +500,7 @@ struct tb_work {
 #endif
 #pragma unroll
         for (int i = 0; i < MX; ++i) {
-            if (i < m) { /* x of row i read once from LDS, used by all RW rows */
+            if ((M1 && MX == 1) || i < m) { /* x of row i read once from LDS, used by all RW rows */
                 tb_i32 xl[4], xh[4];
                 const tb_u32x4 a = xq[(i * TB_RUNS) * nchunks + lc];
                 xl[0] = (tb_i32)a.x, xl[1] = (tb_i32)a.y, xl[2] = (tb_i32)a.z, xl[3] = (tb_i32)a.w;
@@ -543,10 +562,11 @@ struct tb_work {
 
     /* the batch held in registers (PP <= 1) */
     /* FULL: the caller knows the batch lies inside the slice (base + G U <= c1): no per-chunk guards */
-    template <bool FULL = false>
+    /* U0, U1, M1 (PP9): chunks U0 .. U1 - 1 of the batch only, m = 1 known (dot) */
+    template <bool FULL = false, int U0 = 0, int U1 = U, bool M1 = false>
     __device__ TB_FORCEINLINE void compute(const tb_batch<RW, U> &b, int base, float *acc) const {
 #pragma unroll
-        for (int u = 0; u < U; ++u) {
+        for (int u = U0; u < U1; ++u) {
             const int c = base + u * G + lg;
             if (FULL || c < c1) {
                 tb_u32 q[RW][4];
@@ -557,7 +577,7 @@ struct tb_work {
                     for (int j = 0; j < 4; ++j) q[r][j] = b.q[r][u][j];
                     mt[r] = b.mt[r][u];
                 }
-                dot(q, mt, c, u, acc);
+                dot<false, M1>(q, mt, c, u, acc);
             }
         }
     }
@@ -961,7 +981,14 @@ TB_DEV void tb_stage_x1(const tb_u32x4 *xf4, int b0, int nb, int c0, int nchunks
         xm[2 * b + 1] = xs * (float)sum;
     }
 }
-template <int RG, int RW, int U, int MX>
+/* SPLIT (PP 9 = PP 5 with split waits, k3q): a batch is loaded in two parts, chunks [0, H) and [H, U). NVRTC 13.0
+ * put every load that is in flight across a branch or loop (x's staging, the unit loop's back edge, the per-chunk
+ * m check) on ONE scoreboard (SASS of Q4_0 RW2/U5: 20 loads on SB5, the first dot waiting for the last), so a wave
+ * of one unit dotted nothing before its last byte. Here the first part goes out as before (before x is staged, or
+ * at the end of the previous batch), the second part right before the batch's dots, in the same basic block
+ * (no per-chunk branch: m = 1), so ptxas tracks it on scoreboards of its own: the first part's dots run while the
+ * second part is in flight. Same bytes, same order of the sums (bit-identical to PP 5). */
+template <int RG, int RW, int U, int MX, bool SPLIT = false>
 __device__ TB_FORCEINLINE void tb_decode_stream(TB_DECODE_PARAMS) {
     typedef tb_work<RG, RW, U, 1, MX> W;
     static_assert(MX == 1, "the stream kernel serves M = 1");
@@ -1001,9 +1028,39 @@ __device__ TB_FORCEINLINE void tb_decode_stream(TB_DECODE_PARAMS) {
         tb_cp_commit();
     };
     issue_x(0);
+    /* SPLIT: chunks [0, H) of a batch to registers, its last chunk's payload by cp.async to the lane's own slots
+     * after x's int8 (RW x 256 x 16 bytes, tunebase-kernel.toml smem), its meta to registers */
+    constexpr int H = SPLIT ? U - 1 : U;
     tb_batch<RW, U> a;
+    tb_u32x4 *bslot = (tb_u32x4 *)(((unsigned long long)(xm + 2 * m * w.nxb) + 15ull) & ~15ull);
+    /* the batch's loads: the last chunk's meta first (the first part's wait covers it: issued early, it is not the
+     * last to land), the first part, the last chunk's payload copies */
+    auto issue_batch = [&](int row0, int b0) {
+        if constexpr (SPLIT) {
+#pragma unroll
+            for (int r = 0; r < RW; ++r) {
+                const tb_size row = (tb_size)(row0 + r < n ? row0 + r : n - 1);
+                const int c = b0 + H * W::G + w.lg;
+                if (c < w.c1) a.mt[r][H] = tb_load_meta(TB_QH_BYTES ? w.qh + row * w.qh_row : w.qh, w.sc + row * w.sc_row, c);
+            }
+        }
+        w.template load_at<0, H, SPLIT>(a, row0, b0);
+    };
+    auto issue_copy = [&](int row0, int b0) {
+        if constexpr (SPLIT) {
+#pragma unroll
+            for (int r = 0; r < RW; ++r) {
+                const tb_size row = (tb_size)(row0 + r < n ? row0 + r : n - 1);
+                const int c = b0 + H * W::G + w.lg;
+                if (c < w.c1)
+                    tb_cp_async16(tb_smem_addr(bslot + r * TB_THREADS + w.tid), w.qs + row * w.qs_row + 16 * (tb_size)c);
+            }
+            tb_cp_commit(); /* every lane, every batch: wait_group counts stay uniform */
+        }
+    };
+    (void)bslot;
     int base = w.c0;
-    if (unit0 < units) w.load_at(a, unit * RW, base);
+    if (unit0 < units) issue_batch(unit * RW, base);
     for (int r0 = 0; r0 < w.nxb; r0 += XFB) {
         if (r0 > 0) issue_x(r0);
         const int rb = w.nxb - r0 < XFB ? w.nxb - r0 : XFB;
@@ -1012,8 +1069,29 @@ __device__ TB_FORCEINLINE void tb_decode_stream(TB_DECODE_PARAMS) {
         tb_stage_x1(xf4, w.xb0 + r0, rb, w.c0, w.nchunks, xq, xm + 2 * r0);
         tb_sync(); /* x of the round quantised (and xf4 free for the next round) */
     }
+    /* SPLIT: the first batch's last chunk copied after x is staged (ptxas hoisted copies issued before it above the
+     * first part's loads: the first part would have landed last) */
+    if (unit0 < units) issue_copy(unit * RW, base);
     while (unit0 < units) {
-        if (base + STEP <= w.c1) /* a batch wholly inside the row (every one of a K = 5120 row at U5): no guards */
+        if constexpr (SPLIT) {
+            auto last = [&]() {
+                tb_cp_wait<0>(); /* the lane's own copies: no barrier */
+#pragma unroll
+                for (int r = 0; r < RW; ++r) {
+                    const tb_u32x4 v = bslot[r * TB_THREADS + w.tid];
+                    a.q[r][H][0] = v.x, a.q[r][H][1] = v.y, a.q[r][H][2] = v.z, a.q[r][H][3] = v.w;
+                }
+            };
+            if (base + STEP <= w.c1) {
+                w.template compute<true, 0, H, true>(a, base, acc);
+                last();
+                w.template compute<true, H, U, true>(a, base, acc);
+            } else {
+                w.template compute<false, 0, H, true>(a, base, acc);
+                last();
+                w.template compute<false, H, U, true>(a, base, acc);
+            }
+        } else if (base + STEP <= w.c1) /* a batch wholly inside the row (every one of a K = 5120 row at U5): no guards */
             w.template compute<true>(a, base, acc);
         else
             w.compute(a, base, acc);
@@ -1023,7 +1101,8 @@ __device__ TB_FORCEINLINE void tb_decode_stream(TB_DECODE_PARAMS) {
             unit += gstride, unit0 += gstride, base = w.c0;
             if (unit0 >= units) break;
         }
-        w.load_at(a, unit * RW, base);
+        issue_batch(unit * RW, base);
+        issue_copy(unit * RW, base);
     }
 }
 #endif
@@ -1724,8 +1803,8 @@ __device__ TB_FORCEINLINE void tb_decode_pick(TB_DECODE_PARAMS) {
         static_assert(RG == 1 && KB == 1, "PP 7 / 8: full-wave rows, one K slice");
         tb_decode_ring_iw<RW, U, MX, PP - 5>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
         return;
-    } else if constexpr (PP == 5) {
-        tb_decode_stream<RG, RW, U, MX>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
+    } else if constexpr (PP == 5 || PP == 9) {
+        tb_decode_stream<RG, RW, U, MX, PP == 9>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
         return;
     } else if constexpr (PP == 6) {
         static_assert(RG == 1 && RW == 1 && KB == 1 && MX == 1, "the flat kernel: M = 1, full-wave rows, one chunk a stage");
@@ -1819,12 +1898,17 @@ __device__ TB_FORCEINLINE void tb_decode_pick(TB_DECODE_PARAMS) {
 #define TB_DECODE_FLAT_VARIANTS \
     TB_DECODE_VARIANT(1, 1, 1, 4, 1, 4, 6) TB_DECODE_VARIANT(1, 1, 1, 6, 1, 3, 6) TB_DECODE_VARIANT(1, 1, 1, 8, 1, 3, 6) \
     TB_DECODE_VARIANT(1, 1, 1, 8, 1, 4, 6)
+/* PP 5 with split waits (PP9: M = 1, the CUDA space only) */
+#define TB_DECODE_SPLIT_VARIANTS \
+    TB_DECODE_VARIANT(1, 1, 1, 4, 2, 0, 9) TB_DECODE_VARIANT(1, 1, 1, 5, 1, 4, 9) TB_DECODE_VARIANT(1, 1, 1, 6, 1, 3, 9) \
+    TB_DECODE_VARIANT(1, 1, 1, 6, 2, 0, 9) TB_DECODE_VARIANT(1, 1, 2, 5, 1, 0, 9) TB_DECODE_VARIANT(1, 1, 2, 5, 1, 3, 9)
 #else
 #define TB_DECODE_IW_VARIANTS
 #define TB_DECODE_RING_VARIANTS
 #define TB_DECODE_TC_VARIANTS
 #define TB_DECODE_STREAM_VARIANTS
+#define TB_DECODE_SPLIT_VARIANTS
 #define TB_DECODE_FLAT_VARIANTS
 #endif
 TB_DECODE_VARIANTS TB_DECODE_RING_VARIANTS TB_DECODE_TC_VARIANTS TB_DECODE_STREAM_VARIANTS TB_DECODE_FLAT_VARIANTS \
-    TB_DECODE_IW_VARIANTS
+    TB_DECODE_IW_VARIANTS TB_DECODE_SPLIT_VARIANTS
