@@ -185,10 +185,16 @@ def neighbours_loso(points: Sequence[RecordedPoint], names: Sequence[str], arch:
 
 
 def analyse(path: Path, fmt: str) -> dict[str, Any]:
-    points, provenance = load_recording(path)
-    points = sorted((p for p in points if p.format == fmt and p.eligible), key=lambda p: (p.m, p.n, p.k))
+    recorded, provenance = load_recording(path)
+    points = sorted((p for p in recorded if p.format == fmt and p.eligible), key=lambda p: (p.m, p.n, p.k))
     if not points:
-        raise SystemExit(f"{path}: no {fmt} points")
+        of_format = sum(p.format == fmt for p in recorded)
+        raise SystemExit(
+            f"{path}: no {fmt} points"
+            if not of_format
+            else f"{path}: {of_format} {fmt} points recorded, none with a variant timed and parity-passing "
+            "(every variant failed there: see the points' errors)"
+        )
     names = sorted({v for p in points for v, t in p.times_ns.items() if t})
     regret = regret_matrix(points, names)
     rng = np.random.default_rng(1)

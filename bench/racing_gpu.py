@@ -248,7 +248,21 @@ def device_facts(arch: str) -> dict[str, Any]:
     return facts
 
 
-def record(args: argparse.Namespace) -> None:
+def timed_summary(points: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """How many recorded points timed at least one variant, and the commonest error (first 160
+    characters): a recording whose every compile failed (2026-12-01's dense one: the package had a
+    merge-broken decode.hip) must say so, not report 440 points."""
+    timed = sum(1 for p in points if any(p.get("times_ns", {}).values()))
+    errors: dict[str, int] = {}
+    for p in points:
+        for e in p.get("errors", {}).values():
+            head = str(e).replace("(cached NVRTC rejection) ", "")[:160]
+            errors[head] = errors.get(head, 0) + 1
+    top = max(errors, key=lambda e: errors[e]) if errors else None
+    return {"timed_points": timed, "variant_errors": sum(errors.values()), "commonest_error": top}
+
+
+def record(args: argparse.Namespace) -> int:
     from kernels.packages.loader import builtin_packages
     from workers.gpus import pinning_env
 
@@ -320,8 +334,14 @@ def record(args: argparse.Namespace) -> None:
     with gzip.open(args.out, "wt") as fh:
         json.dump(payload, fh, separators=(",", ":"))
     shapes_seen = {(p["n"], p["k"]) for p in points}
+    timed = timed_summary(points)
     print(json.dumps({"points": len(points), "shapes": len(shapes_seen), "wall_s": payload["wall_s"],
-                      "codes": codes, "out": str(args.out)}))  # fmt: skip
+                      "codes": codes, "out": str(args.out), **timed}))  # fmt: skip
+    if points and not timed["timed_points"]:
+        print(f"error: no point timed any variant (every variant failed): {timed['commonest_error']}",
+              file=sys.stderr)  # fmt: skip
+        return 3
+    return 0
 
 
 # -- replay -----------------------------------------------------------------------------------------
@@ -455,7 +475,7 @@ def main() -> None:
     rep.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     if args.command == "record":
-        record(args)
+        raise SystemExit(record(args))
     elif args.command == "record-child":
         Recorder(args).run()
     else:

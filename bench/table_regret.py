@@ -150,22 +150,68 @@ def held_out_answers(
     policies: Mapping[str, Answerer] = POLICIES,
     shapes: Sequence[tuple[int, int]] | None = None,
     validity: Validity = always_valid,
+    jobs: int = 1,
 ) -> Iterator[HeldOut]:
     """(held-out shape, policy, point, answer) for every point of every held-out shape (``shapes``:
     those only, else all), each answered by a policy fitted on the other shapes' points alone: the
     Fits below is built from ``train``, and nothing else measured enters (``geometry`` holds the
     arch's constants only). tests/tables/test_table_regret_loso.py checks that changing a held-out
     shape's times never changes its answers. ``validity``: the package's restrictions (a function of
-    the point's M, N, K alone, never of a measurement)."""
+    the point's M, N, K alone, never of a measurement). ``jobs`` > 1: that many forked processes, each
+    fitting one held-out shape at a time (the same answers, in the same order)."""
     all_shapes = sorted({(p.n, p.k) for p in points}, key=lambda s: (s[0] * s[1], s))
-    for n, k in all_shapes if shapes is None else shapes:
-        train = [p for p in points if (p.n, p.k) != (n, k)]
-        held = [p for p in points if (p.n, p.k) == (n, k)]
-        fits = Fits(train, geometry, validity)  # from the training shapes only; the held-out one never enters
-        for name, fit in policies.items():
-            answer = fit(fits)
-            for p in held:
-                yield (n, k), name, p, answer(p)
+    wanted = all_shapes if shapes is None else list(shapes)
+    if jobs <= 1 or len(wanted) < 2:
+        for shape in wanted:
+            yield from _one_shape(points, geometry, policies, validity, shape)
+        return
+    # one forked process per held-out shape at a time (the fits are pure functions of the training points,
+    # so the answers are the same as in one process); results come back in shape order
+    global _FORKED
+    _FORKED = (points, geometry, policies, validity)
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    try:
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+            for shape, rows in zip(wanted, pool.map(_forked_shape, wanted), strict=True):
+                held = [p for p in points if (p.n, p.k) == shape]
+                for _, name, index, variant in rows:
+                    yield shape, name, held[index], variant
+    finally:
+        _FORKED = None
+
+
+_FORKED: tuple[Any, ...] | None = None  # held_out_answers' inputs, inherited by its forked workers
+
+
+def _forked_shape(shape: tuple[int, int]) -> list[tuple[tuple[int, int], str, int, str | None]]:
+    """One held-out shape's answers in a forked worker, points named by index (they pickle back cheaply)."""
+    assert _FORKED is not None
+    points, geometry, policies, validity = _FORKED
+    index = {id(p): i for i, p in enumerate(p for p in points if (p.n, p.k) == shape)}
+    return [
+        (s, name, index[id(p)], v)
+        for s, name, p, v in _one_shape(points, geometry, policies, validity, shape)
+    ]
+
+
+def _one_shape(
+    points: Sequence[MeasuredPoint],
+    geometry: Geometry | None,
+    policies: Mapping[str, Answerer],
+    validity: Validity,
+    shape: tuple[int, int],
+) -> Iterator[HeldOut]:
+    n, k = shape
+    train = [p for p in points if (p.n, p.k) != (n, k)]
+    held = [p for p in points if (p.n, p.k) == (n, k)]
+    fits = Fits(train, geometry, validity)  # from the training shapes only; the held-out one never enters
+    for name, fit in policies.items():
+        answer = fit(fits)
+        for p in held:
+            yield (n, k), name, p, answer(p)
 
 
 NOISE_BOOTSTRAP = 400  # resamples of each variant's dispatches for the ratio-of-medians interval
@@ -211,6 +257,7 @@ def loso(
     validity: Validity = always_valid,
     dispatches: Dispatches | None = None,
     policies: Mapping[str, Answerer] = POLICIES,
+    jobs: int = 1,
 ) -> dict[str, Any]:
     """Leave-one-shape-out per policy; with ``dispatches``, each regret also beyond noise (beyond_noise)."""
     answered: dict[str, list[float]] = defaultdict(list)
@@ -221,7 +268,7 @@ def loso(
     worst: dict[str, list[tuple[float, str]]] = defaultdict(list)
     started = time.monotonic()
     held_shapes: set[tuple[int, int]] = set()
-    for (n, k), name, p, variant in held_out_answers(points, geometry, policies, shapes, validity):
+    for (n, k), name, p, variant in held_out_answers(points, geometry, policies, shapes, validity, jobs):
         held_shapes.add((n, k))
         if variant is None:
             uncovered[name] += 1
@@ -384,6 +431,7 @@ def run(
     trainer: bool,
     shapes: Sequence[tuple[int, int]] | None = None,
     policies: Mapping[str, Answerer] = POLICIES,
+    jobs: int = 1,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="table-regret-") as tmp:
         url, points, provenance = open_measured(data, Path(tmp))
@@ -416,6 +464,7 @@ def run(
                     validity_for(names, arch),
                     dispatches_of(group),
                     policies,
+                    jobs,
                 ),
                 "validity": "the tb-decode package's restrictions at each point (a variant invalid there "
                 "is never answered by the neighbours policy)"
@@ -454,6 +503,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="P[,P...]: report only these policies (chosen always; e.g. leave out the slow surrogate tree "
         f"on a large recording); known: {', '.join(POLICIES)}",
     )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="held-out shapes fitted in parallel (forked processes; the same answers): e.g. the 110-shape "
+        "dense recording",
+    )
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args(argv)
     started = time.monotonic()
@@ -466,7 +522,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--policies: unknown {', '.join(sorted(wanted - set(POLICIES)))}")
     policies = {name: fit for name, fit in POLICIES.items() if not args.policies or name in wanted}
     try:
-        body = run(args.data, args.allow_host, not args.no_trainer, shapes or None, policies)
+        body = run(
+            args.data, args.allow_host, not args.no_trainer, shapes or None, policies, max(1, args.jobs)
+        )
     except DataError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -96,3 +96,21 @@ def test_pruned_variants_keep_near_winners_per_m_and_the_untimed_kernels_of_the_
     assert loose[1] == ["A", "B", "C", "N1"]
     with pytest.raises(SystemExit, match="no Q4_0 point at M = 3"):
         racing_gpu.pruned_variants(recording, ["Q4_0"], [3], space, 0.0)
+
+
+def test_timed_summary_says_when_every_variant_failed() -> None:
+    """record exits 3 when no point timed any variant: the 2026-12-01 dense recording (a merge-broken
+    decode.hip, package 99613669) holds 440 points and 0 timings; its summary line said "440 points"."""
+    sys.path.insert(0, str(REPO / "bench"))
+    import racing_gpu
+
+    failed = {"times_ns": {"A": [], "B": []}, "errors": {"A": "compile failed: x", "B": "compile failed: x"}}
+    ok = {"times_ns": {"A": [5, 6], "B": []}, "errors": {"B": "(cached NVRTC rejection) compile failed: x"}}
+    assert racing_gpu.timed_summary([failed, ok]) == {
+        "timed_points": 1, "variant_errors": 3, "commonest_error": "compile failed: x"
+    }  # fmt: skip
+    with gzip.open(REPO / "bench/results/loso-dense-recording-h200-2026-12-01-dense.json.gz", "rt") as fh:
+        dense = json.load(fh)
+    summary = racing_gpu.timed_summary(dense["points"])
+    assert len(dense["points"]) == 440 and summary["timed_points"] == 0
+    assert summary["commonest_error"].startswith("compile failed")

@@ -60,3 +60,18 @@ def test_analysis_bounds_and_loso(tmp_path: Path) -> None:
     assert loso["all_points"]["points"] == 30
     assert loso["beyond_noise"]["mean"] <= loso["all_points"]["mean"] + 1e-12
     assert loso["all_points"]["max"] <= 0.2
+
+
+def test_a_recording_with_no_timed_point_is_named_so(tmp_path: Path) -> None:
+    """Points recorded but none timed (every compile failed) is not the same error as no points."""
+    import pytest
+
+    path = tmp_path / "failed.json.gz"
+    point = {"key": "sm_90/decode/Q4_0/m1/256x512", "shape": "256x512", "times_ns": {"A": []}, "eligible": [],
+             "errors": {"A": "compile failed"}}  # fmt: skip
+    with gzip.open(path, "wt") as fh:
+        json.dump({"points": [point], "machine": {}}, fh)
+    with pytest.raises(SystemExit, match="1 Q4_0 points recorded, none with a variant timed"):
+        loso_analysis.analyse(path, "Q4_0")
+    with pytest.raises(SystemExit, match="no Q4_K points"):
+        loso_analysis.analyse(path, "Q4_K")

@@ -133,3 +133,13 @@ def test_loso_reports_only_the_policies_asked_for() -> None:
     out = table_regret.loso(measured(), kbtw_geometry(132, 32), HELD[:1], policies=wanted)
     assert set(out["policies"]) == {"tree", "chosen"}
     assert out["subset"] is not None and out["targets"]["chosen_meets"] is False  # a subset claims nothing
+
+
+def test_forked_jobs_give_the_same_answers_in_the_same_order() -> None:
+    """--jobs: held-out shapes fitted in forked processes answer exactly as one process does."""
+    base = measured()
+    geometry = kbtw_geometry(132, 32)
+    policies = {name: table_regret.POLICIES[name] for name in ("segments", "neighbours", "chosen")}
+    one = list(table_regret.held_out_answers(base, geometry, policies, HELD))
+    two = list(table_regret.held_out_answers(base, geometry, policies, HELD, jobs=2))
+    assert one == two and len(one) == len(policies) * sum((p.n, p.k) in HELD for p in base)
