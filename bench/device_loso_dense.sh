@@ -19,11 +19,8 @@ cmd=(python3 bench/racing_gpu.py record --arch sm_90 --gpus 0 --formats Q4_0 --m
      --shapes qwen36+grid+mid --dispatches "${DISPATCHES:-50}" --deadline-s "${RECORD_DEADLINE:-215}"
      --builders "${BUILDERS:-12}" --prune-from bench/results/table-dispatch-recording-h200-2026-12-01.json.gz
      --prune-within "${PRUNE_WITHIN:-0.0}" --out "$rec")
-{
-  echo "# device: $(nvidia-smi --query-gpu=index,name,uuid,driver_version --format=csv,noheader | tr '\n' ';')"
-  echo "# date: $(date -u +%FT%TZ)"
-  echo "# command: ${cmd[*]}"
-} > "$log"
+source "$(dirname "$0")/device_lib.sh"  # stamp
+stamp "${cmd[*]}" > "$log"
 timeout -k 15 "${RECORD_TIMEOUT:-270}" "${cmd[@]}" >> "$log" 2>&1
 echo "# record rc=$?" >> "$log"
 [ -f "$rec" ] && cp "$rec" "$OUT/" || echo "no recording was written" >> "$log"
