@@ -111,6 +111,7 @@ class KernelPackage:
         self.version = content_version(self.files)
         self._spaces: dict[str, dict[str, Variant]] = {}  # per backend; the manifest never changes
         self._rule_verdicts: dict[tuple[Any, ...], Any] = {}  # (space rule, the values it reads) -> failure
+        self._invalid: dict[str, list[dict[str, Any]]] = {}  # per backend, as the space
 
     # -- identity ---------------------------------------------------------------
 
@@ -141,6 +142,11 @@ class KernelPackage:
         ]
 
     @cached_property
+    def _rule_reads(self) -> list[tuple[str, ...]]:
+        """The names each space rule reads, in a fixed order (its verdicts' memo key)."""
+        return [tuple(sorted(expression.names)) for _, expression in self._space_rules]
+
+    @cached_property
     def _point_rules(self) -> list[tuple[str, Any]]:
         space = {rule for rule, _ in self._space_rules}
         return [(rule, parse(rule)) for rule in self.manifest.restrictions.rules if rule not in space]
@@ -155,18 +161,20 @@ class KernelPackage:
                 f"no space for backend {backend!r} (known: {', '.join(BACKEND_SOURCE_KEYS)})"
             )
         bindings: dict[str, Value] = {**params, "backend": backend}
-        failed = []
-        for index, (rule, expression) in enumerate(self._space_rules):
-            # a rule reads a few of the point's values: its verdict is memoised on those (a space walk
-            # evaluates every rule at every point: tb-decode's 11520 points took seconds per backend)
-            key = (index, *(bindings.get(name, _UNBOUND) for name in sorted(expression.names)))
-            verdict = self._rule_verdicts.get(key, _UNBOUND)
-            if verdict is _UNBOUND:
-                broken = _broken([(rule, expression)], bindings)
-                verdict = self._rule_verdicts[key] = broken[0] if broken else None
-            if verdict is not None:
-                failed.append(verdict)
-        return failed
+        verdicts = (self._verdict(i, rule, e, bindings) for i, (rule, e) in enumerate(self._space_rules))
+        return [verdict for verdict in verdicts if verdict is not None]
+
+    def _verdict(
+        self, position: int, rule: str, expression: Any, bindings: Mapping[str, Value]
+    ) -> str | None:
+        """Space rule ``position``'s failure at these bindings (None: it holds). A rule reads a few of a
+        point's values, so its verdict is memoised on those: a space walk asks about every point."""
+        key = (position, *[bindings.get(name, _UNBOUND) for name in self._rule_reads[position]])
+        verdict = self._rule_verdicts.get(key, _UNBOUND)
+        if verdict is _UNBOUND:
+            broken = _broken([(rule, expression)], bindings)
+            verdict = self._rule_verdicts[key] = broken[0] if broken else None
+        return verdict  # type: ignore[no-any-return]
 
     def all_points(self) -> list[dict[str, int]]:
         names = self.param_names
@@ -184,65 +192,79 @@ class KernelPackage:
         return list(self._space_by_name(backend).values())
 
     def _space_by_name(self, backend: str) -> dict[str, Variant]:
-        """The space, computed once per backend (parse() needs it per name: each task parses its variants).
-
-        A backtracking walk: the parameters most rules read are bound first and each rule is checked as soon
-        as the values it reads are bound, so a broken rule prunes every point below it; the valid points are
-        then put in declared order (earlier values of earlier params first). tb-decode has 11520 points and
-        ~40 rules: evaluating every rule at every point took seconds per backend, past HTTP clients' timeouts.
-        """
+        """The space, computed once per backend (parse() needs it per name: each task parses its variants)."""
         cached = self._spaces.get(backend)
-        if cached is not None:
-            return cached
-        self.failed_rules({}, backend)  # an unknown backend raises here, with the known ones named
-        declared = self.param_names
-        reads = {name: sum(name in e.names for _, e in self._space_rules) for name in declared}
-        order = sorted(declared, key=lambda name: -reads[name])  # stable: ties keep the declared order
-        depth_of = {name: depth for depth, name in enumerate(order)}
-        due: list[list[tuple[str, Any]]] = [[] for _ in order]
-        for rule, expression in self._space_rules:
-            due[max((depth_of[n] for n in expression.names if n in depth_of), default=0)].append(
-                (rule, expression)
-            )
-        choices = [list(enumerate(self.manifest.params[name])) for name in order]
-        found: list[tuple[tuple[int, ...], dict[str, int]]] = []
-        bound: dict[str, Value] = {"backend": backend}
-        index: dict[str, int] = {}
-
-        def walk(depth: int) -> None:
-            name = order[depth]
-            for position, value in choices[depth]:
-                bound[name], index[name] = value, position
-                if _broken(due[depth], bound):
-                    continue
-                if depth + 1 < len(order):
-                    walk(depth + 1)
-                else:
-                    found.append(
-                        (
-                            tuple(index[n] for n in declared),
-                            {n: self.manifest.params[n][index[n]] for n in declared},
-                        )
-                    )
-            del bound[name], index[name]
-
-        if order:
-            walk(0)
-        cached = {}
-        for _, params in sorted(found, key=lambda item: item[0]):
-            variant_name = self.variant_name(params)
-            cached[variant_name] = Variant(self.name, variant_name, params, order=len(cached))
-        self._spaces[backend] = cached
+        if cached is None:
+            cached = {}
+            for params, broken in self._walk(backend, prune=True):
+                if broken is None:
+                    name = self.variant_name(params)
+                    cached[name] = Variant(self.name, name, params, order=len(cached))
+            self._spaces[backend] = cached
         return cached
 
     def invalid_points(self, backend: str) -> list[dict[str, Any]]:
         """Points a restriction removes, each with the first rule it breaks (the upload answer lists them)."""
-        out = []
-        for params in self.all_points():
-            failed = self.failed_rules(params, backend)
-            if failed:
-                out.append({"point": self.variant_name(params), "rule": failed[0]})
-        return out
+        cached = self._invalid.get(backend)
+        if cached is None:
+            cached = [
+                {"point": self.variant_name(params), "rule": broken}
+                for params, broken in self._walk(backend, prune=False)
+                if broken is not None
+            ]
+            self._invalid[backend] = cached
+        return [dict(item) for item in cached]
+
+    def _walk(self, backend: str, prune: bool) -> list[tuple[dict[str, int], str | None]]:
+        """Every point of the parameter product in declared order (earlier values of earlier params first),
+        with the first space rule it breaks (None: valid); ``prune`` drops the points below a broken rule.
+
+        A backtracking walk: the parameters most rules read are bound first and each rule is checked once, as
+        soon as the values it reads are bound, for every point below that prefix (tb-decode: 19200 points, ~40
+        rules; evaluating every rule at every point took seconds per backend, past HTTP clients' timeouts).
+        """
+        self.failed_rules({}, backend)  # an unknown backend raises here, with the known ones named
+        declared = self.param_names
+        if not declared:
+            return []
+        reads = {name: sum(name in e.names for _, e in self._space_rules) for name in declared}
+        order = sorted(declared, key=lambda name: -reads[name])  # stable: ties keep the declared order
+        depth_of = {name: depth for depth, name in enumerate(order)}
+        due: list[list[tuple[int, str, Any]]] = [[] for _ in order]  # (manifest position, rule, expression)
+        for position, (rule, expression) in enumerate(self._space_rules):
+            depth = max((depth_of[n] for n in expression.names if n in depth_of), default=0)
+            due[depth].append((position, rule, expression))
+        choices = [list(enumerate(self.manifest.params[name])) for name in order]
+        found: list[tuple[tuple[int, ...], dict[str, int], str | None]] = []
+        bound: dict[str, Value] = {"backend": backend}
+        index: dict[str, int] = {}
+
+        def walk(depth: int, first: tuple[int, str] | None) -> None:
+            name = order[depth]
+            for position, value in choices[depth]:
+                bound[name], index[name] = value, position
+                here = first
+                for rule_position, rule, expression in due[depth]:
+                    if here is not None and rule_position > here[0]:
+                        break  # an earlier rule is broken already: it is the one reported
+                    broken = self._verdict(rule_position, rule, expression, bound)
+                    if broken is not None:
+                        here = (rule_position, broken)
+                        break
+                if here is not None and prune:
+                    continue
+                if depth + 1 < len(order):
+                    walk(depth + 1, here)
+                else:
+                    params = {n: self.manifest.params[n][index[n]] for n in declared}
+                    found.append(
+                        (tuple(index[n] for n in declared), params, None if here is None else here[1])
+                    )
+            del bound[name], index[name]
+
+        walk(0, None)
+        found.sort(key=lambda item: item[0])
+        return [(params, broken) for _, params, broken in found]
 
     def _name_params(self, name: str) -> dict[str, int] | None:
         """The parameters a name spells by the variant template (None when it does not match)."""

@@ -26,3 +26,16 @@ def test_the_walk_is_the_definition(package: str, backend: str) -> None:
 def test_an_unknown_backend_is_refused_by_name() -> None:
     with pytest.raises(InvalidVariant, match="no space for backend 'metal'"):
         PACKAGES["tb-decode"].space("metal")
+
+
+@pytest.mark.parametrize("backend", ["cuda", "rocm"])
+@pytest.mark.parametrize("package", ["tb-decode", "tb-prefill"])
+def test_invalid_points_name_the_first_broken_rule(package: str, backend: str) -> None:
+    pkg = PACKAGES[package]
+    defined = []
+    for params in pkg.all_points():
+        failed = pkg.failed_rules(params, backend)
+        if failed:
+            defined.append({"point": pkg.variant_name(params), "rule": failed[0]})
+    assert pkg.invalid_points(backend) == defined
+    assert len(defined) + len(pkg.space(backend)) == len(pkg.all_points())
