@@ -36,7 +36,7 @@ import numpy as np
 from service.tables.model import MeasuredPoint
 from service.tables.surrogate import grid_values
 from service.tables.tree import MISSING_COST, FallbackTree, fit_tree_matrix
-from service.tables.validity import Validity, always_valid, grid_validity, whole_blocks
+from service.tables.validity import Validity, always_valid, domain_ks, grid_validity
 
 BANDWIDTHS: tuple[float, ...] = (0.5, 0.75, 1.0)  # octaves of N and of K, each chosen by inner LOSO
 DEFAULT_BANDWIDTH = (0.75, 0.75)  # fewer than 3 shapes: nothing to choose on
@@ -224,7 +224,7 @@ def neighbours_tree(model: NeighbourModel) -> FallbackTree:
     ns_all = [round(2**x) for kern in model.kernels.values() for x in kern.log_n]
     ks_all = [round(2**x) for kern in model.kernels.values() for x in kern.log_k]
     ns = grid_values(ns_all, GRID_BEYOND, GRID_BEYOND, GRID_STEP)
-    ks = whole_blocks(grid_values(ks_all, GRID_BEYOND, GRID_BEYOND, GRID_STEP))
+    ks = domain_ks(grid_values(ks_all, GRID_BEYOND, GRID_BEYOND, GRID_STEP))
     names = sorted({v for kern in model.kernels.values() for v in kern.variants})
     col = {v: j for j, v in enumerate(names)}
     parts, bases = [], []

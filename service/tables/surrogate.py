@@ -34,7 +34,7 @@ import numpy as np
 
 from service.tables.model import MeasuredPoint
 from service.tables.tree import MISSING_COST, FallbackTree, RoundsFeature, fit_tree_matrix
-from service.tables.validity import Validity, always_valid, grid_validity, whole_blocks
+from service.tables.validity import Validity, always_valid, domain_ks, grid_validity
 
 BANDWIDTH = 1.2  # octaves of N and K: chosen by leave-one-shape-out on the H200 sweep (1.0-1.5 within 0.1%)
 SLOPE_RIDGE = 0.01  # shrinks the per-variant slopes where few neighbours carry weight
@@ -459,7 +459,7 @@ def fit_surrogate_trees(
     ns = grid_values([p.n for p in points], 1.0, GRID_BEYOND_N, EXACT_N_STEP if exact else GRID_STEP)
     ks = grid_values([p.k for p in points], 1.0, 1.0)
     if validity is not always_valid:
-        ks = whole_blocks(ks)
+        ks = domain_ks(ks)
     labelled = _grid_labels(models, allowed, ns, ks, exact, validity)
     trees: dict[int, FallbackTree] = {}
     for cb, blocks in labelled.items():

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from kernels.packages.package import KernelPackage
 
 K_QUANTUM = 256  # every GGUF block size divides it
+DOMAIN_MAX_K = 1 << 16  # above every LLM's hidden and FFN width (Llama 3.1 405B's FFN: 53248)
 
 # (variant, codebook, M, N, K) -> can this variant run there (the package's restrictions)
 Validity = Callable[[str, int, int, int, int], bool]
@@ -97,6 +98,18 @@ def whole_blocks(ks: Sequence[int]) -> list[int]:
     """Grid K values on whole super-blocks (every GGUF block size divides 256), as a real K is: a
     restriction such as ``k % block_weights == 0`` must not rule a variant out at a grid K no model has."""
     return sorted({max(K_QUANTUM, round(k / K_QUANTUM) * K_QUANTUM) for k in ks})
+
+
+def domain_ks(ks: Sequence[int]) -> list[int]:
+    """whole_blocks of a K grid extended one point per octave up to DOMAIN_MAX_K. A tree's last leaf
+    answers every K above the grid, and a restriction on the K slice (the shared memory a ring holds)
+    flips above a short training range: without labels there, the table answered a variant the package
+    rules out at a held-out K (a ring needing more shared memory than the SM has)."""
+    top = max(ks)
+    beyond = [top << i for i in range(1, 32) if top << i <= DOMAIN_MAX_K]
+    if beyond and beyond[-1] < DOMAIN_MAX_K:
+        beyond.append(DOMAIN_MAX_K)
+    return whole_blocks([*ks, *beyond])
 
 
 def grid_validity(

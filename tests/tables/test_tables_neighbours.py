@@ -168,3 +168,28 @@ def test_package_validity_is_the_package_restrictions() -> None:
             assert valid(name, 0, m, n, k) == (not package.point_problems(values))
     assert not valid("MX4/KB1/RW2/U2/RG1/PG2/PP2", 0, 4, 5120, 17408)  # the ring's shared memory
     assert validity_for(["KB8/TW24"], "sm_90") is always_valid  # an older space: times alone decide
+
+
+def no_d_above_8192(variant: str, codebook: int, m: int, n: int, k: int) -> bool:
+    """D's K slice stops fitting shared memory above the measured K range."""
+    return variant != "D" or k <= 8192
+
+
+def d_wins_long_k(m: int, n: int, k: int) -> dict[str, float]:
+    """D is 10% ahead wherever K >= 2048: extrapolating the measured range, a tree would keep it."""
+    base = n * k / 1e6 + 3.0
+    return {"A": base, "B": base * 1.05, "D": base * (0.9 if k >= 2048 else 1.2)}
+
+
+def test_emitted_trees_never_answer_a_variant_ruled_out_above_the_measured_k() -> None:
+    from service.tables.surrogate import fit_surrogate_trees
+
+    points = grid_points(d_wins_long_k, (1, 2), NS, KS)
+    trees = {
+        "neighbours": neighbours_tree(fit_neighbours(points, no_d_above_8192)[0]),
+        "surrogate": fit_surrogate_trees(points, None, no_d_above_8192)[0],
+    }
+    for policy, tree in trees.items():
+        assert tree.answer(1, 1024, 4096) == "D", policy  # D does win where it can run
+        for m, n, k in itertools.product((1, 2), (300, 4096, 20000), (16384, 28672, 53248, 65536)):
+            assert tree.answer(m, n, k) in ("A", "B"), (policy, m, n, k)
