@@ -57,6 +57,14 @@ class PackageValidity:
         self.reads_n = "n" in used
         self._check = lru_cache(maxsize=1 << 20)(self._valid)
 
+    def __getstate__(self) -> dict[str, object]:
+        """Without the memo (a wrapper of a bound method does not pickle): worker processes get their own."""
+        return {key: value for key, value in self.__dict__.items() if key != "_check"}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._check = lru_cache(maxsize=1 << 20)(self._valid)
+
     def _valid(self, variant: str, codebook: int, m: int, n: int, k: int) -> bool:
         from kernels.formats.registry import FORMATS
 
