@@ -15,8 +15,9 @@ import numpy as np
 from service.tables.model import CODEBOOK_FORMATS
 
 if TYPE_CHECKING:
-    from kernels.packages.package import KernelPackage
+    from kernels.packages.package import KernelPackage, Variant
 
+_UNPARSED = object()
 K_QUANTUM = 256  # every GGUF block size divides it
 DOMAIN_MAX_K = 1 << 16  # above every LLM's hidden and FFN width (Llama 3.1 405B's FFN: 53248)
 
@@ -56,6 +57,7 @@ class PackageValidity:
             used |= reads(parse(rule).names)
         self.reads_n = "n" in used
         self._check = lru_cache(maxsize=1 << 20)(self._valid)
+        self._parsed: dict[str, Variant | None] = {}  # None: a name the package does not parse
 
     def __getstate__(self) -> dict[str, object]:
         """Without the memo (a wrapper of a bound method does not pickle): worker processes get their own."""
@@ -68,16 +70,16 @@ class PackageValidity:
     def _valid(self, variant: str, codebook: int, m: int, n: int, k: int) -> bool:
         from kernels.formats.registry import FORMATS
 
-        try:
-            parsed = self.package.parse(variant, self.backend)
-        except ValueError:
+        parsed = self._parsed.get(variant, _UNPARSED)
+        if parsed is _UNPARSED:
+            try:
+                parsed = self._parsed[variant] = self.package.parse(variant, self.backend)
+            except ValueError:
+                parsed = self._parsed[variant] = None
+        if parsed is None:
             return True
         formats = [f for f in CODEBOOK_FORMATS.get(codebook, ()) if f in self.package.manifest.formats]
-        for fmt in formats:
-            values = self.package.bindings(parsed, n, k, m, FORMATS[fmt], self.facts)
-            if self.package.point_problems(values):
-                return False
-        return True
+        return all(self.package.point_holds(parsed, n, k, m, FORMATS[f], self.facts) for f in formats)
 
     def __call__(self, variant: str, codebook: int, m: int, n: int, k: int) -> bool:
         return bool(self._check(variant, codebook, m, n if self.reads_n else 1, k))
