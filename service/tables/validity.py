@@ -17,7 +17,6 @@ from service.tables.model import CODEBOOK_FORMATS
 if TYPE_CHECKING:
     from kernels.packages.package import KernelPackage, Variant
 
-_UNPARSED = object()
 K_QUANTUM = 256  # every GGUF block size divides it
 DOMAIN_MAX_K = 1 << 16  # above every LLM's hidden and FFN width (Llama 3.1 405B's FFN: 53248)
 
@@ -70,12 +69,12 @@ class PackageValidity:
     def _valid(self, variant: str, codebook: int, m: int, n: int, k: int) -> bool:
         from kernels.formats.registry import FORMATS
 
-        parsed = self._parsed.get(variant, _UNPARSED)
-        if parsed is _UNPARSED:
+        if variant not in self._parsed:
             try:
-                parsed = self._parsed[variant] = self.package.parse(variant, self.backend)
+                self._parsed[variant] = self.package.parse(variant, self.backend)
             except ValueError:
-                parsed = self._parsed[variant] = None
+                self._parsed[variant] = None
+        parsed = self._parsed[variant]
         if parsed is None:
             return True
         formats = [f for f in CODEBOOK_FORMATS.get(codebook, ()) if f in self.package.manifest.formats]
