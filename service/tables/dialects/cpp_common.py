@@ -11,6 +11,7 @@ import re
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 
+from service.tables.codecs import PREFILL_M_BUCKETS
 from service.tables.fallback import ASPECT_CLASSES
 from service.tables.model import CODEBOOK_FORMATS, FallbackRule, HeaderInfo, TableChoice
 from service.tables.policy import Fallback
@@ -76,6 +77,30 @@ def header_comment(info: HeaderInfo, by_cb: dict[int, list[TableChoice]]) -> lis
         lines.append(f"  codebook {cb} ({','.join(formats_of(cb, by_cb[cb]))}): {len(by_cb[cb])} entries")
     lines.append("regret = time(chosen variant) / time(best variant) - 1")
     return ["// " + comment(line) for line in lines] + [""]
+
+
+def m_bucket_policy(function: str, per_line: int | None = None) -> list[str]:
+    """`int {function}(int m)`: the prefill M policy (PrefillCodec.m_key) in C++, written once so that every
+    prefill dialect ships the same rule; ``per_line`` wraps the bucket list (Llaminar's layout)."""
+    buckets = [str(v) for v in PREFILL_M_BUCKETS]
+    if per_line is None:
+        array = [f"    static constexpr int kMPolicy[] = {{{', '.join(buckets)}}};"]
+    else:
+        rows = [", ".join(buckets[i : i + per_line]) for i in range(0, len(buckets), per_line)]
+        array = ["    static constexpr int kMPolicy[] = {", *(f"        {row}," for row in rows), "    };"]
+    return [
+        "// M policy: at run time M rounds up to the next bucket; beyond the last, M is its own key.",
+        f"inline int {function}(int m) {{",
+        *array,
+        "    for (int key : kMPolicy) {",
+        "        if (m <= key) {",
+        "            return key;",
+        "        }",
+        "    }",
+        "    return m;",
+        "}",
+        "",
+    ]
 
 
 def lookup_helpers(p: str) -> str:
