@@ -8,15 +8,9 @@ from service.db.models import Measurement, Winner
 
 
 def at_point(
-    arch: str,
-    phase: str,
-    format_name: str,
-    m: int,
-    n: int,
-    k: int,
-    kernel: str | None = None,
+    arch: str, phase: str, format_name: str, m: int, n: int, k: int, kernel: str | None = None,
     model: type[Measurement] | type[Winner] = Measurement,
-) -> tuple[ColumnElement[bool], ...]:
+) -> tuple[ColumnElement[bool], ...]:  # fmt: skip
     """WHERE conditions selecting the measurements (or, with ``model=Winner``, the winner) of one
     (arch, phase, format, M, N, K) point, of one kernel package when given (winners of different packages
     never mix)."""
