@@ -39,6 +39,7 @@ from service.tables.validate import (
     validate_table,
 )
 from service.tables.validity import (
+    DOMAIN_MAX_K,
     Validity,
     always_valid,
     domain_grid_ks,
@@ -119,7 +120,8 @@ def fallback_probes(
     """Unseen shapes with whether the fallback must answer them: one per fitted (codebook, M, aspect
     class) of the segments, every aspect class of every M of a tree, plus an unseen M (no answer). A
     probe where no variant of the table is ``servable`` need not be answered (a tree answers nothing
-    there)."""
+    there). Each M of a tree is also probed at the domain's largest K, answer or not: where every
+    kernel's K slice has outgrown shared memory its NO_ANSWER leaf is replayed too."""
     probes: list[tuple[PointKey, bool]] = []
     groups = set(fallback.rules)
     for cb, tree in fallback.trees.items():
@@ -130,6 +132,12 @@ def fallback_probes(
             n += 64
         assert aspect_class(n, k) == aspect
         probes.append(((cb, m, n, k), servable((cb, m, n, k))))
+    for cb, tree in sorted(fallback.trees.items()):
+        probes += [
+            ((cb, m, 4096, DOMAIN_MAX_K), False)
+            for m in tree.ms
+            if (cb, m, 4096, DOMAIN_MAX_K) not in measured
+        ]
     if groups:
         cb = min(cb for cb, _, _ in groups)
         probes.append(((cb, 100000, 4096, 4096), False))  # an M beyond every policy: expect "no answer"
