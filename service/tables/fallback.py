@@ -116,8 +116,13 @@ def work_validity(
     inside = aspect_classes(n, k) == ASPECT_CLASSES.index(aspect)
     safe = domain.safe(codebook, m, names)[inside]
     cuts = [(a + b) // 2 for a, b in itertools.pairwise(works)]
+    interval = np.searchsorted(cuts, (n * k)[inside], side="left")
+    order = np.argsort(interval, kind="stable")
+    interval, safe = interval[order], safe[order]
+    starts = np.flatnonzero(np.r_[True, interval[1:] != interval[:-1]]) if interval.size else interval
     out = np.ones((len(works), len(names)), dtype=bool)
-    np.logical_and.at(out, np.searchsorted(cuts, (n * k)[inside], side="left"), safe)
+    if interval.size:
+        out[interval[starts]] = np.logical_and.reduceat(safe, starts, axis=0)
     return out
 
 

@@ -316,6 +316,7 @@ def keep_valid(
         columns.append(at[n_index])
     cell_features = np.stack(columns, axis=1)
     col = {v: j for j, v in enumerate(names)}
+    split_on = (0, 1, 2) if domain.reads_n else (0, 2)  # validity that ignores N never needs a cut on it
 
     def leaf(variant: str, rows: np.ndarray) -> TreeNode:
         regret = float(matrix[rows, col[variant]].sum()) / len(rows) if rows.size and variant in col else None
@@ -325,7 +326,11 @@ def keep_valid(
         if node.variant is not None:
             if node.variant in col and safe[at, col[node.variant]].all():
                 return node
-            return _regrow(matrix[rows], features[rows, : len(FEATURES)], safe[at], cells[at], names, wins)
+            if not domain.reads_n:  # the cells of one (M, K) agree: one of them stands for all
+                at = at[np.unique(cells[at][:, [0, 2]], axis=0, return_index=True)[1]]
+            return _regrow(
+                matrix[rows], features[rows, : len(FEATURES)], safe[at], cells[at], names, wins, split_on
+            )
         assert node.left is not None and node.right is not None
         f = list(names_f).index(node.feature)
         go, go_at = features[rows, f] <= node.threshold, cell_features[at, f] <= node.threshold
@@ -344,11 +349,13 @@ def _regrow(
     cells: np.ndarray,
     names: Sequence[str],
     wins: dict[str, int],
+    split_on: Sequence[int] = (0, 1, 2),
 ) -> TreeNode:
     """keep_valid's subtree for one leaf: ``data`` its rows' regret (``data_base`` their M, N, K), ``safe``
-    cells x names validity at its domain cells. Labels are ``names`` and NO_ANSWER, which costs 0 at
-    a cell where no variant is valid and at a row nothing was measured at, and MISSING_COST (twice at
-    a row) elsewhere. Ties go to the variant the leaf's rows rank best, then to wins, then the name."""
+    cells x names validity at its domain cells, cut on the FEATURES of ``split_on``. Labels are
+    ``names`` and NO_ANSWER, which costs 0 at a cell where no variant is valid and at a row nothing was
+    measured at, and MISSING_COST (twice at a row) elsewhere. Ties go to the variant the leaf's rows
+    rank best, then to wins, then the name."""
     labels = [*names, NO_ANSWER]
     measured = (data < MISSING_COST).any(axis=1)
     none_at_cells = np.where(safe.any(axis=1), MISSING_COST, 0.0)
@@ -376,11 +383,14 @@ def _regrow(
         """Per cut between ``values[i] < values[i + 1]`` (rows sorted on feature f): whether validity
         changes across it, between the cells on either side nearest to it."""
         at = rows[is_cell[rows]]
-        distinct, index = np.unique(base[at, f], return_inverse=True)
-        every = np.ones((len(distinct), safe.shape[1]), dtype=bool)
-        some = np.zeros_like(every)
-        np.logical_and.at(every, index, safe[at - len(data)])
-        np.logical_or.at(some, index, safe[at - len(data)])
+        if not at.size:
+            return np.zeros(len(values) - 1, dtype=bool)
+        at = at[np.argsort(base[at, f], kind="stable")]
+        at_values = base[at, f]
+        starts = np.flatnonzero(np.r_[True, at_values[1:] != at_values[:-1]])
+        distinct = at_values[starts]
+        ok = safe[at - len(data)]
+        every, some = np.logical_and.reduceat(ok, starts, axis=0), np.logical_or.reduceat(ok, starts, axis=0)
         changes = (every[:-1] != every[1:]).any(axis=1) | (some[:-1] != some[1:]).any(axis=1)
         changes = np.append(changes, False)
         below = np.searchsorted(distinct, values[:-1], side="right") - 1  # the last cell value <= values[i]
@@ -393,7 +403,7 @@ def _regrow(
         node = leaf(j, rows)
         forced = cost[rows[is_cell[rows]], j].sum() > 0.0  # ruled out at a cell inside: must split
         best: tuple[float, int, int] | None = None  # (cost, feature, threshold)
-        for f in range(len(FEATURES)):
+        for f in split_on:
             order = rows[np.argsort(base[rows, f], kind="stable")]
             values = base[order, f]
             prefix = np.cumsum(cost[order], axis=0)

@@ -101,7 +101,14 @@ def validity_for(variants: Sequence[str], arch: str | None, package: KernelPacka
             chosen.parse(v, backend)
     except (ValueError, KeyError):
         return always_valid
-    return PackageValidity(chosen, arch)
+    return _package_validity(chosen, arch)
+
+
+@lru_cache(maxsize=32)
+def _package_validity(package: KernelPackage, arch: str) -> PackageValidity:
+    """One PackageValidity per (package, arch): its verdicts, and the domain grid's columns memoised
+    on it (domain_of), serve every table generated for them, not only the first."""
+    return PackageValidity(package, arch)
 
 
 def whole_blocks(ks: Sequence[int]) -> list[int]:
