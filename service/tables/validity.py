@@ -165,7 +165,7 @@ def domain_grid_ks() -> list[int]:
     """K of the domain grid: DOMAIN_STEP_K octaves apart from DOMAIN_MIN to DOMAIN_MAX_K, on whole
     super-blocks (whole_blocks)."""
     steps = round(math.log2(DOMAIN_MAX_K / DOMAIN_MIN) / DOMAIN_STEP_K)
-    return whole_blocks([DOMAIN_MIN * 2 ** (i * DOMAIN_STEP_K) for i in range(steps + 1)])
+    return whole_blocks([round(DOMAIN_MIN * 2 ** (i * DOMAIN_STEP_K)) for i in range(steps + 1)])
 
 
 def _with_neighbours(at: np.ndarray) -> np.ndarray:
