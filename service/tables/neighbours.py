@@ -245,6 +245,7 @@ def neighbours_tree(model: NeighbourModel) -> FallbackTree:
     winners = np.argmin(matrix, axis=1)
     wins = {names[j]: int(c) for j, c in zip(*np.unique(winners, return_counts=True), strict=True)}
     root = fit_tree_matrix(
-        matrix, names, np.concatenate(bases), wins, TREE_DEPTH, 1, min_gain=MIN_GAIN, grow_through=True
-    )
+        matrix, names, np.concatenate(bases), wins, TREE_DEPTH, 1, min_gain=MIN_GAIN, grow_through=True,
+        validity=model.valid, codebook=model.codebook,
+    )  # fmt: skip
     return FallbackTree(model.codebook, tuple(sorted(model.kernels)), root, TREE_DEPTH, 1)

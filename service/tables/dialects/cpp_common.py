@@ -15,7 +15,7 @@ from service.tables.codecs import PREFILL_M_BUCKETS
 from service.tables.fallback import ASPECT_CLASSES
 from service.tables.model import CODEBOOK_FORMATS, FallbackRule, HeaderInfo, TableChoice
 from service.tables.policy import Fallback
-from service.tables.tree import FEATURES, FallbackTree, RoundsFeature, TreeNode
+from service.tables.tree import FEATURES, NO_ANSWER, FallbackTree, RoundsFeature, TreeNode
 
 _SAFE_COMMENT_RE = re.compile(r"[^A-Za-z0-9_.,:;=+<>()%/ \-]")
 ASPECT_IDENT: dict[str, str] = {
@@ -174,6 +174,8 @@ def render_tree(
     node: TreeNode, m_name: str, config: Callable[[str], str], indent: str, p: str = ""
 ) -> list[str]:
     """Nested ifs over integer thresholds (each the log2 midpoint between neighbouring values)."""
+    if node.variant == NO_ANSWER:
+        return [f"{indent}return false;  // no variant of the table is valid here"]
     if node.variant is not None:
         note = f"{node.variant} ({node.points} pts)"
         return [f"{indent}out = {config(node.variant)};  // {comment(note)}", f"{indent}return true;"]
