@@ -67,6 +67,7 @@ from kernels.arches import get_arch  # noqa: E402
 from service.db.migrate import upgrade  # noqa: E402
 from service.db.session import session_scope  # noqa: E402
 from service.imports.llaminar_csv import parse_files, store_rows  # noqa: E402
+from service.tables.blas import single_blas_thread  # noqa: E402
 from service.tables.codecs import get_codec  # noqa: E402
 from service.tables.collapse import collapse_aliases  # noqa: E402
 from service.tables.fallback import aspect_class, pick_rule  # noqa: E402
@@ -218,9 +219,11 @@ def _one_shape(
     held = [p for p in points if (p.n, p.k) == (n, k)]
     fits = Fits(train, geometry, validity)  # from the training shapes only; the held-out one never enters
     for name, fit in policies.items():
-        answer = fit(fits)
-        for p in held:
-            yield (n, k), name, p, answer(p)
+        with single_blas_thread():
+            answer = fit(fits)
+            answers = [answer(p) for p in held]
+        for p, variant in zip(held, answers, strict=True):
+            yield (n, k), name, p, variant
 
 
 NOISE_BOOTSTRAP = 400  # resamples of each variant's dispatches for the ratio-of-medians interval

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from service.tables.blas import single_blas_thread
 from service.tables.fallback import (
     UNMEASURED_PENALTY,
     FallbackFit,
@@ -350,6 +351,17 @@ def fit_policy(
     unknown = set(policies) - set(POLICIES)
     if unknown or not policies:
         raise ValueError(f"policies must be a non-empty subset of {POLICIES}, got {list(policies)}")
+    with single_blas_thread():
+        return _fit_policy(points, policies, geometry, fits, validity)
+
+
+def _fit_policy(
+    points: Sequence[MeasuredPoint],
+    policies: Sequence[str],
+    geometry: Geometry | None,
+    fits: Fits | None,
+    validity: Validity | None,
+) -> Fallback:
     if fits is None:
         fits = Fits(points, geometry, validity or always_valid)
     elif fits.points != tuple(points) or fits.geometry is not geometry:
