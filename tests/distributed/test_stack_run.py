@@ -51,7 +51,7 @@ def test_stack_run_on_host_survives_a_killed_worker(private_redis: RedisServer, 
 def test_stack_run_with_one_gpu_finishes_through_the_restarted_worker(
     private_redis: RedisServer, tmp_path: Path
 ) -> None:
-    """One GPU, its only worker SIGKILLed: nothing else can take the lost task until the restarted worker does."""
+    """One GPU, its only worker SIGKILLed: only the restarted worker can take the lost task."""
     out = tmp_path / "out"
     argv = [
         sys.executable, str(REPO / "bench/stack_run.py"), "--arch", "host", "--profile", "smoke",
