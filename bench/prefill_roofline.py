@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import json
 import os
 import statistics
@@ -32,6 +33,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from torch_timing import cupti_per_dispatch, events_per_call  # noqa: E402  (imports torch only when called)
 
 SHAPES = {"GateUp": ("Qwen36_FFN_GateUp", 17408, 5120), "QKV": ("Qwen36_Attn_QKVProjection", 12288, 5120)}
 FORMATS = ("Q4_0", "Q8_0", "Q4_K")
@@ -209,18 +213,12 @@ def cublas_fp16(
             for i in range(5):  # warm-up: cuBLAS heuristics, workspace, clocks
                 torch.matmul(x, ws[i % copies].t())
             torch.cuda.synchronize()
-            events = []
-            for i in range(dispatches):
-                start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                torch.matmul(x, ws[i % copies].t())
-                stop.record()
-                stop.synchronize()
-                events.append(start.elapsed_time(stop) * 1e3)
+            call = functools.partial(_matmul_rotated, torch, x, ws)
+            events = events_per_call(call, dispatches)
             start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             for i in range(dispatches):
-                torch.matmul(x, ws[i % copies].t())
+                call(i)
             stop.record()
             stop.synchronize()
             stream = start.elapsed_time(stop) * 1e3 / dispatches
@@ -229,7 +227,7 @@ def cublas_fp16(
                 "events_us": statistics.median(events), "stream_us": stream,
             }  # fmt: skip
             try:
-                row.update(_cupti_per_dispatch(x, ws, dispatches))
+                row.update(cupti_per_dispatch(call, dispatches))
                 row["median_us"], row["method"] = row["cupti_us"], "CUPTI kernel activity (torch.profiler)"
             except Exception as error:  # the profiler missing on an image: say so, compare on events
                 row["cupti_error"] = f"{type(error).__name__}: {error}"
@@ -241,31 +239,8 @@ def cublas_fp16(
     return out
 
 
-def _cupti_per_dispatch(x: Any, ws: list[Any], dispatches: int) -> dict[str, Any]:
-    """Each dispatch's kernel time: the sum of its kernels' CUPTI durations (a fixed count per call)."""
-    import torch
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for i in range(dispatches):
-            torch.matmul(x, ws[i % len(ws)].t())
-        torch.cuda.synchronize()
-    kernels = sorted(
-        (e for e in prof.events() if e.device_type == DeviceType.CUDA), key=lambda e: e.time_range.start
-    )
-    if not kernels or len(kernels) % dispatches:
-        raise RuntimeError(f"{len(kernels)} kernel records for {dispatches} dispatches")
-    per = len(kernels) // dispatches
-    times = [
-        sum(e.time_range.elapsed_us() for e in kernels[i * per : (i + 1) * per]) for i in range(dispatches)
-    ]
-    return {
-        "cupti_us": statistics.median(times),
-        "cupti_min_us": min(times),
-        "kernels_per_dispatch": per,
-        "kernel_names": sorted({e.name for e in kernels})[:4],
-    }
+def _matmul_rotated(torch: Any, x: Any, ws: list[Any], i: int) -> Any:
+    return torch.matmul(x, ws[i % len(ws)].t())
 
 
 def cublas_in_child(points: list[tuple[str, int, int, int]], l2_bytes: int, dispatches: int) -> list[dict]:
