@@ -70,10 +70,47 @@ class RoundsFeature:
         return RoundsFeature(kb, tw, cus, rows, resident)
 
 
+_KMOD_RE = re.compile(r"^k_mod_(\d+)_upto_(\d+)$")
+
+
+@dataclass(frozen=True)
+class KModFeature:
+    """K % q up to K = ``upto`` (q beyond it): the divisibility of K a package restriction reads (RG16
+    KB4: whole 1024-weight ring stages per K slice, K % 1024 == 0), which holds at every fourth
+    multiple of 256. One split ``k_mod_1024_upto_H <= 0`` says so where cuts on K alone need two per
+    such K (a depth-14 tree on the H200 grid left KB4 out at K = 7168, 43-50% off at M = 3, 4). Beyond
+    ``upto`` (the top of a grid that holds every multiple of 256 below it) the value is constant, so
+    a leaf there is a K interval of grid values whose validity the grid checked (grid_validity)."""
+
+    q: int
+    upto: int
+
+    @property
+    def name(self) -> str:
+        return f"k_mod_{self.q}_upto_{self.upto}"
+
+    def value(self, k: int) -> int:
+        return k % self.q if k <= self.upto else self.q
+
+    @staticmethod
+    @lru_cache(maxsize=256)
+    def parse(name: str) -> KModFeature | None:
+        found = _KMOD_RE.match(name)
+        if found is None:
+            return None
+        q, upto = int(found.group(1)), int(found.group(2))
+        if q < 2:
+            raise ValueError(f"feature {name!r}: the modulus must be >= 2")
+        return KModFeature(q, upto)
+
+
 def feature_value(name: str, m: int, n: int, k: int) -> int:
-    """A tree feature at (M key, N, K): m, n, k, or a RoundsFeature by its name."""
+    """A tree feature at (M key, N, K): m, n, k, a KModFeature or a RoundsFeature by its name."""
     if name in FEATURES:
         return {"m": m, "n": n, "k": k}[name]
+    kmod = KModFeature.parse(name)
+    if kmod is not None:
+        return kmod.value(k)
     rounds = RoundsFeature.parse(name)
     if rounds is None:
         raise ValueError(f"unknown tree feature {name!r}")
@@ -184,7 +221,8 @@ def fit_tree(
     the end does not lower its node's regret by ``min_gain`` is pruned back to a leaf. For dense
     synthetic grids (service.tables.surrogate), where greedy one-cut gains miss such pockets.
 
-    ``extra_features``: integer features beyond M, N, K (RoundsFeature names) a split may read."""
+    ``extra_features``: integer features beyond M, N, K (RoundsFeature, KModFeature names) a split
+    may read."""
     if not points:
         raise ValueError("a tree needs at least one point")
     names = sorted(
@@ -225,7 +263,12 @@ def fit_tree_matrix(
     names_f = (*FEATURES, *extra_features)
     columns = [base[:, i] for i in range(len(FEATURES))]
     distinct_n, n_index = np.unique(base[:, 1], return_inverse=True)
-    for name in extra_features:  # these read N only: one evaluation per distinct N
+    for name in extra_features:
+        kmod = KModFeature.parse(name)
+        if kmod is not None:
+            columns.append(np.where(base[:, 2] <= kmod.upto, base[:, 2] % kmod.q, kmod.q))
+            continue
+        # a RoundsFeature reads N only: one evaluation per distinct N
         at = np.array([feature_value(name, 1, int(n), 1) for n in distinct_n.tolist()], dtype=np.int64)
         columns.append(at[n_index])
     features = np.stack(columns, axis=1)
