@@ -15,9 +15,8 @@ set -u
 tag=${1:-$(date -u +%F)}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD
-source "$(dirname "$0")/device_lib.sh"  # stamp
+source "$(dirname "$0")/device_lib.sh"  # stamp, install_wheels
+install_wheels || exit 1
 
 json="$OUT/decode-ab-h200-$tag.json"; log="$OUT/decode-ab-h200-$tag.log"
 rm -rf /tmp/ab && mkdir -p /tmp/ab

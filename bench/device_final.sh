@@ -8,9 +8,8 @@ set -u
 tag=${1:-$(date -u +%F)}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD
-source "$(dirname "$0")/device_lib.sh"  # stamp
+source "$(dirname "$0")/device_lib.sh"  # stamp, install_wheels
+install_wheels || exit 1
 
 log="$OUT/gpu-tests-h200x2-$tag.log"
 { stamp "python3 -m pytest -m gpu tests/cuda -x -q -rs"; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv; } > "$log" 2>&1

@@ -21,11 +21,10 @@ BUDGET_S=${BUDGET_S:-410}; NCU_MIN_S=${NCU_MIN_S:-60}
 t0=$(date +%s)
 left() { echo $((BUDGET_S - ($(date +%s) - t0))); }
 run() { if [ -n "${DRY:-}" ]; then echo "DRY: $*"; else "$@"; fi; }
+source "$(dirname "$0")/device_lib.sh"  # stamp, install_wheels
 if [ -z "${DRY:-}" ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
+  install_wheels || exit 1
 fi
-source "$(dirname "$0")/device_lib.sh"  # stamp
 json="$OUT/decode-roofline-h200-$tag.json"
 
 if [[ $what == *roofline* ]]; then

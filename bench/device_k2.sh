@@ -14,13 +14,12 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 t0=$(date +%s)
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  > "$OUT/k2-pip.log" 2>&1 || { echo "pip failed"; tail -5 "$OUT/k2-pip.log"; }
-export PYTHONPATH=/tmp/site:$PWD
+source "$(dirname "$0")/device_lib.sh"  # stamp, install_wheels
+install_wheels "$OUT/k2-pip.log"
+export PYTHONPATH=/tmp/site:$PWD  # the compile-only and DRY stages import the repository too
 ART=/tmp/tb-prefill-artifacts
 export TUNEBASE_CUDA_ARTIFACTS=$ART
 log="$OUT/k2-prefill-h200-$tag.log"
-source "$(dirname "$0")/device_lib.sh"  # stamp
 stamp "bash bench/device_k2.sh $tag" > "$log"
 el() { echo "# t=$(( $(date +%s) - t0 ))s $*" | tee -a "$log"; }
 

@@ -18,13 +18,12 @@ export PYTHONUNBUFFERED=1
 export CUDA_VISIBLE_DEVICES=${GPU:-1}
 run() { if [ -n "${DRY:-}" ]; then echo "DRY: $*"; else "$@"; fi; }
 t0=$(date +%s)
-run python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-  .whl/*.whl > "$OUT/k2n-pip.log" 2>&1 || { echo "pip failed"; tail -5 "$OUT/k2n-pip.log"; }
-export PYTHONPATH=/tmp/site:$PWD
+source "$(dirname "$0")/device_lib.sh"  # stamp, install_wheels
+run install_wheels "$OUT/k2n-pip.log"
+export PYTHONPATH=/tmp/site:$PWD  # the compile-only and DRY stages import the repository too
 ART=/tmp/tb-prefill-k2n-artifacts
 export TUNEBASE_CUDA_ARTIFACTS=$ART
 log="$OUT/k2n-prefill-h200-$tag.log"
-source "$(dirname "$0")/device_lib.sh"  # stamp
 stamp "GPU=${GPU:-1} bash bench/device_k2n.sh $tag" > "$log"
 el() { echo "# t=$(( $(date +%s) - t0 ))s $*" | tee -a "$log"; }
 engines=E0E1

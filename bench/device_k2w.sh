@@ -36,14 +36,13 @@ export CUDA_VISIBLE_DEVICES=${GPU:-0}
 run() { if [ -n "${DRY:-}" ]; then echo "DRY: $*"; else "$@"; fi; }
 t0=$(date +%s)
 left() { echo $(( 300 - ($(date +%s) - t0) )); }
-[ "$STAGES" = compile ] || run $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-  .whl/*.whl > "$OUT/k2w-pip.log" 2>&1 || { echo "pip failed"; tail -5 "$OUT/k2w-pip.log"; }
-export PYTHONPATH=/tmp/site:$PWD
+source "$(dirname "$0")/device_lib.sh"  # stamp, install_wheels
+[ "$STAGES" = compile ] || run install_wheels "$OUT/k2w-pip.log"
+export PYTHONPATH=/tmp/site:$PWD  # the compile-only and DRY stages import the repository too
 ART=$(realpath -m "${ART:-/tmp/tb-prefill-k2w-artifacts}")
 mkdir -p "$ART"
 export TUNEBASE_CUDA_ARTIFACTS=$ART
 log="$OUT/k2w-prefill-h200-$tag.log"
-source "$(dirname "$0")/device_lib.sh"  # stamp
 stamp "STAGES=$STAGES ART=${ART:-} E2=${E2:-} FORMATS=${FORMATS:-} NCU_POINT=${NCU_POINT:-} NCU_ENGINE=${NCU_ENGINE:-} GPU=${GPU:-0} bash bench/device_k2w.sh $tag" > "$log"
 el() { echo "# t=$(( $(date +%s) - t0 ))s $*" | tee -a "$log"; }
 

@@ -12,10 +12,9 @@ tag=${1:-$(date -u +%F)}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export CUDA_VISIBLE_DEVICES=${GPU:-0} PYTHONUNBUFFERED=1
 run() { if [ -n "${DRY:-}" ]; then echo "DRY: $*"; else "$@"; fi; }
-source "$(dirname "$0")/device_lib.sh"  # stamp
+source "$(dirname "$0")/device_lib.sh"  # stamp, install_wheels
 if [ -z "${DRY:-}" ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
+  install_wheels || exit 1
 fi
 # call 13's (decode-roofline-h200-k1t-2026-12-01.json) GateUp winners / runners-up: IQ4_XS M1 stream PP5 x2, M2 ring
 # MX2 U4 / U2, M3 / M4 RG16 KB4 PP2 and ring MX4 PP3; Q4_0 M2 ring MX2 U2 PG2 and MX4 U4, M3 RG16 KB4 PP3

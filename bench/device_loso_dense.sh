@@ -11,15 +11,14 @@ set -u
 tag=${1:-$(date -u +%F)}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD
+source "$(dirname "$0")/device_lib.sh"  # stamp, install_wheels
+install_wheels || exit 1
 work=/tmp/loso-dense; mkdir -p "$work"  # the .parts folder and kernel cache stay off $OUT
 rec="$work/loso-dense-recording-h200-$tag.json.gz"; log="$OUT/loso-dense-h200-$tag.log"
 cmd=(python3 bench/racing_gpu.py record --arch sm_90 --gpus 0 --formats Q4_0 --m 1,2,3,4
      --shapes qwen36+grid+mid --dispatches "${DISPATCHES:-50}" --deadline-s "${RECORD_DEADLINE:-215}"
      --builders "${BUILDERS:-12}" --prune-from bench/results/table-dispatch-recording-h200-2026-12-01.json.gz
      --prune-within "${PRUNE_WITHIN:-0.0}" --out "$rec")
-source "$(dirname "$0")/device_lib.sh"  # stamp
 stamp "${cmd[*]}" > "$log"
 timeout -k 15 "${RECORD_TIMEOUT:-270}" "${cmd[@]}" >> "$log" 2>&1
 echo "# record rc=$?" >> "$log"

@@ -8,9 +8,8 @@ set -u
 tag=${1:-$(date -u +%F)}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 TB_MXFP4_ARTIFACTS=/tmp/mxfp4-artifacts
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD
-source "$(dirname "$0")/device_lib.sh"  # stamp
+source "$(dirname "$0")/device_lib.sh"  # stamp, install_wheels
+install_wheels || exit 1
 
 log="$OUT/gpu-tests-mxfp4-h200-$tag.log"
 stamp "python3 -m pytest -m gpu tests/cuda/test_mxfp4_gemm_gpu.py -q -rs --durations=5" > "$log"

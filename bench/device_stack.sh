@@ -28,14 +28,13 @@ export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 
 export TUNEBASE_ARTIFACT_DIR=${TUNEBASE_ARTIFACT_DIR:-/tmp/tb-artifacts}  # stack and recording share cubins
 py=python3
 log="$OUT/device-stack-$tag.log"
-source "$(dirname "$0")/device_lib.sh"  # stamp
+source "$(dirname "$0")/device_lib.sh"  # stamp, install_wheels
 stamp "bash bench/device_stack.sh $tag $what" > "$log"
 if [ -z "${LOCAL:-}" ]; then
   t=$(date +%s)
   wheels=$(ls .whl/*.whl .srv/wheels/*.whl | grep -v /pgserver-)  # pgserver: stack_servers unpacks it
-  $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $wheels \
-    >> "$log" 2>&1 || { echo "pip install failed" | tee -a "$log"; exit 1; }
-  export PYTHONPATH=/tmp/site:$PWD
+  # shellcheck disable=SC2086  # one wheel path per word
+  PY=$py install_wheels "$log" $wheels || exit 1
   echo "# wheels installed in $(( $(date +%s) - t )) s" >> "$log"
 else
   py=${PY:-python3}; export PYTHONPATH=$PWD

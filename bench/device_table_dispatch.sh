@@ -12,10 +12,9 @@ set -u
 tag=${1:-$(date -u +%F)}; data=${2:-}; shift 2 || shift $#
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD
+source "$(dirname "$0")/device_lib.sh"  # stamp, install_wheels
+install_wheels || exit 1
 json="$OUT/table-dispatch-h200-$tag.json"; log="$OUT/table-dispatch-h200-$tag.log"
-source "$(dirname "$0")/device_lib.sh"  # stamp
 stamp "bash bench/device_table_dispatch.sh $*" > "$log"
 if [ -z "$data" ]; then
   data="$OUT/table-dispatch-recording-h200-$tag.json.gz"

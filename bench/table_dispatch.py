@@ -48,7 +48,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from measured_data import DataError, RecordedPoint, current_names, open_measured  # noqa: E402
+from measured_data import (  # noqa: E402
+    DataError,
+    RecordedPoint,
+    current_names,
+    is_database,
+    load_recording,
+    open_measured,
+)
 
 from kernels.arches import get_arch  # noqa: E402
 from kernels.formats.registry import get_format  # noqa: E402
@@ -385,27 +392,37 @@ def compile_program(source: Path, binary: Path, package: KernelPackage, timeout_
         raise RuntimeError(f"nvcc failed on {source.name}:\n{done.stderr[-4000:]}")
 
 
+def usable_points(
+    points: list[RecordedPoint], args: argparse.Namespace, package: KernelPackage
+) -> list[RecordedPoint]:
+    """The sm_90 decode points of the formats asked for, all of them named in the package's current space."""
+    points = [p for p in points if p.arch == ARCH and p.phase == "decode"]
+    if args.formats:
+        points = [p for p in points if p.format in args.formats.split(",")]
+    if not points:
+        raise UsageError(
+            f"{args.data}: no {ARCH} decode measurements{' of ' + args.formats if args.formats else ''}"
+        )
+    _, outside = current_names(points)
+    if outside:
+        raise UsageError(
+            f"{args.data}: {len(outside)} recorded variants are not in {package.ref}'s space (e.g. "
+            f"{', '.join(sorted(outside)[:3])}); the consumer launches the package's own kernels, so the "
+            "data must be a recording of this version: record it first (bench/racing_gpu.py record; "
+            "bench/device_table_dispatch.sh does both)"
+        )
+    return points
+
+
 def build(args: argparse.Namespace) -> BuildManifest:
     out = Path(args.build_dir)
     out.mkdir(parents=True, exist_ok=True)
     package = builtin_packages()["tb-decode"]
+    if not is_database(Path(args.data)):  # refused before the import and the winners' bootstrap
+        usable_points(load_recording(Path(args.data))[0], args, package)
     with tempfile.TemporaryDirectory(prefix="table-dispatch-") as tmp:
         url, points, provenance = open_measured(Path(args.data), Path(tmp))
-        points = [p for p in points if p.arch == ARCH and p.phase == "decode"]
-        if args.formats:
-            points = [p for p in points if p.format in args.formats.split(",")]
-        if not points:
-            raise UsageError(
-                f"{args.data}: no {ARCH} decode measurements{' of ' + args.formats if args.formats else ''}"
-            )
-        _, outside = current_names(points)
-        if outside:
-            raise UsageError(
-                f"{args.data}: {len(outside)} recorded variants are not in {package.ref}'s space (e.g. "
-                f"{', '.join(sorted(outside)[:3])}); the consumer launches the package's own kernels, so the "
-                "data must be a recording of this version: record it first (bench/racing_gpu.py record; "
-                "bench/device_table_dispatch.sh does both)"
-            )
+        points = usable_points(points, args, package)
         with session_scope(url) as session:
             collapsed = collapse_aliases(alias_points(session, ARCH, "decode"))
     shapes = sorted({(p.n, p.k) for p in points})

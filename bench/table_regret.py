@@ -67,6 +67,7 @@ from kernels.arches import get_arch  # noqa: E402
 from service.db.migrate import upgrade  # noqa: E402
 from service.db.session import session_scope  # noqa: E402
 from service.imports.llaminar_csv import parse_files, store_rows  # noqa: E402
+from service.tables.blas import single_blas_thread  # noqa: E402
 from service.tables.codecs import get_codec  # noqa: E402
 from service.tables.collapse import collapse_aliases  # noqa: E402
 from service.tables.fallback import aspect_class, pick_rule  # noqa: E402
@@ -157,39 +158,48 @@ def held_out_answers(
     Fits below is built from ``train``, and nothing else measured enters (``geometry`` holds the
     arch's constants only). tests/tables/test_table_regret_loso.py checks that changing a held-out
     shape's times never changes its answers. ``validity``: the package's restrictions (a function of
-    the point's M, N, K alone, never of a measurement). ``jobs`` > 1: that many forked processes, each
-    fitting one held-out shape at a time (the same answers, in the same order)."""
+    the point's M, N, K alone, never of a measurement). ``jobs`` > 1: that many worker processes, each
+    fitting one held-out shape at a time (the same answers, in the same order; POLICIES' entries only)."""
     all_shapes = sorted({(p.n, p.k) for p in points}, key=lambda s: (s[0] * s[1], s))
     wanted = all_shapes if shapes is None else list(shapes)
     if jobs <= 1 or len(wanted) < 2:
         for shape in wanted:
             yield from _one_shape(points, geometry, policies, validity, shape)
         return
-    # one forked process per held-out shape at a time (the fits are pure functions of the training points,
-    # so the answers are the same as in one process); results come back in shape order
-    global _FORKED
-    _FORKED = (points, geometry, policies, validity)
+    # worker processes fitting one held-out shape at a time (the fits are pure functions of the training
+    # points, so the answers are those of one process); results come back in shape order. Workers start from
+    # a fresh forkserver, never a fork of this process: a forked child inherits this process's sockets and
+    # after-fork hooks (a Celery app's, in a test run) and once sat forever in a read of an inherited Redis
+    # connection. So the inputs are pickled, and the policies go by name.
+    foreign = sorted(name for name, fit in policies.items() if POLICIES.get(name) is not fit)
+    if foreign:
+        raise ValueError(f"jobs > 1 runs policies of POLICIES only (workers look them up by name): {foreign}")
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    try:
-        context = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-            for shape, rows in zip(wanted, pool.map(_forked_shape, wanted), strict=True):
-                held = [p for p in points if (p.n, p.k) == shape]
-                for _, name, index, variant in rows:
-                    yield shape, name, held[index], variant
-    finally:
-        _FORKED = None
+    context = multiprocessing.get_context("forkserver")
+    inputs = (list(points), geometry, tuple(policies), validity)
+    with ProcessPoolExecutor(jobs, context, initializer=_start_worker, initargs=inputs) as pool:
+        for shape, rows in zip(wanted, pool.map(_worker_shape, wanted), strict=True):
+            held = [p for p in points if (p.n, p.k) == shape]
+            for _, name, index, variant in rows:
+                yield shape, name, held[index], variant
 
 
-_FORKED: tuple[Any, ...] | None = None  # held_out_answers' inputs, inherited by its forked workers
+_WORKER: tuple[Any, ...] | None = None  # held_out_answers' inputs in a worker process
 
 
-def _forked_shape(shape: tuple[int, int]) -> list[tuple[tuple[int, int], str, int, str | None]]:
-    """One held-out shape's answers in a forked worker, points named by index (they pickle back cheaply)."""
-    assert _FORKED is not None
-    points, geometry, policies, validity = _FORKED
+def _start_worker(
+    points: list[MeasuredPoint], geometry: Geometry | None, policies: tuple[str, ...], validity: Validity
+) -> None:
+    global _WORKER
+    _WORKER = (points, geometry, {name: POLICIES[name] for name in policies}, validity)
+
+
+def _worker_shape(shape: tuple[int, int]) -> list[tuple[tuple[int, int], str, int, str | None]]:
+    """One held-out shape's answers in a worker, points named by index (they pickle back cheaply)."""
+    assert _WORKER is not None
+    points, geometry, policies, validity = _WORKER
     index = {id(p): i for i, p in enumerate(p for p in points if (p.n, p.k) == shape)}
     return [
         (s, name, index[id(p)], v)
@@ -209,9 +219,11 @@ def _one_shape(
     held = [p for p in points if (p.n, p.k) == (n, k)]
     fits = Fits(train, geometry, validity)  # from the training shapes only; the held-out one never enters
     for name, fit in policies.items():
-        answer = fit(fits)
-        for p in held:
-            yield (n, k), name, p, answer(p)
+        with single_blas_thread():
+            answer = fit(fits)
+            answers = [answer(p) for p in held]
+        for p, variant in zip(held, answers, strict=True):
+            yield (n, k), name, p, variant
 
 
 NOISE_BOOTSTRAP = 400  # resamples of each variant's dispatches for the ratio-of-medians interval
@@ -507,7 +519,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--jobs",
         type=int,
         default=1,
-        help="held-out shapes fitted in parallel (forked processes; the same answers): e.g. the 110-shape "
+        help="held-out shapes fitted in parallel (worker processes; the same answers): e.g. the 110-shape "
         "dense recording",
     )
     parser.add_argument("--output", type=Path, default=None)

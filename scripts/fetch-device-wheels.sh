@@ -19,6 +19,7 @@ wheels=(
   fastapi==0.165.0 starlette==1.10.0 uvicorn==0.54.0 python-multipart==0.0.34 opentelemetry-api==1.45.2
   typing-extensions==4.16.0 annotated-doc==0.0.7
   pyelftools==0.33
+  threadpoolctl==3.8.0         # service.tables: one BLAS thread for the table models
   cupti-python==13.0.1         # CUPTI activity records: per-dispatch GPU time
 )
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \

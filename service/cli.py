@@ -79,6 +79,13 @@ TokenOption = typer.Option(
 )
 JsonOption = typer.Option(False, "--json", help="machine-readable JSON on stdout")
 
+# the list filters several commands share: one wording (and one arch list) for all of them
+ArchFilterOption = typer.Option(None, help="only this arch: gfx906, gfx90a, gfx942, gfx950, sm_90, host")
+FormatFilterOption = typer.Option(None, help="only this GGUF format, e.g. Q4_0 (`tunebase formats`)")
+MFilterOption = typer.Option(None, min=1, help="only this M (rows of activations)")
+NFilterOption = typer.Option(None, min=1, help="only this N (weight rows)")
+KFilterOption = typer.Option(None, min=1, help="only this K (reduction length)")
+
 
 def usage_error(message: str) -> typer.Exit:
     console.print(f"[red]error:[/red] {message}")
@@ -487,7 +494,7 @@ def sweep_status(
 @sweep_app.command("list")
 def sweep_list(
     status: str | None = typer.Option(None, help="queued, running, done, failed or cancelled"),
-    arch: str | None = typer.Option(None, help="only this arch: gfx906, gfx90a, gfx942, gfx950, sm_90, host"),
+    arch: str | None = ArchFilterOption,
     limit: int = typer.Option(20, min=1, max=500, help="at most this many"),
     as_json: bool = JsonOption,
     url: str = UrlOption,
@@ -528,12 +535,12 @@ def sweep_cancel(
 
 @app.command()
 def winners(
-    arch: str | None = typer.Option(None, help="only this arch: gfx906, gfx90a, gfx942, gfx950, sm_90, host"),
+    arch: str | None = ArchFilterOption,
     phase: str | None = typer.Option(None, help="only this phase: decode or prefill"),
-    format: str | None = typer.Option(None, help="only this GGUF format, e.g. Q4_0 (`tunebase formats`)"),
-    m: int | None = typer.Option(None, min=1, help="only this M (rows of activations)"),
-    n: int | None = typer.Option(None, min=1, help="only this N (weight rows)"),
-    k: int | None = typer.Option(None, min=1, help="only this K (reduction length)"),
+    format: str | None = FormatFilterOption,
+    m: int | None = MFilterOption,
+    n: int | None = NFilterOption,
+    k: int | None = KFilterOption,
     kernel: str | None = typer.Option(None, help="only this kernel package's winners"),
     as_json: bool = JsonOption,
     url: str = UrlOption,
@@ -598,13 +605,13 @@ def _us(value: float | None) -> str:
 
 @app.command()
 def results(
-    arch: str | None = typer.Option(None, help="only this arch: gfx906, gfx90a, gfx942, gfx950, sm_90, host"),
+    arch: str | None = ArchFilterOption,
     phase: str | None = typer.Option(None, help="decode or prefill"),
-    format: str | None = typer.Option(None, help="only this GGUF format, e.g. Q4_0 (`tunebase formats`)"),
+    format: str | None = FormatFilterOption,
     shape: str | None = typer.Option(None, help="only this shape name, e.g. Qwen36_FFN_GateUp"),
-    m: int | None = typer.Option(None, min=1, help="only this M (rows of activations)"),
-    n: int | None = typer.Option(None, min=1, help="only this N (weight rows)"),
-    k: int | None = typer.Option(None, min=1, help="only this K (reduction length)"),
+    m: int | None = MFilterOption,
+    n: int | None = NFilterOption,
+    k: int | None = KFilterOption,
     variant: str | None = typer.Option(None, help="only this variant (`tunebase families`)"),
     sweep: int | None = typer.Option(None, min=1, help="sweep id"),
     parity: bool | None = typer.Option(None, "--parity/--parity-failed", help="only passing / failing"),
@@ -669,7 +676,7 @@ def dispatches(
 
 @app.command()
 def devices(
-    arch: str | None = typer.Option(None, help="only this arch: gfx906, gfx90a, gfx942, gfx950, sm_90, host"),
+    arch: str | None = ArchFilterOption,
     as_json: bool = JsonOption,
     url: str = UrlOption,
     token: str | None = TokenOption,
@@ -733,8 +740,8 @@ def observed_report(
 
 @observed_app.command("list")
 def observed_list(
-    arch: str | None = typer.Option(None, help="only this arch: gfx906, gfx90a, gfx942, gfx950, sm_90, host"),
-    format: str | None = typer.Option(None, help="only this GGUF format, e.g. Q4_0 (`tunebase formats`)"),
+    arch: str | None = ArchFilterOption,
+    format: str | None = FormatFilterOption,
     pending: bool | None = typer.Option(None, "--pending/--offered", help="not yet / already offered"),
     as_json: bool = JsonOption,
     url: str = UrlOption,

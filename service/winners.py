@@ -179,15 +179,7 @@ def refresh_point(
     """Recompute and store the winner of one point of one package; deletes it when none is eligible."""
     kernel = kernel or BUILTIN_FOR_PHASE[phase]
     decision, chosen = decide_point(session, arch, phase, format_name, m, n, k, min_effect, kernel)
-    point = (
-        Winner.kernel == kernel,
-        Winner.arch == arch,
-        Winner.phase == phase,
-        Winner.format == format_name,
-        Winner.m == m,
-        Winner.n == n,
-        Winner.k == k,
-    )
+    point = at_point(arch, phase, format_name, m, n, k, kernel, model=Winner)
     if decision is None:
         session.execute(delete(Winner).where(*point))
         return None

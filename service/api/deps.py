@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import Depends, HTTPException, Query, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -122,3 +122,14 @@ def paginate(
     total = session.scalar(select(func.count()).select_from(query.order_by(None).subquery())) or 0
     rows: Sequence[Any] = session.scalars(query.limit(page.limit).offset(page.offset)).all()
     return {"total": total, "limit": page.limit, "offset": page.offset, "items": [render(r) for r in rows]}
+
+
+Row = TypeVar("Row")
+
+
+def row_or_404(session: Session, model: type[Row], row_id: int, what: str) -> Row:
+    """The row with this primary key, or a 404 naming the missing `what` (one wording for every route)."""
+    row = session.get(model, row_id)
+    if row is None:
+        raise HTTPException(404, f"{what} {row_id} not found")
+    return row

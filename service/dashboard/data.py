@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,10 +9,11 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.dashboard.svg import BoxStats, box_stats
-from service.db.models import Artifact, Dispatch, Measurement, Sweep, TableVersion, Task, Variant, Winner
+from service.db.models import Artifact, Measurement, Sweep, TableVersion, Task, Variant, Winner
 from service.db.queries import at_point
 from service.sweeps.availability import Presence
 from service.sweeps.service import sweep_status_body
+from service.winners import dispatch_times_us
 from workers.isa.summary import hot_loop_lines, liveness_lines
 
 MAX_SWEEPS = 20
@@ -122,31 +122,16 @@ def point_distributions(
     newest: dict[str, Measurement] = {}
     for measurement, variant in rows:
         newest[variant] = measurement
-    times: dict[int, list[float]] = defaultdict(list)
-    ids = [m.id for m in newest.values()]
-    if ids:
-        for measurement_id, device_ns in session.execute(
-            select(Dispatch.measurement_id, Dispatch.device_ns).where(Dispatch.measurement_id.in_(ids))
-        ):
-            times[measurement_id].append(device_ns / 1000.0)
-    winner = session.scalar(
-        select(Winner).where(
-            *(() if kernel is None else (Winner.kernel == kernel,)),
-            Winner.arch == arch,
-            Winner.phase == phase,
-            Winner.format == format_name,
-            Winner.m == m,
-            Winner.n == n,
-            Winner.k == k,
-        )
-    )
+    times = dispatch_times_us(session, [measurement.id for measurement in newest.values()])
+    winner_point = at_point(arch, phase, format_name, m, n, k, kernel, model=Winner)
+    winner = session.scalar(select(Winner).where(*winner_point))
     series = [
         Series(
             variant=variant,
             measurement_id=measurement.id,
             parity_pass=measurement.parity_pass,
             median_us=measurement.median_us,
-            stats=box_stats(times.get(measurement.id, [])),
+            stats=box_stats(times.get(measurement.id, ())),
             is_winner=winner is not None and winner.variant == variant,
         )
         for variant, measurement in newest.items()

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from service.tables.model import FallbackRule, MeasuredPoint
+from service.tables.validity import DomainValidity, Validity, always_valid, domain_of
 
 ASPECT_CLASSES: tuple[str, ...] = ("very_wide", "wide", "balanced", "tall")
 MAX_SEGMENTS = 3
@@ -89,20 +90,59 @@ class _Segment:
 
 
 def _fit_segments(
-    codebook: int, m: int, aspect: str, points: Sequence[MeasuredPoint], max_segments: int
+    codebook: int,
+    m: int,
+    aspect: str,
+    points: Sequence[MeasuredPoint],
+    max_segments: int,
+    validity: Validity = always_valid,
 ) -> tuple[FallbackRule, ...]:
     """Best segmentation with at most `max_segments` segments (worst, then mean, then fewer)."""
-    return _fit_segmentations(codebook, m, aspect, points, max_segments)[-1]
+    return _fit_segmentations(codebook, m, aspect, points, max_segments, validity)[-1]
+
+
+def aspect_classes(n: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """aspect_class over arrays: indices into ASPECT_CLASSES."""
+    return np.where(n >= 16 * k, 0, np.where(n >= 2 * k, 1, np.where(4 * n >= 3 * k, 2, 3)))
+
+
+def work_validity(
+    domain: DomainValidity, codebook: int, m: int, aspect: str, names: Sequence[str], works: Sequence[int]
+) -> np.ndarray:
+    """len(works) x names: valid (DomainValidity.safe) at every cell of the domain grid in the aspect
+    class whose work N*K a segment holding ``works[t]`` answers: from the cut below it to the cut above
+    (midpoints between neighbouring works; the first from 0, the last open-ended, as pick_rule)."""
+    n, k = np.meshgrid(domain.ns, domain.ks, indexing="ij")
+    inside = aspect_classes(n, k) == ASPECT_CLASSES.index(aspect)
+    safe = domain.safe(codebook, m, names)[inside]
+    cuts = [(a + b) // 2 for a, b in itertools.pairwise(works)]
+    interval = np.searchsorted(cuts, (n * k)[inside], side="left")
+    order = np.argsort(interval, kind="stable")
+    interval, safe = interval[order], safe[order]
+    starts = np.flatnonzero(np.r_[True, interval[1:] != interval[:-1]]) if interval.size else interval
+    out = np.ones((len(works), len(names)), dtype=bool)
+    if interval.size:
+        out[interval[starts]] = np.logical_and.reduceat(safe, starts, axis=0)
+    return out
 
 
 def _fit_segmentations(
-    codebook: int, m: int, aspect: str, points: Sequence[MeasuredPoint], max_segments: int
+    codebook: int,
+    m: int,
+    aspect: str,
+    points: Sequence[MeasuredPoint],
+    max_segments: int,
+    validity: Validity = always_valid,
 ) -> list[tuple[FallbackRule, ...]]:
     """_fit_segments for every limit 1..max_segments at once (one pass over the cuts: the best with
     at most s segments is the best of the first s cut counts), entry s - 1 for limit s.
 
     A segment takes the variant minimising worst-then-mean regret over its points; ties go to the
-    modal winner, then the name. Only variants seen at a segment's points (as winner or timed) compete."""
+    modal winner, then the name. Only variants seen at a segment's points (as winner or timed) compete,
+    and with ``validity`` only those valid across the segment's range on the domain grid (work_validity):
+    its last segment answers every larger work, where a ring's shared memory may no longer fit. A
+    segment no variant is valid across scores an infinite worst regret (any other segmentation wins;
+    when none is left, the rules answer a ruled-out variant and the policy's domain check says so)."""
     works = sorted({p.work_items for p in points})
     by_work: dict[int, list[MeasuredPoint]] = defaultdict(list)
     for p in points:
@@ -123,6 +163,8 @@ def _fit_segmentations(
         if p.times_us is not None:
             present[r, [col[v] for v in p.times_us]] = True
     timed = np.array([p.times_us is not None for p in rows])
+    domain = domain_of(validity)
+    valid_at = None if domain is None else work_validity(domain, codebook, m, aspect, names, works)
     n_works = len(works)
     choice = np.zeros((n_works, n_works + 1), dtype=np.int64)  # [i, j]: variant of works[i:j]
     seg_worst = np.zeros((n_works, n_works + 1))
@@ -135,14 +177,19 @@ def _fit_segmentations(
         wins = np.cumsum(won[lo:], axis=0)[ends]
         # least worst, then mean, then most wins, then the first name (the names are sorted)
         tied = np.logical_or.accumulate(present[lo:], axis=0)[ends]
+        feasible = np.ones(len(ends), dtype=bool)
+        if valid_at is not None:  # row r: works[i : i + r + 1]
+            valid = tied & np.logical_and.accumulate(valid_at[i:], axis=0)
+            feasible = valid.any(axis=1)
+            tied = np.where(feasible[:, None], valid, tied)
         for key, best_of in ((worst, np.min), (mean, np.min), (wins, np.max)):
             fill = np.inf if best_of is np.min else -1
             target = best_of(np.where(tied, key, fill), axis=1)
             tied &= key == target[:, None]
         c = np.argmax(tied, axis=1)
         choice[i, i + 1 :] = c
-        seg_worst[i, i + 1 :] = worst[np.arange(len(c)), c]
-        seg_mean[i, i + 1 :] = mean[np.arange(len(c)), c]
+        seg_worst[i, i + 1 :] = np.where(feasible, worst[np.arange(len(c)), c], np.inf)
+        seg_mean[i, i + 1 :] = np.where(feasible, mean[np.arange(len(c)), c], np.inf)
     worst_of, mean_of = seg_worst.tolist(), seg_mean.tolist()
 
     def segment(i: int, j: int) -> _Segment:
@@ -234,13 +281,18 @@ def shape_folds(points: Sequence[MeasuredPoint]) -> list[list[int]]:
     return folds
 
 
-def cv_regret(points: Sequence[MeasuredPoint], max_segments: int) -> float | None:
+def cv_regret(
+    points: Sequence[MeasuredPoint], max_segments: int, validity: Validity = always_valid
+) -> float | None:
     """Mean held-out regret of fitting with at most `max_segments` (None if < 2 shapes)."""
-    return cv_regrets(points, max_segments)[-1]
+    return cv_regrets(points, max_segments, validity)[-1]
 
 
-def cv_regrets(points: Sequence[MeasuredPoint], max_segments: int) -> list[float | None]:
-    """cv_regret for every limit 1..max_segments, each fold's training points prepared once."""
+def cv_regrets(
+    points: Sequence[MeasuredPoint], max_segments: int, validity: Validity = always_valid
+) -> list[float | None]:
+    """cv_regret for every limit 1..max_segments, each fold's training points prepared once (one
+    (codebook, M, aspect class) group's points)."""
     folds = shape_folds(points)
     if len(folds) < 2:
         return [None] * max_segments
@@ -249,7 +301,9 @@ def cv_regrets(points: Sequence[MeasuredPoint], max_segments: int) -> list[float
         out = set(fold)
         train = [p for i, p in enumerate(points) if i not in out]
         p0 = points[fold[0]]
-        for s, rules in enumerate(_fit_segmentations(p0.codebook, p0.m, "cv", train, max_segments)):
+        aspect = aspect_class(p0.n, p0.k)
+        fits = _fit_segmentations(p0.codebook, p0.m, aspect, train, max_segments, validity)
+        for s, rules in enumerate(fits):
             held[s] += [
                 _held_out_regret(points[i], pick_rule(rules, points[i].work_items).variant) for i in fold
             ]
@@ -257,13 +311,13 @@ def cv_regrets(points: Sequence[MeasuredPoint], max_segments: int) -> list[float
 
 
 def choose_segments(
-    points: Sequence[MeasuredPoint], max_segments: int = MAX_SEGMENTS
+    points: Sequence[MeasuredPoint], max_segments: int = MAX_SEGMENTS, validity: Validity = always_valid
 ) -> tuple[int, float | None]:
     """Segment count with the lowest held-out mean regret; ties go to fewer segments."""
     distinct = len({p.work_items for p in points})
     limit = max(1, min(max_segments, distinct))
     scored: list[tuple[float, int]] = []
-    for s, score in enumerate(cv_regrets(points, limit), start=1):
+    for s, score in enumerate(cv_regrets(points, limit, validity), start=1):
         if score is None:
             return 1, None
         scored.append((round(score, 12), s))
@@ -291,13 +345,16 @@ def group_points(points: Iterable[MeasuredPoint]) -> dict[GroupKey, list[Measure
     return {key: sorted(g, key=lambda p: (p.work_items, p.n, p.k)) for key, g in sorted(groups.items())}
 
 
-def fit_fallback_cv(points: Iterable[MeasuredPoint], max_segments: int = MAX_SEGMENTS) -> FallbackFit:
-    """Fit every (codebook, M, aspect) group with a CV-chosen number of segments."""
+def fit_fallback_cv(
+    points: Iterable[MeasuredPoint], max_segments: int = MAX_SEGMENTS, validity: Validity = always_valid
+) -> FallbackFit:
+    """Fit every (codebook, M, aspect) group with a CV-chosen number of segments; with ``validity``
+    each segment answers only variants valid across its range (_fit_segmentations)."""
     rules: RuleMap = {}
     scores: dict[GroupKey, float | None] = {}
     for key, group in group_points(points).items():
-        n_segments, score = choose_segments(group, max_segments)
-        rules[key] = _fit_segments(*key, group, n_segments)
+        n_segments, score = choose_segments(group, max_segments, validity)
+        rules[key] = _fit_segments(*key, group, n_segments, validity)
         scores[key] = score
     return FallbackFit(rules, scores)
 

@@ -8,8 +8,9 @@ back from here.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from kernels.packages.package import KernelPackage
 from service.tables.dialects import get_dialect
@@ -37,11 +38,20 @@ from service.tables.validate import (
     check_choices,
     validate_table,
 )
-from service.tables.validity import validity_for
+from service.tables.validity import (
+    DOMAIN_MAX_K,
+    Validity,
+    always_valid,
+    domain_grid_ks,
+    domain_ns,
+    domain_violations,
+    validity_for,
+)
 
 GENERATOR_NAME = "tunebase.tables"
 GENERATOR_VERSION = "0.2.0"
 DEFAULT_OVERLAY_THRESHOLD = 0.02
+DOMAIN_FAILURES_LISTED = 20  # ruled-out answers a failed domain check names (then a count)
 
 # One representative unseen (N, K) per aspect class, used to probe the fallback.
 _PROBE_SHAPES: dict[str, tuple[int, int]] = {
@@ -102,9 +112,16 @@ def measured_points(
     return sorted(points, key=lambda p: p.point)
 
 
-def fallback_probes(fallback: Fallback, measured: set[PointKey]) -> list[tuple[PointKey, bool]]:
+def fallback_probes(
+    fallback: Fallback,
+    measured: set[PointKey],
+    servable: Callable[[PointKey], bool] = lambda point: True,
+) -> list[tuple[PointKey, bool]]:
     """Unseen shapes with whether the fallback must answer them: one per fitted (codebook, M, aspect
-    class) of the segments, every aspect class of every M of a tree, plus an unseen M (no answer)."""
+    class) of the segments, every aspect class of every M of a tree, plus an unseen M (no answer). A
+    probe where no variant of the table is ``servable`` need not be answered (a tree answers nothing
+    there). Each M of a tree is also probed at the domain's largest K, answer or not: where every
+    kernel's K slice has outgrown shared memory its NO_ANSWER leaf is replayed too."""
     probes: list[tuple[PointKey, bool]] = []
     groups = set(fallback.rules)
     for cb, tree in fallback.trees.items():
@@ -114,11 +131,37 @@ def fallback_probes(fallback: Fallback, measured: set[PointKey]) -> list[tuple[P
         while (cb, m, n, k) in measured:
             n += 64
         assert aspect_class(n, k) == aspect
-        probes.append(((cb, m, n, k), True))
+        probes.append(((cb, m, n, k), servable((cb, m, n, k))))
+    for cb, tree in sorted(fallback.trees.items()):
+        probes += [
+            ((cb, m, 4096, DOMAIN_MAX_K), False)
+            for m in tree.ms
+            if (cb, m, 4096, DOMAIN_MAX_K) not in measured
+        ]
     if groups:
         cb = min(cb for cb, _, _ in groups)
         probes.append(((cb, 100000, 4096, 4096), False))  # an M beyond every policy: expect "no answer"
     return probes
+
+
+def check_domain(
+    lookup: TableLookup, validity: Validity, keys: Sequence[tuple[int, int]]
+) -> str | list[str] | None:
+    """The fallback's answers on the domain grid (service.tables.validity: N and K from 256 to 65536, at
+    each (codebook, M key) the table was fitted for) against the package's restrictions: the check's
+    line, or one failure per answer a restriction rules out (the first DOMAIN_FAILURES_LISTED), or None
+    without restrictions (nothing to check). Exact entries are measured winners: they ran there."""
+    if validity is always_valid:
+        return None
+    bad = domain_violations(lookup.fallback, validity, keys)
+    if bad:
+        failures = [
+            f"CB={cb} M={m} {n}x{k}: answers {variant}, which the package rules out there"
+            for (cb, m, n, k), variant in bad[:DOMAIN_FAILURES_LISTED]
+        ]
+        more = len(bad) - DOMAIN_FAILURES_LISTED
+        return failures + ([f"... and {more} more cells of the domain grid"] if more > 0 else [])
+    return f"answers valid on the domain grid ({len(domain_ns())} N x {len(domain_grid_ks())} K points)"
 
 
 def generate_table(
@@ -149,7 +192,8 @@ def generate_table(
 
     names = sorted({c.variant for c in choices} | {v for t in point_times for v in t.times_us})
     geometry = geometry_for(sorted({c.variant for c in choices}), arch)
-    fit = fit_policy(points, policies, geometry, validity=validity_for(names, arch, package))
+    validity = validity_for(names, arch, package)
+    fit = fit_policy(points, policies, geometry, validity=validity)
     ordered = sorted(choices, key=lambda c: c.point)
     overlays = select_overlays(ordered, by_point, fit, overlay_threshold)
     lookup = TableLookup(entries_of(overlays), fit.rules, table_dialect.codec.m_key, fit.trees)
@@ -170,8 +214,13 @@ def generate_table(
         return ExpectedAnswer(*point, config=config, must_answer=must_answer)
 
     answers = [expect(p.point, must_answer=True) for p in points]
-    for probe, must_answer in fallback_probes(fit, set(by_point)):
+
+    def servable(point: PointKey) -> bool:
+        return any(validity(v, *point) for v in names)
+
+    for probe, must_answer in fallback_probes(fit, set(by_point), servable):
         answers.append(expect(probe, must_answer=must_answer))
+    domain_check = check_domain(lookup, validity, sorted({(p.codebook, p.m) for p in points}))
     variants = {c.variant for c in overlays} | {r.variant for rs in fit.rules.values() for r in rs}
     variants |= {v for tree in fit.trees.values() for v in tree.root.variants()}
     expectations = TableExpectations(
@@ -184,7 +233,10 @@ def generate_table(
         variants=frozenset(c.variant for c in choices),
     )
     report = validate_table(text, expectations)
+    if domain_check is not None and not isinstance(domain_check, str):
+        report = dataclasses.replace(report, failures=(*report.failures, *domain_check))
     report.raise_for_failures()
+    checks = report.checks if domain_check is None else (*report.checks, str(domain_check))
 
     formats = {c.point: c.formats for c in choices}
     decisions = []
@@ -203,7 +255,7 @@ def generate_table(
         text=text,
         metrics=metrics,
         sweep_ids=sweeps,
-        checks=report.checks,
+        checks=checks,
         entries=tuple(overlays),
         decisions=tuple(decisions),
         fallback_policies={cb: c.policy for cb, c in fit.choices.items()},

@@ -478,5 +478,6 @@ def _grid_tree(model: NeighbourModel, ns: list[int], ks: list[int], extra: list[
     root = fit_tree_matrix(
         matrix, names, np.concatenate(bases), wins, TREE_DEPTH, 1, min_gain=MIN_GAIN, grow_through=True,
         extra_features=extra,
+        validity=model.valid, codebook=model.codebook,
     )  # fmt: skip
     return FallbackTree(model.codebook, tuple(sorted(model.kernels)), root, TREE_DEPTH, 1)

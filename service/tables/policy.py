@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from service.tables.blas import single_blas_thread
 from service.tables.fallback import (
     UNMEASURED_PENALTY,
     FallbackFit,
@@ -46,7 +47,7 @@ from service.tables.surrogate import (
     model_answer,
 )
 from service.tables.tree import DEPTHS, MIN_LEAF, FallbackTree, fit_tree, truncate
-from service.tables.validity import Validity, always_valid
+from service.tables.validity import Validity, always_valid, domain_violations
 
 POLICIES: tuple[str, ...] = ("segments", "tree", "surrogate", "neighbours")
 Answer = Callable[[MeasuredPoint], str | None]
@@ -126,10 +127,12 @@ def as_fallback(value: Fallback | Mapping[GroupKey, Sequence[FallbackRule]]) -> 
     return value if isinstance(value, Fallback) else Fallback({key: tuple(r) for key, r in value.items()})
 
 
-def fit_tree_cv(points: Sequence[MeasuredPoint]) -> FallbackTree:
+def fit_tree_cv(points: Sequence[MeasuredPoint], validity: Validity = always_valid) -> FallbackTree:
     """One codebook's tree, depth and leaf size by grouped CV (shallower, then larger leaves, on a tie).
 
-    Each fold grows one tree per leaf size at the deepest depth; shallower ones are its truncations."""
+    Each fold grows one tree per leaf size at the deepest depth; shallower ones are its truncations.
+    ``validity``: the tree fitted with the chosen depth and leaf size answers no variant the package
+    rules out on the domain grid (service.tables.tree.keep_valid; the folds' trees only choose those)."""
     codebook = points[0].codebook
     ms = tuple(sorted({p.m for p in points}))
     folds = shape_folds(points)
@@ -148,7 +151,8 @@ def fit_tree_cv(points: Sequence[MeasuredPoint]) -> FallbackTree:
                     ]
     scores = {key: round(sum(v) / len(v), 12) if v else 0.0 for key, v in held.items()}
     depth, min_leaf = min(scores, key=lambda key: (scores[key], key[0], -key[1]))
-    return FallbackTree(codebook, ms, fit_tree(points, depth, min_leaf), depth, min_leaf)
+    tree = fit_tree(points, depth, min_leaf, validity=validity)
+    return FallbackTree(codebook, ms, tree, depth, min_leaf)
 
 
 def _segments_answer(rules: RuleMap) -> Answer:
@@ -166,9 +170,9 @@ def _tree_answer(tree: FallbackTree) -> Answer:
     return answer
 
 
-FITTERS: dict[str, Callable[[Sequence[MeasuredPoint]], Answer]] = {
-    "segments": lambda pts: _segments_answer(fit_fallback_cv(pts).rules),
-    "tree": lambda pts: _tree_answer(fit_tree_cv(pts)),
+FITTERS: dict[str, Callable[[Sequence[MeasuredPoint], Validity], Answer]] = {
+    "segments": lambda pts, valid: _segments_answer(fit_fallback_cv(pts, validity=valid).rules),
+    "tree": lambda pts, valid: _tree_answer(fit_tree_cv(pts, valid)),
 }
 
 
@@ -190,9 +194,11 @@ def fold_regrets(
     return regrets
 
 
-def held_out_regrets(points: Sequence[MeasuredPoint], policy: str) -> list[float] | None:
+def held_out_regrets(
+    points: Sequence[MeasuredPoint], policy: str, validity: Validity = always_valid
+) -> list[float] | None:
     """Per point, the regret of ``policy`` fitted without the point's shape fold (None: < 2 folds)."""
-    return fold_regrets(points, FITTERS[policy])
+    return fold_regrets(points, lambda train: FITTERS[policy](train, validity))
 
 
 def by_codebook(points: Iterable[MeasuredPoint]) -> dict[int, list[MeasuredPoint]]:
@@ -266,12 +272,12 @@ class Fits:
     @property
     def segments(self) -> FallbackFit:
         if self._segments is None:
-            self._segments = fit_fallback_cv(self.points)
+            self._segments = fit_fallback_cv(self.points, validity=self.validity)
         return self._segments
 
     def tree(self, codebook: int) -> FallbackTree:
         if codebook not in self._trees:
-            self._trees[codebook] = fit_tree_cv(self.groups[codebook])
+            self._trees[codebook] = fit_tree_cv(self.groups[codebook], self.validity)
         return self._trees[codebook]
 
     @property
@@ -306,9 +312,26 @@ class Fits:
             elif policy == "neighbours":
                 held = neighbours_held_out(group, self.validity)
             else:
-                held = held_out_regrets(group, policy)
+                held = held_out_regrets(group, policy, self.validity)
             self._scores[(codebook, policy)] = None if held is None else sum(held) / len(held)
         return self._scores[(codebook, policy)]
+
+
+def segments_ruled_out(fit: FallbackFit, codebook: int, ms: Sequence[int], validity: Validity) -> str:
+    """Why the codebook's segments cannot be its fallback ('' when they can): they answer a variant the
+    package rules out somewhere on the domain grid. A segment can only answer one variant over its
+    whole work range; where no variant of the table is valid at all (e.g. a K slice past every
+    kernel's shared memory), only a tree can answer nothing (service.tables.tree.NO_ANSWER)."""
+
+    def answer(cb: int, m: int, n: int, k: int) -> str | None:
+        group = fit.rules.get((cb, m, aspect_class(n, k)))
+        return pick_rule(group, n * k).variant if group else None
+
+    bad = domain_violations(answer, validity, [(codebook, m) for m in ms], limit=1)
+    if not bad:
+        return ""
+    (_, m, n, k), variant = bad[0]
+    return f"segments ruled out: they answer {variant} at M={m} {n}x{k}, which the package rules out"
 
 
 def fit_policy(
@@ -328,6 +351,17 @@ def fit_policy(
     unknown = set(policies) - set(POLICIES)
     if unknown or not policies:
         raise ValueError(f"policies must be a non-empty subset of {POLICIES}, got {list(policies)}")
+    with single_blas_thread():
+        return _fit_policy(points, policies, geometry, fits, validity)
+
+
+def _fit_policy(
+    points: Sequence[MeasuredPoint],
+    policies: Sequence[str],
+    geometry: Geometry | None,
+    fits: Fits | None,
+    validity: Validity | None,
+) -> Fallback:
     if fits is None:
         fits = Fits(points, geometry, validity or always_valid)
     elif fits.points != tuple(points) or fits.geometry is not geometry:
@@ -346,20 +380,25 @@ def fit_policy(
         if len(policies) > 1:
             for policy in policies:
                 scores[policy] = fits.score(cb, policy)
-        chosen = policies[0]
-        if len(policies) > 1:
-            known = [(v, POLICIES.index(p), p) for p, v in scores.items() if p in policies and v is not None]
-            chosen = min(known)[2] if known else ("segments" if "segments" in policies else policies[0])
-            if "segments" in policies and scores["segments"] is not None and known:
+        ruled_out = ""
+        if "segments" in policies:
+            ruled_out = segments_ruled_out(segments, cb, sorted({p.m for p in group}), fits.validity)
+        usable = tuple(p for p in policies if p != "segments" or not ruled_out) or tuple(policies)
+        chosen = usable[0]
+        if len(usable) > 1:
+            known = [(v, POLICIES.index(p), p) for p, v in scores.items() if p in usable and v is not None]
+            chosen = min(known)[2] if known else ("segments" if "segments" in usable else usable[0])
+            if "segments" in usable and scores["segments"] is not None and known:
                 best = min(known)[0]
                 if scores["segments"] <= best + 1e-12:
                     chosen = "segments"
         folds = len(shape_folds(group))
-        detail = ""
+        detail = ruled_out if ruled_out and chosen != "segments" else ""
         if chosen == "neighbours" and cb in fits.neighbours:
             model = fits.neighbours[cb]
             hn, hk = model.bandwidth
-            detail = f"neighbours {model.method} estimator, bandwidth {hn:g} / {hk:g} octaves of N / K"
+            own = f"neighbours {model.method} estimator, bandwidth {hn:g} / {hk:g} octaves of N / K"
+            detail = f"{own}; {detail}" if detail else own
         choices[cb] = PolicyChoice(
             cb, chosen, scores["segments"], scores["tree"], folds, len({(p.n, p.k) for p in group}),
             scores["surrogate"], scores["neighbours"], detail,

@@ -419,7 +419,9 @@ def _rise_blocks(
     return out
 
 
-def _grid_tree(cb: int, blocks: list[GridBlock], extra: Sequence[str]) -> FallbackTree:
+def _grid_tree(
+    cb: int, blocks: list[GridBlock], extra: Sequence[str], validity: Validity = always_valid
+) -> FallbackTree:
     """The regret tree of one codebook's labelled grid (fit_tree's rule, built from the arrays)."""
     names = sorted({v for *_, variants, _ in blocks for v in variants})
     col = {v: j for j, v in enumerate(names)}
@@ -436,7 +438,7 @@ def _grid_tree(cb: int, blocks: list[GridBlock], extra: Sequence[str]) -> Fallba
     wins = {names[j]: int(c) for j, c in enumerate(winners) if c}
     root = fit_tree_matrix(
         np.concatenate(parts), names, np.concatenate(bases), wins, TREE_DEPTH, 1,
-        min_gain=MIN_GAIN, grow_through=True, extra_features=extra,
+        min_gain=MIN_GAIN, grow_through=True, extra_features=extra, validity=validity, codebook=cb,
     )  # fmt: skip
     return FallbackTree(cb, tuple(sorted({b[0] for b in blocks})), root, TREE_DEPTH, 1)
 
@@ -472,5 +474,5 @@ def fit_surrogate_trees(
             top = min(ns[-1], 2 * max(p.n for p in points))  # the measured range and one octave beyond
             rises = {v: rounds_rises(geometry, [v], ns[0], top) for v in won}
             blocks = blocks + _rise_blocks(models, cb, allowed[cb], blocks, rises)
-        trees[cb] = _grid_tree(cb, blocks, extra)
+        trees[cb] = _grid_tree(cb, blocks, extra, validity)
     return trees

@@ -22,12 +22,16 @@ from functools import lru_cache
 import numpy as np
 
 from service.tables.model import MeasuredPoint
+from service.tables.validity import DomainValidity, Validity, always_valid, domain_of
 
 FEATURES: tuple[str, ...] = ("m", "n", "k")
 _ROUNDS_RE = re.compile(r"^rounds_kb(\d+)_tw(\d+)_cu(\d+)_r(\d+)_b(\d+)$")
 # A variant missing (not parity-passing) at a point costs this much there: never chosen for a leaf
 # holding that point while any variant is complete.
 MISSING_COST = 1e6
+# A leaf that answers nothing (the engine keeps its own default): no variant of the table is valid in
+# it (service.tables.validity). Variant names are never empty.
+NO_ANSWER = ""
 DEPTHS: tuple[int, ...] = (1, 2, 3, 4, 6, 8)
 MIN_LEAF: tuple[int, ...] = (1, 2, 4)  # points per leaf
 
@@ -157,8 +161,9 @@ class TreeNode:
         return 1 + max(self.left.depth(), self.right.depth())
 
     def variants(self) -> set[str]:
+        """The variants its leaves answer (NO_ANSWER leaves answer none)."""
         if self.variant is not None:
-            return {self.variant}
+            return {self.variant} - {NO_ANSWER}
         assert self.left is not None and self.right is not None
         return self.left.variants() | self.right.variants()
 
@@ -176,7 +181,7 @@ class FallbackTree:
     def answer(self, m_key: int, n: int, k: int) -> str | None:
         if m_key not in self.ms or n <= 0 or k <= 0:
             return None
-        return self.root.answer(m_key, n, k)
+        return self.root.answer(m_key, n, k) or None  # NO_ANSWER: none
 
 
 def split_threshold(a: int, b: int) -> int:
@@ -212,6 +217,7 @@ def fit_tree(
     min_gain: float = 0.0,
     grow_through: bool = False,
     extra_features: Sequence[str] = (),
+    validity: Validity = always_valid,
 ) -> TreeNode:
     """Greedy top-down tree minimising total fitting regret; a split must lower its node's mean regret
     by more than ``min_gain`` (0: any decrease).
@@ -222,7 +228,10 @@ def fit_tree(
     synthetic grids (service.tables.surrogate), where greedy one-cut gains miss such pockets.
 
     ``extra_features``: integer features beyond M, N, K (RoundsFeature, KModFeature names) a split
-    may read."""
+    may read.
+
+    ``validity``: the package's restrictions; no leaf answers a variant they rule out anywhere on the
+    domain grid inside it (keep_valid; the points are of one codebook)."""
     if not points:
         raise ValueError("a tree needs at least one point")
     names = sorted(
@@ -241,6 +250,8 @@ def fit_tree(
         min_gain,
         grow_through,
         extra_features,
+        validity,
+        points[0].codebook,
     )
 
 
@@ -254,10 +265,13 @@ def fit_tree_matrix(
     min_gain: float = 0.0,
     grow_through: bool = False,
     extra_features: Sequence[str] = (),
+    validity: Validity = always_valid,
+    codebook: int = 0,
 ) -> TreeNode:
     """fit_tree over arrays: ``matrix`` points x ``names`` fitting regret (MISSING_COST where absent),
     ``base`` points x (M, N, K), ``wins`` how many points each variant wins (leaf ties). For synthetic
-    grids (service.tables.surrogate), which are labelled as arrays and need no per-point records."""
+    grids (service.tables.surrogate), which are labelled as arrays and need no per-point records.
+    ``validity`` at ``codebook``: the grown tree goes through keep_valid."""
     if len(matrix) == 0:
         raise ValueError("a tree needs at least one point")
     names_f = (*FEATURES, *extra_features)
@@ -307,7 +321,156 @@ def fit_tree_matrix(
             return node  # the grown subtree does not pay for itself
         return TreeNode(None, names_f[f], threshold, left, right, len(rows), node.regret, node.best)
 
-    return grow(np.arange(len(matrix)), 0)
+    root = grow(np.arange(len(matrix)), 0)
+    domain = domain_of(validity)
+    if domain is None:
+        return root
+    return keep_valid(root, matrix, names, features, names_f, wins, domain, codebook)
+
+
+def keep_valid(
+    root: TreeNode,
+    matrix: np.ndarray,
+    names: Sequence[str],
+    features: np.ndarray,
+    names_f: Sequence[str],
+    wins: dict[str, int],
+    domain: DomainValidity,
+    codebook: int,
+) -> TreeNode:
+    """``root`` with every leaf that answers a variant the package rules out somewhere on the domain
+    grid inside it (validity at the cell and its grid neighbours, DomainValidity.safe) grown again.
+
+    Why a repair and not validity rows in every fit: a tree whose leaves are valid stays as it was (its
+    cross-validated depth and leaf size, its answers, its cost). An invalid leaf is regrown from its
+    own rows plus one validity row per domain cell inside it (a variant costs MISSING_COST where it is
+    ruled out, 0 where valid), split while its answer is ruled out somewhere and a cut is left, then
+    where validity changes while a cut lowers the rows' regret: the variant its rows prefer is kept
+    where it can run, and a part without rows takes the variant valid there that the leaf's rows rank
+    best. Where no variant of the table is valid the leaf answers
+    NO_ANSWER (the engine's own default runs). ``features`` are the rows' columns (M, N, K, extras)."""
+    ms = [int(m) for m in np.unique(features[:, 0])]
+    cells = np.concatenate([domain.cells(m) for m in ms])
+    safe = np.concatenate([domain.safe(codebook, m, names).reshape(-1, len(names)) for m in ms])
+    columns = [cells[:, i] for i in range(len(FEATURES))]
+    distinct_n, n_index = np.unique(cells[:, 1], return_inverse=True)
+    for name in names_f[len(FEATURES) :]:
+        at = np.array([feature_value(name, 1, int(n), 1) for n in distinct_n.tolist()], dtype=np.int64)
+        columns.append(at[n_index])
+    cell_features = np.stack(columns, axis=1)
+    col = {v: j for j, v in enumerate(names)}
+    split_on = (0, 1, 2) if domain.reads_n else (0, 2)  # validity that ignores N never needs a cut on it
+
+    def leaf(variant: str, rows: np.ndarray) -> TreeNode:
+        regret = float(matrix[rows, col[variant]].sum()) / len(rows) if rows.size and variant in col else None
+        return TreeNode(variant, points=len(rows), regret=regret, best=variant)
+
+    def walk(node: TreeNode, rows: np.ndarray, at: np.ndarray) -> TreeNode:
+        if node.variant is not None:
+            if node.variant in col and safe[at, col[node.variant]].all():
+                return node
+            if not domain.reads_n:  # the cells of one (M, K) agree: one of them stands for all
+                at = at[np.unique(cells[at][:, [0, 2]], axis=0, return_index=True)[1]]
+            return _regrow(
+                matrix[rows], features[rows, : len(FEATURES)], safe[at], cells[at], names, wins, split_on
+            )
+        assert node.left is not None and node.right is not None
+        f = list(names_f).index(node.feature)
+        go, go_at = features[rows, f] <= node.threshold, cell_features[at, f] <= node.threshold
+        left, right = walk(node.left, rows[go], at[go_at]), walk(node.right, rows[~go], at[~go_at])
+        if left.variant is not None and left.variant == right.variant:
+            return leaf(left.variant, rows)
+        return TreeNode(None, node.feature, node.threshold, left, right, node.points, node.regret, node.best)
+
+    return walk(root, np.arange(len(matrix)), np.arange(len(cells)))
+
+
+def _regrow(
+    data: np.ndarray,
+    data_base: np.ndarray,
+    safe: np.ndarray,
+    cells: np.ndarray,
+    names: Sequence[str],
+    wins: dict[str, int],
+    split_on: Sequence[int] = (0, 1, 2),
+) -> TreeNode:
+    """keep_valid's subtree for one leaf: ``data`` its rows' regret (``data_base`` their M, N, K), ``safe``
+    cells x names validity at its domain cells, cut on the FEATURES of ``split_on``. Labels are
+    ``names`` and NO_ANSWER, which costs 0 at a cell where no variant is valid and at a row nothing was
+    measured at, and MISSING_COST (twice at a row) elsewhere. Ties go to the variant the leaf's rows
+    rank best, then to wins, then the name."""
+    labels = [*names, NO_ANSWER]
+    measured = (data < MISSING_COST).any(axis=1)
+    none_at_cells = np.where(safe.any(axis=1), MISSING_COST, 0.0)
+    cost = np.vstack(
+        [
+            np.column_stack([data, np.where(measured, 2 * MISSING_COST, 0.0)]),
+            np.column_stack([np.where(safe, 0.0, MISSING_COST), none_at_cells]),
+        ]
+    )
+    base = np.vstack([data_base, cells])
+    is_cell = np.arange(len(base)) >= len(data)
+    prior = cost[~is_cell].sum(axis=0)
+    rank = sorted(range(len(labels)), key=lambda j: (prior[j], -wins.get(labels[j], 0), labels[j]))
+    order_of = np.empty(len(labels), dtype=np.int64)
+    order_of[rank] = np.arange(len(labels))
+
+    def leaf(j: int, rows: np.ndarray) -> TreeNode:
+        data_rows = rows[~is_cell[rows]]
+        regret = None
+        if data_rows.size and j < len(names):
+            regret = float(cost[data_rows, j].sum()) / len(data_rows)
+        return TreeNode(labels[j], points=len(data_rows), regret=regret, best=labels[j])
+
+    def flips(rows: np.ndarray, f: int, values: np.ndarray) -> np.ndarray:
+        """Per cut between ``values[i] < values[i + 1]`` (rows sorted on feature f): whether validity
+        changes across it, between the cells on either side nearest to it."""
+        at = rows[is_cell[rows]]
+        if not at.size:
+            return np.zeros(len(values) - 1, dtype=bool)
+        at = at[np.argsort(base[at, f], kind="stable")]
+        at_values = base[at, f]
+        starts = np.flatnonzero(np.r_[True, at_values[1:] != at_values[:-1]])
+        distinct = at_values[starts]
+        ok = safe[at - len(data)]
+        every, some = np.logical_and.reduceat(ok, starts, axis=0), np.logical_or.reduceat(ok, starts, axis=0)
+        changes = (every[:-1] != every[1:]).any(axis=1) | (some[:-1] != some[1:]).any(axis=1)
+        changes = np.append(changes, False)
+        below = np.searchsorted(distinct, values[:-1], side="right") - 1  # the last cell value <= values[i]
+        return (below >= 0) & changes[np.maximum(below, 0)]
+
+    def grow(rows: np.ndarray) -> TreeNode:
+        total = cost[rows].sum(axis=0)
+        tied = np.flatnonzero(total <= total.min() + 1e-9)
+        j = int(tied[np.argmin(order_of[tied])])
+        node = leaf(j, rows)
+        forced = cost[rows[is_cell[rows]], j].sum() > 0.0  # ruled out at a cell inside: must split
+        best: tuple[float, int, int] | None = None  # (cost, feature, threshold)
+        for f in split_on:
+            order = rows[np.argsort(base[rows, f], kind="stable")]
+            values = base[order, f]
+            prefix = np.cumsum(cost[order], axis=0)
+            costs = prefix[:-1].min(axis=1) + (prefix[-1] - prefix[:-1]).min(axis=1)
+            cut = values[:-1] != values[1:]
+            if not forced:  # only where validity changes (the rows' own cuts were the first fit's to make)
+                cut &= flips(rows, f, values)
+            allowed = np.flatnonzero(cut)
+            if not allowed.size:
+                continue
+            near = allowed[costs[allowed] <= costs[allowed].min() + 1e-9]  # of equal cuts, the middle one
+            i = int(near[np.argmin(np.abs(near - (len(order) - 1) / 2))])
+            if best is None or float(costs[i]) < best[0] - 1e-9:
+                best = (float(costs[i]), f, split_threshold(int(values[i]), int(values[i + 1])))
+        if best is None or (not forced and best[0] >= float(total[j]) - 1e-9):
+            return node  # valid throughout and no cut where validity changes pays; or nothing left to cut
+        _, f, threshold = best
+        go = base[rows, f] <= threshold
+        left, right = grow(rows[go]), grow(rows[~go])
+        if left.variant is not None and left.variant == right.variant:
+            return leaf(labels.index(left.variant), rows)
+        return TreeNode(None, FEATURES[f], threshold, left, right, node.points, node.regret, node.best)
+
+    return grow(np.arange(len(base)))
 
 
 def _cost(node: TreeNode) -> float:

@@ -17,8 +17,7 @@ import numpy as np
 from service.tables.model import CODEBOOK_FORMATS
 
 if TYPE_CHECKING:
-    from kernels.families.base import Variant
-    from kernels.packages.package import KernelPackage
+    from kernels.packages.package import KernelPackage, Variant
 
 K_QUANTUM = 256  # every GGUF block size divides it
 DOMAIN_MAX_K = 1 << 16  # above every LLM's hidden and FFN width (Llama 3.1 405B's FFN: 53248)
@@ -59,26 +58,29 @@ class PackageValidity:
             used |= reads(parse(rule).names)
         self.reads_n = "n" in used
         self._check = lru_cache(maxsize=1 << 20)(self._valid)
-        self._parse = lru_cache(maxsize=1 << 12)(self._parsed)  # a third of a check's time (grid_validity)
+        self._parsed: dict[str, Variant | None] = {}  # None: a name the package does not parse
 
-    def _parsed(self, variant: str) -> Variant | None:
-        try:
-            return self.package.parse(variant, self.backend)
-        except ValueError:
-            return None
+    def __getstate__(self) -> dict[str, object]:
+        """Without the memo (a wrapper of a bound method does not pickle): worker processes get their own."""
+        return {key: value for key, value in self.__dict__.items() if key != "_check"}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._check = lru_cache(maxsize=1 << 20)(self._valid)
 
     def _valid(self, variant: str, codebook: int, m: int, n: int, k: int) -> bool:
         from kernels.formats.registry import FORMATS
 
-        parsed = self._parse(variant)
+        if variant not in self._parsed:
+            try:
+                self._parsed[variant] = self.package.parse(variant, self.backend)
+            except ValueError:
+                self._parsed[variant] = None
+        parsed = self._parsed[variant]
         if parsed is None:
             return True
         formats = [f for f in CODEBOOK_FORMATS.get(codebook, ()) if f in self.package.manifest.formats]
-        for fmt in formats:
-            values = self.package.bindings(parsed, n, k, m, FORMATS[fmt], self.facts)
-            if self.package.point_problems(values):
-                return False
-        return True
+        return all(self.package.point_holds(parsed, n, k, m, FORMATS[f], self.facts) for f in formats)
 
     def __call__(self, variant: str, codebook: int, m: int, n: int, k: int) -> bool:
         return bool(self._check(variant, codebook, m, n if self.reads_n else 1, k))
@@ -100,7 +102,14 @@ def validity_for(variants: Sequence[str], arch: str | None, package: KernelPacka
             chosen.parse(v, backend)
     except (ValueError, KeyError):
         return always_valid
-    return PackageValidity(chosen, arch)
+    return _package_validity(chosen, arch)
+
+
+@lru_cache(maxsize=32)
+def _package_validity(package: KernelPackage, arch: str) -> PackageValidity:
+    """One PackageValidity per (package, arch): its verdicts, and the domain grid's columns memoised
+    on it (domain_of), serve every table generated for them, not only the first."""
+    return PackageValidity(package, arch)
 
 
 def whole_blocks(ks: Sequence[int]) -> list[int]:
@@ -192,3 +201,103 @@ def grid_validity(
         return np.broadcast_to(region_ok, (len(ns), len(ks), len(variants))).copy()
     padded = np.pad(region_ok, ((1, 1), (0, 0), (0, 0)), mode="edge")
     return padded[:-2] & padded[1:-1] & padded[2:]
+
+
+DOMAIN_MIN = K_QUANTUM  # the smallest N and K a table is held to
+DOMAIN_STEP_N = 0.25  # octaves between the domain grid's N values (the package rules seldom read N)
+DOMAIN_STEP_K = 0.125  # octaves between its K values (a ring's shared memory grows with K)
+
+# A cell of the domain grid: (codebook, M key, N, K)
+DomainPoint = tuple[int, int, int, int]
+
+
+def domain_ns() -> list[int]:
+    """N of the domain grid: DOMAIN_STEP_N octaves apart from DOMAIN_MIN to DOMAIN_MAX_K."""
+    steps = round(math.log2(DOMAIN_MAX_K / DOMAIN_MIN) / DOMAIN_STEP_N)
+    return sorted({round(DOMAIN_MIN * 2 ** (i * DOMAIN_STEP_N)) for i in range(steps + 1)})
+
+
+def domain_grid_ks() -> list[int]:
+    """K of the domain grid: DOMAIN_STEP_K octaves apart from DOMAIN_MIN to DOMAIN_MAX_K, on whole
+    super-blocks (whole_blocks)."""
+    steps = round(math.log2(DOMAIN_MAX_K / DOMAIN_MIN) / DOMAIN_STEP_K)
+    return whole_blocks([round(DOMAIN_MIN * 2 ** (i * DOMAIN_STEP_K)) for i in range(steps + 1)])
+
+
+def _with_neighbours(at: np.ndarray) -> np.ndarray:
+    """N x K bool: true where ``at`` holds at the cell and its 8 grid neighbours (grid_validity's rule)."""
+    padded = np.pad(at, 1, mode="edge")
+    ok = np.ones_like(at)
+    for dn in range(3):
+        for dk in range(3):
+            ok &= padded[dn : dn + at.shape[0], dk : dk + at.shape[1]]
+    return ok
+
+
+class DomainValidity:
+    """A Validity on the domain grid (domain_ns x domain_grid_ks), per (codebook, M key, variant): ``at``
+    the package's verdict at each cell, ``safe`` that verdict at the cell and its 8 grid neighbours (what
+    the fallbacks fit to: a leaf holding a cell answers up to the cuts halfway to its neighbours).
+    Validity that does not read N (PackageValidity.reads_n false) is evaluated once per K and broadcast
+    over N. Columns are memoised: every fold of a policy's cross-validation asks for the same ones."""
+
+    def __init__(self, valid: Validity) -> None:
+        self.valid = valid
+        self.ns = np.array(domain_ns(), dtype=np.int64)
+        self.ks = np.array(domain_grid_ks(), dtype=np.int64)
+        self.reads_n = bool(getattr(valid, "reads_n", True))
+        self._columns: dict[tuple[int, int, str], tuple[np.ndarray, np.ndarray]] = {}
+
+    def _column(self, codebook: int, m: int, variant: str) -> tuple[np.ndarray, np.ndarray]:
+        key = (codebook, m, variant)
+        if key not in self._columns:
+            ns = self.ns.tolist() if self.reads_n else [int(self.ns[0])]
+            at = np.array(
+                [[self.valid(variant, codebook, m, n, k) for k in self.ks.tolist()] for n in ns], dtype=bool
+            )
+            at = np.broadcast_to(at, (len(self.ns), len(self.ks)))
+            self._columns[key] = (at, _with_neighbours(np.ascontiguousarray(at)))
+        return self._columns[key]
+
+    def at(self, codebook: int, m: int, variants: Sequence[str]) -> np.ndarray:
+        """N x K x variants: valid at the cell."""
+        return np.stack([self._column(codebook, m, v)[0] for v in variants], axis=-1)
+
+    def safe(self, codebook: int, m: int, variants: Sequence[str]) -> np.ndarray:
+        """N x K x variants: valid at the cell and its 8 grid neighbours."""
+        return np.stack([self._column(codebook, m, v)[1] for v in variants], axis=-1)
+
+    def cells(self, m: int) -> np.ndarray:
+        """N * K x (M, N, K) of the grid at one M key, N-major (the order of at / safe reshaped)."""
+        n, k = np.meshgrid(self.ns, self.ks, indexing="ij")
+        return np.column_stack([np.full(n.size, m), n.ravel(), k.ravel()]).astype(np.int64)
+
+
+@lru_cache(maxsize=16)
+def domain_of(valid: Validity) -> DomainValidity | None:
+    """The memoised DomainValidity of ``valid`` (None when every variant is valid everywhere)."""
+    return None if valid is always_valid else DomainValidity(valid)
+
+
+def domain_violations(
+    answer: Callable[[int, int, int, int], str | None],
+    valid: Validity,
+    keys: Sequence[tuple[int, int]],
+    limit: int | None = None,
+) -> list[tuple[DomainPoint, str]]:
+    """Cells of the domain grid, at each (codebook, M key) of ``keys``, where ``answer`` (the table's
+    lookup) names a variant ``valid`` rules out there (the first ``limit``; None: all). No answer is
+    never a violation: the engine's own default runs."""
+    bad: list[tuple[DomainPoint, str]] = []
+    if valid is always_valid:
+        return bad
+    ns, ks = domain_ns(), domain_grid_ks()
+    for codebook, m in keys:
+        for n in ns:
+            for k in ks:
+                variant = answer(codebook, m, n, k)
+                if variant is not None and not valid(variant, codebook, m, n, k):
+                    bad.append(((codebook, m, n, k), variant))
+                    if limit is not None and len(bad) >= limit:
+                        return bad
+    return bad

@@ -197,3 +197,17 @@ def test_openapi_documents_examples_and_error_body(populated: Populated) -> None
     observed = schema["components"]["schemas"]["ObservedReport"]
     assert observed["examples"][0]["format"] == "Q4_K"
     assert "include_observed" in schema["components"]["schemas"]["SweepSpec"]["properties"]
+
+
+def test_a_missing_row_is_named_in_its_404(populated: Populated) -> None:
+    """Sweeps, tables and measurements share one 404 (service.api.deps.row_or_404) naming what is missing."""
+    reader = populated.client(populated.read_token)
+    for path, message in (
+        ("/v1/sweeps/424242", "sweep 424242 not found"),
+        ("/v1/tables/424242", "table 424242 not found"),
+        ("/v1/tables/424242/inc", "table 424242 not found"),
+        ("/v1/measurements/424242", "measurement 424242 not found"),
+    ):
+        response = reader.get(path)
+        assert response.status_code == 404, (path, response.text)
+        assert response.json()["error"]["message"] == message, path

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from service.tables.model import MeasuredPoint
 from service.tables.surrogate import kbtw_geometry
@@ -135,11 +136,21 @@ def test_loso_reports_only_the_policies_asked_for() -> None:
     assert out["subset"] is not None and out["targets"]["chosen_meets"] is False  # a subset claims nothing
 
 
-def test_forked_jobs_give_the_same_answers_in_the_same_order() -> None:
-    """--jobs: held-out shapes fitted in forked processes answer exactly as one process does."""
+def test_worker_jobs_give_the_same_answers_in_the_same_order() -> None:
+    """--jobs: held-out shapes fitted in worker processes answer exactly as one process does (workers
+    start from a forkserver: a fork of this test process, which holds live Redis connections and Celery's
+    after-fork hooks from earlier tests, once hung in a read of an inherited socket)."""
     base = measured()
     geometry = kbtw_geometry(132, 32)
     policies = {name: table_regret.POLICIES[name] for name in ("segments", "neighbours", "chosen")}
     one = list(table_regret.held_out_answers(base, geometry, policies, HELD))
     two = list(table_regret.held_out_answers(base, geometry, policies, HELD, jobs=2))
     assert one == two and len(one) == len(policies) * sum((p.n, p.k) in HELD for p in base)
+
+
+def test_worker_jobs_take_named_policies_only() -> None:
+    """A worker looks a policy up by name: a function not in POLICIES is refused, not silently replaced."""
+    base = measured()
+    custom = {"segments": lambda fits: (lambda p: None)}
+    with pytest.raises(ValueError, match="POLICIES only"):
+        list(table_regret.held_out_answers(base, None, custom, HELD, jobs=2))

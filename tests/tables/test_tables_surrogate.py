@@ -21,6 +21,7 @@ from service.tables.surrogate import (
     model_answer,
 )
 from service.tables.tree import FallbackTree, fit_tree
+from service.tables.validity import Validity
 from tests.tables.conftest import grid_points
 
 A, B, C = "KB1/TW24", "KB4/TW24", "KB16/TW24"
@@ -180,9 +181,11 @@ def test_surrogate_grid_labels_every_rounds_rise_and_the_tree_leaves_those_windo
     labelled: dict[int, set[int]] = {}
     grid_tree = surrogate._grid_tree
 
-    def spy(cb: int, blocks: list[surrogate.GridBlock], extra: Sequence[str]) -> FallbackTree:
+    def spy(
+        cb: int, blocks: list[surrogate.GridBlock], extra: Sequence[str], *valid: Validity
+    ) -> FallbackTree:
         labelled[cb] = {int(n) for b in blocks for n in b[1]}
-        return grid_tree(cb, blocks, extra)
+        return grid_tree(cb, blocks, extra, *valid)
 
     monkeypatch.setattr(surrogate, "_grid_tree", spy)
     ns = (3000, 4096, 5120, 6144, 8192, 12288)

@@ -7,12 +7,12 @@ import io
 from collections.abc import Iterator
 from typing import Any
 
-from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import StreamingResponse
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.api.deps import MAX_ID, Caller, PageParams, get_session, paginate, require_scope
+from service.api.deps import MAX_ID, Caller, PageParams, get_session, paginate, require_scope, row_or_404
 from service.api.errors import ERROR_RESPONSES, NOT_FOUND
 from service.api.routes.results import measurement_item
 from service.db.models import Artifact, Dispatch, Measurement
@@ -36,13 +36,6 @@ CSV_EXAMPLE = "seq,device_ns,wall_ns,buffer_index\n0,61210,68400,0\n1,61050,6792
 MeasurementId = Path(ge=1, le=MAX_ID, description="measurement id (see GET /v1/results)")
 
 
-def _get(session: Session, measurement_id: int) -> Measurement:
-    measurement = session.get(Measurement, measurement_id)
-    if measurement is None:
-        raise HTTPException(404, f"measurement {measurement_id} not found")
-    return measurement
-
-
 @router.get("/{measurement_id}")
 def get_measurement(
     measurement_id: int = MeasurementId,
@@ -50,7 +43,7 @@ def get_measurement(
     session: Session = Depends(get_session),
 ) -> dict[str, Any]:
     """The measurement plus its compiled artifact's resources (ISA figures and diagnosis, where known)."""
-    measurement = _get(session, measurement_id)
+    measurement = row_or_404(session, Measurement, measurement_id, "measurement")
     artifact = session.get(Artifact, measurement.artifact_id) if measurement.artifact_id else None
     body = measurement_item(measurement)
     body["artifact"] = (
@@ -122,7 +115,7 @@ def get_dispatches(
     session: Session = Depends(get_session),
 ) -> Any:
     """Per-dispatch device time (profiler or in-harness clock) beside host wall time, in launch order."""
-    measurement = _get(session, measurement_id)
+    measurement = row_or_404(session, Measurement, measurement_id, "measurement")
     if wants_csv(request, format):
         return StreamingResponse(
             _csv_rows(session, measurement.id),

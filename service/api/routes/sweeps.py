@@ -17,6 +17,7 @@ from service.api.deps import (
     get_session,
     get_settings_dep,
     require_scope,
+    row_or_404,
     worker_presence,
 )
 from service.api.errors import ERROR_RESPONSES, NOT_FOUND
@@ -98,13 +99,6 @@ def list_sweeps(
     }
 
 
-def _get_sweep(session: Session, sweep_id: int) -> Sweep:
-    sweep = session.get(Sweep, sweep_id)
-    if sweep is None:
-        raise HTTPException(404, f"sweep {sweep_id} not found")
-    return sweep
-
-
 @router.get("/{sweep_id}", responses={**NOT_FOUND})
 def get_sweep(
     sweep_id: int = SweepId,
@@ -112,7 +106,7 @@ def get_sweep(
     session: Session = Depends(get_session),
     presence: Presence = Depends(worker_presence),
 ) -> dict[str, Any]:
-    return sweep_status_body(session, _get_sweep(session, sweep_id), presence)
+    return sweep_status_body(session, row_or_404(session, Sweep, sweep_id, "sweep"), presence)
 
 
 @router.post("/{sweep_id}/cancel", responses={**NOT_FOUND})
@@ -123,7 +117,7 @@ def cancel(
     presence: Presence = Depends(worker_presence),
 ) -> dict[str, Any]:
     """Only the token that submitted the sweep, or an admin token, may cancel it."""
-    sweep = _get_sweep(session, sweep_id)
+    sweep = row_or_404(session, Sweep, sweep_id, "sweep")
     if not caller.is_admin and (sweep.owner_token_id is None or sweep.owner_token_id != caller.token_id):
         raise HTTPException(403, "only the token that submitted this sweep, or an admin token, may cancel it")
     cancelled = cancel_sweep(session, sweep)

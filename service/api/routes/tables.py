@@ -12,7 +12,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from kernels.arches import ARCH_PATTERN
-from service.api.deps import MAX_ID, MAX_OFFSET, Caller, get_session, require_scope
+from service.api.deps import MAX_ID, MAX_OFFSET, Caller, get_session, require_scope, row_or_404
 from service.api.errors import ERROR_RESPONSES, NOT_FOUND
 from service.api.errors import _response as _error
 from service.db.models import TableVersion
@@ -153,20 +153,13 @@ def latest_inc(
     return PlainTextResponse(version.content, headers={"X-Table-Id": str(version.id), "ETag": version.sha256})
 
 
-def _get(session: Session, table_id: int) -> TableVersion:
-    version = session.get(TableVersion, table_id)
-    if version is None:
-        raise HTTPException(404, f"table {table_id} not found")
-    return version
-
-
 @router.get("/{table_id}", responses={**NOT_FOUND})
 def get_table(
     table_id: int = TableId,
     _caller: Caller = Depends(require_scope("read")),
     session: Session = Depends(get_session),
 ) -> dict[str, Any]:
-    version = _get(session, table_id)
+    version = row_or_404(session, TableVersion, table_id, "table")
     return {**table_item(version), "entries": version.entries, "metrics": version.metrics}
 
 
@@ -176,7 +169,7 @@ def get_table_inc(
     _caller: Caller = Depends(require_scope("read")),
     session: Session = Depends(get_session),
 ) -> PlainTextResponse:
-    version = _get(session, table_id)
+    version = row_or_404(session, TableVersion, table_id, "table")
     return PlainTextResponse(version.content, headers={"ETag": version.sha256})
 
 
@@ -190,11 +183,11 @@ def diff_table(
     session: Session = Depends(get_session),
 ) -> dict[str, Any]:
     """Entries added, removed and changed between `base` and this version, with regret changes."""
-    head = _get(session, table_id)
+    head = row_or_404(session, TableVersion, table_id, "table")
     base_id = base if base is not None else head.parent_id
     if base_id is None:
         raise HTTPException(404, f"table {table_id} has no parent; pass ?base=ID")
-    old = _get(session, base_id)
+    old = row_or_404(session, TableVersion, base_id, "table")
     if (old.arch, old.phase) != (head.arch, head.phase):
         raise RequestValidationError(
             [

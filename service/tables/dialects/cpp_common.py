@@ -11,10 +11,11 @@ import re
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 
+from service.tables.codecs import PREFILL_M_BUCKETS
 from service.tables.fallback import ASPECT_CLASSES
 from service.tables.model import CODEBOOK_FORMATS, FallbackRule, HeaderInfo, TableChoice
 from service.tables.policy import Fallback
-from service.tables.tree import FEATURES, FallbackTree, KModFeature, RoundsFeature, TreeNode
+from service.tables.tree import FEATURES, NO_ANSWER, FallbackTree, KModFeature, RoundsFeature, TreeNode
 
 _SAFE_COMMENT_RE = re.compile(r"[^A-Za-z0-9_.,:;=+<>()%/ \-]")
 ASPECT_IDENT: dict[str, str] = {
@@ -76,6 +77,30 @@ def header_comment(info: HeaderInfo, by_cb: dict[int, list[TableChoice]]) -> lis
         lines.append(f"  codebook {cb} ({','.join(formats_of(cb, by_cb[cb]))}): {len(by_cb[cb])} entries")
     lines.append("regret = time(chosen variant) / time(best variant) - 1")
     return ["// " + comment(line) for line in lines] + [""]
+
+
+def m_bucket_policy(function: str, per_line: int | None = None) -> list[str]:
+    """`int {function}(int m)`: the prefill M policy (PrefillCodec.m_key) in C++, written once so that every
+    prefill dialect ships the same rule; ``per_line`` wraps the bucket list (Llaminar's layout)."""
+    buckets = [str(v) for v in PREFILL_M_BUCKETS]
+    if per_line is None:
+        array = [f"    static constexpr int kMPolicy[] = {{{', '.join(buckets)}}};"]
+    else:
+        rows = [", ".join(buckets[i : i + per_line]) for i in range(0, len(buckets), per_line)]
+        array = ["    static constexpr int kMPolicy[] = {", *(f"        {row}," for row in rows), "    };"]
+    return [
+        "// M policy: at run time M rounds up to the next bucket; beyond the last, M is its own key.",
+        f"inline int {function}(int m) {{",
+        *array,
+        "    for (int key : kMPolicy) {",
+        "        if (m <= key) {",
+        "            return key;",
+        "        }",
+        "    }",
+        "    return m;",
+        "}",
+        "",
+    ]
 
 
 def lookup_helpers(p: str) -> str:
@@ -152,6 +177,8 @@ def render_tree(
     node: TreeNode, m_name: str, config: Callable[[str], str], indent: str, p: str = ""
 ) -> list[str]:
     """Nested ifs over integer thresholds (each the log2 midpoint between neighbouring values)."""
+    if node.variant == NO_ANSWER:
+        return [f"{indent}return false;  // no variant of the table is valid here"]
     if node.variant is not None:
         note = f"{node.variant} ({node.points} pts)"
         return [f"{indent}out = {config(node.variant)};  // {comment(note)}", f"{indent}return true;"]

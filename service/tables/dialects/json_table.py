@@ -21,7 +21,7 @@ from service.tables.dialects.base import ReplayAnswers, RuleMap
 from service.tables.dialects.struct_table import PackageCodec
 from service.tables.model import HeaderInfo, PointKey, TableChoice
 from service.tables.policy import Fallback, as_fallback
-from service.tables.tree import TreeNode
+from service.tables.tree import NO_ANSWER, TreeNode
 
 ASPECTS = ("very_wide", "wide", "balanced", "tall")
 
@@ -70,6 +70,8 @@ class JsonDialect:
         return self.codec.parse_variant(variant)
 
     def _tree(self, node: TreeNode) -> dict[str, Any]:
+        if node.variant == NO_ANSWER:  # no variant of the table is valid here: no answer
+            return {"variant": None, "config": None, "points": node.points}
         if node.variant is not None:
             config = list(self.parse_variant(node.variant))
             return {"variant": node.variant, "config": config, "points": node.points}
@@ -144,7 +146,8 @@ class JsonDialect:
             "aspect_classes": "very_wide N>=16K, wide N>=2K, balanced 4N>=3K, tall",
             "fallback_policies": list(info.fallback_policies),
             "tree": "a codebook with `tree` answers by it (when M is in tree.m): at a node, go to `le` when "
-            "the feature (m, n or k) <= threshold, else `gt`; otherwise its `fallback` segments answer. "
+            "the feature (m, n or k) <= threshold, else `gt`; a leaf whose config is null answers nothing "
+            "(no variant is valid there); otherwise its `fallback` segments answer. "
             "A feature rounds_kb{kb}_tw{tw}_cu{cus}_r{rows}_b{resident} is the launch rounds of that KB/TW "
             "grid at n, in integers: per = max(1, tw*cus // kb), rows_per_wave = max(1, ceil(n / per)), "
             "blocks = ceil(n / (rows_per_wave*rows)) * kb, rounds = ceil(blocks / (cus*resident)); "
@@ -187,7 +190,7 @@ class JsonDialect:
                                 value = _rounds(node["feature"], n, k)
                             below = value <= node["threshold"]
                             node = node["le"] if below else node["gt"]
-                        answer = tuple(node["config"])
+                        answer = None if node["config"] is None else tuple(node["config"])
                 elif answer is None and n > 0 and k > 0:
                     aspect = ASPECTS[0 if n >= 16 * k else 1 if n >= 2 * k else 2 if 4 * n >= 3 * k else 3]
                     rules = table["fallback"].get(str(m_key), {}).get(aspect)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from service.tables.codecs import PREFILL_M_BUCKETS, PhaseCodec, PrefillCodec
+from service.tables.codecs import PhaseCodec, PrefillCodec
+from service.tables.dialects.cpp_common import m_bucket_policy
 from service.tables.dialects.llaminar_cpp import LlaminarCppDialect
 from service.tables.model import PointKey, TableChoice
 
@@ -48,30 +49,6 @@ inline constexpr uint64_t packROCmNativeVNNIPrefillDispatchKey(int m_key, int n,
 """
 
 
-def _m_policy() -> str:
-    rows = [
-        "        " + ", ".join(str(v) for v in PREFILL_M_BUCKETS[i : i + 12]) + ","
-        for i in range(0, len(PREFILL_M_BUCKETS), 12)
-    ]
-    return "\n".join(
-        [
-            "// M policy: at run time M rounds up to the next bucket; beyond the last, M is its own key.",
-            "inline int selectROCmNativeVNNIPrefillDispatchMKey(int m) {",
-            "    static constexpr int kMPolicy[] = {",
-            *rows,
-            "    };",
-            "    for (int key : kMPolicy) {",
-            "        if (m <= key) {",
-            "            return key;",
-            "        }",
-            "    }",
-            "    return m;",
-            "}",
-            "",
-        ]
-    )
-
-
 class LlaminarRocmPrefillDialect(LlaminarCppDialect):
     """Emits `selectROCmNativeVNNIPrefillGenerated<CB>` and its helpers."""
 
@@ -90,7 +67,7 @@ class LlaminarRocmPrefillDialect(LlaminarCppDialect):
         self.codec: PhaseCodec = PrefillCodec()
 
     def _preamble(self) -> list[str]:
-        return [_m_policy()]
+        return m_bucket_policy("selectROCmNativeVNNIPrefillDispatchMKey", per_line=12)
 
     def _render_generated(self, by_cb: dict[int, list[TableChoice]]) -> list[str]:
         out = [

@@ -14,7 +14,8 @@ import re
 from collections.abc import Sequence
 
 from kernels.packages.package import KernelPackage
-from service.tables.codecs import PREFILL_M_BUCKETS, PhaseCodec, get_codec
+from service.tables.codecs import PhaseCodec, get_codec
+from service.tables.dialects.cpp_common import m_bucket_policy
 from service.tables.dialects.llaminar_cpp import LlaminarCppDialect
 from service.tables.model import PointKey, TableChoice
 
@@ -177,20 +178,7 @@ inline constexpr uint64_t pack{p}Key(int m_key, int n, int k) {{
                 f"inline int select{self.stem}MKey(int m) {{ return m; }}  // decode: M is its own key",
                 "",
             ]
-        buckets = ", ".join(str(v) for v in PREFILL_M_BUCKETS)
-        return [
-            "// M policy: at run time M rounds up to the next bucket; beyond the last, M is its own key.",
-            f"inline int select{self.stem}MKey(int m) {{",
-            f"    static constexpr int kMPolicy[] = {{{buckets}}};",
-            "    for (int key : kMPolicy) {",
-            "        if (m <= key) {",
-            "            return key;",
-            "        }",
-            "    }",
-            "    return m;",
-            "}",
-            "",
-        ]
+        return m_bucket_policy(f"select{self.stem}MKey")
 
     def _render_generated(self, by_cb: dict[int, list[TableChoice]]) -> list[str]:
         p = self.stem
