@@ -208,35 +208,40 @@ class RegretKernel:
             on, ok = on[:, keep_n], ok[:, keep_k]
             nl, kl = len(keep_n), len(keep_k)
             size = 3 + nl + kl
-            measured = self.measured[np.ix_(shapes, cols)].astype(float)
             feats = (
                 np.ones_like(w),
                 self.log_n[shapes][None, :] - qn[rows, None],
                 self.log_k[shapes][None, :] - qk[rows, None],
             )
-            wm = w[:, :, None] * measured[None]  # batch x shapes x variants
-            wy = wm * self.log_time[np.ix_(shapes, cols)][None]
-            gram = np.zeros((len(w), len(cols), size, size))
-            rhs = np.zeros((len(w), len(cols), size))
-            for a in range(3):
-                wa = wm * feats[a][:, :, None]
-                for b in range(a, 3):
-                    gram[..., a, b] = gram[..., b, a] = np.einsum("qtv,qt->qv", wa, feats[b])
-                gram[..., a, 3 : 3 + nl] = np.matmul(on.T, wa).transpose(0, 2, 1)
-                gram[..., a, 3 + nl :] = np.matmul(ok.T, wa).transpose(0, 2, 1)
-                gram[..., 3:, a] = gram[..., a, 3:]
-                rhs[..., a] = np.einsum("qtv,qt->qv", wy, feats[a])
             diag_n, diag_k = 3 + np.arange(nl), 3 + nl + np.arange(kl)
-            gram[..., diag_n, diag_n] = np.matmul(on.T, wm).transpose(0, 2, 1) + LEVEL_RIDGE
-            gram[..., diag_k, diag_k] = np.matmul(ok.T, wm).transpose(0, 2, 1) + LEVEL_RIDGE
             at_n, at_k = 3 + on.argmax(axis=1), 3 + nl + ok.argmax(axis=1)  # one shape, one (N, K) entry
-            gram[..., at_n, at_k] = gram[..., at_k, at_n] = wm.transpose(0, 2, 1)
-            gram[..., 0, 0] += 1e-9
-            gram[..., 1, 1] += ADDITIVE_SLOPE_RIDGE
-            gram[..., 2, 2] += ADDITIVE_SLOPE_RIDGE
-            rhs[..., 3 : 3 + nl] = np.matmul(on.T, wy).transpose(0, 2, 1)
-            rhs[..., 3 + nl :] = np.matmul(ok.T, wy).transpose(0, 2, 1)
-            beta = np.linalg.solve(gram, rhs[..., None])[..., 0]
+            log_time = self.log_time[np.ix_(shapes, cols)]
+            masks, group = np.unique(self.measured[np.ix_(shapes, cols)], axis=1, return_inverse=True)
+            beta = np.empty((len(w), len(cols), size))
+            for g in range(masks.shape[1]):  # variants measured at the same shapes share their gram
+                members = np.flatnonzero(group.ravel() == g)
+                wm = w * masks[:, g][None, :]  # batch x shapes
+                y = log_time[:, members]  # shapes x variants (0 where not measured: wm is 0 there)
+                gram = np.zeros((len(w), size, size))
+                rhs = np.zeros((len(w), size, len(members)))
+                for a in range(3):
+                    wa = wm * feats[a]
+                    for b in range(a, 3):
+                        gram[:, a, b] = gram[:, b, a] = (wa * feats[b]).sum(axis=1)
+                    gram[:, a, 3 : 3 + nl] = wa @ on
+                    gram[:, a, 3 + nl :] = wa @ ok
+                    gram[:, 3:, a] = gram[:, a, 3:]
+                    rhs[:, a] = wa @ y
+                gram[:, diag_n, diag_n] = wm @ on + LEVEL_RIDGE
+                gram[:, diag_k, diag_k] = wm @ ok + LEVEL_RIDGE
+                gram[:, at_n, at_k] = gram[:, at_k, at_n] = wm
+                gram[:, 0, 0] += 1e-9
+                gram[:, 1, 1] += ADDITIVE_SLOPE_RIDGE
+                gram[:, 2, 2] += ADDITIVE_SLOPE_RIDGE
+                wy = wm[:, :, None] * y[None]  # batch x shapes x variants
+                rhs[:, 3 : 3 + nl] = np.matmul(on.T, wy)
+                rhs[:, 3 + nl :] = np.matmul(ok.T, wy)
+                beta[:, members] = np.linalg.solve(gram, rhs).transpose(0, 2, 1)
             pred = beta[..., 0]
             for levels, kept, offset in ((qi[rows], keep_n, 3), (qj[rows], keep_k, 3 + nl)):
                 slot = np.full(max(len(nvals), len(kvals)) + 1, -1)
@@ -379,7 +384,7 @@ def neighbours_tree(model: NeighbourModel) -> FallbackTree:
     top = round(max(ks_all) * 2**QUANTUM_BEYOND) // K_QUANTUM * K_QUANTUM
     moduli = set()
     for m, kern in model.kernels.items():
-        timed = [v for v, t in zip(kern.variants, kern.measured.any(axis=0), strict=True) if t]
+        timed = [kern.variants[j] for j in np.flatnonzero(kern.measured.any(axis=0))]
         moduli.update(k_moduli(model.valid, model.codebook, [m], timed, ns[0], top))
     ks = grid_values(ks_all, GRID_BEYOND, GRID_BEYOND, GRID_STEP)
     if moduli:  # a variant runs at some multiples of 256 only: the grid holds each (quantum_ks)
@@ -473,11 +478,12 @@ def _grid_tree(model: NeighbourModel, ns: list[int], ks: list[int], extra: list[
         parts.append(matrix)
         bases.append(np.column_stack([np.full(int(keep.sum()), m), qn[keep], qk[keep]]).astype(np.int64))
     matrix = np.concatenate(parts)
+    labelled = np.flatnonzero((matrix < MISSING_COST).any(axis=0))  # never a candidate: never a leaf
+    matrix, names = matrix[:, labelled], [names[j] for j in labelled]
     winners = np.argmin(matrix, axis=1)
     wins = {names[j]: int(c) for j, c in zip(*np.unique(winners, return_counts=True), strict=True)}
     root = fit_tree_matrix(
         matrix, names, np.concatenate(bases), wins, TREE_DEPTH, 1, min_gain=MIN_GAIN, grow_through=True,
-        extra_features=extra,
-        validity=model.valid, codebook=model.codebook,
+        extra_features=extra, validity=model.valid, codebook=model.codebook,
     )  # fmt: skip
     return FallbackTree(model.codebook, tuple(sorted(model.kernels)), root, TREE_DEPTH, 1)

@@ -275,17 +275,7 @@ def fit_tree_matrix(
     if len(matrix) == 0:
         raise ValueError("a tree needs at least one point")
     names_f = (*FEATURES, *extra_features)
-    columns = [base[:, i] for i in range(len(FEATURES))]
-    distinct_n, n_index = np.unique(base[:, 1], return_inverse=True)
-    for name in extra_features:
-        kmod = KModFeature.parse(name)
-        if kmod is not None:
-            columns.append(np.where(base[:, 2] <= kmod.upto, base[:, 2] % kmod.q, kmod.q))
-            continue
-        # a RoundsFeature reads N only: one evaluation per distinct N
-        at = np.array([feature_value(name, 1, int(n), 1) for n in distinct_n.tolist()], dtype=np.int64)
-        columns.append(at[n_index])
-    features = np.stack(columns, axis=1)
+    features = feature_columns(base, extra_features)
 
     def grow(rows: np.ndarray, depth: int) -> TreeNode:
         cost = matrix[rows].sum(axis=0)
@@ -328,6 +318,21 @@ def fit_tree_matrix(
     return keep_valid(root, matrix, names, features, names_f, wins, domain, codebook)
 
 
+def feature_columns(base: np.ndarray, extra_features: Sequence[str]) -> np.ndarray:
+    """rows x (M, N, K, extras): ``base`` (rows x M, N, K) with each extra feature's column."""
+    columns = [base[:, i] for i in range(len(FEATURES))]
+    distinct_n, n_index = np.unique(base[:, 1], return_inverse=True)
+    for name in extra_features:
+        kmod = KModFeature.parse(name)
+        if kmod is not None:
+            columns.append(np.where(base[:, 2] <= kmod.upto, base[:, 2] % kmod.q, kmod.q))
+            continue
+        # a RoundsFeature reads N only: one evaluation per distinct N
+        at = np.array([feature_value(name, 1, int(n), 1) for n in distinct_n.tolist()], dtype=np.int64)
+        columns.append(at[n_index])
+    return np.stack(columns, axis=1)
+
+
 def keep_valid(
     root: TreeNode,
     matrix: np.ndarray,
@@ -348,16 +353,28 @@ def keep_valid(
     where validity changes while a cut lowers the rows' regret: the variant its rows prefer is kept
     where it can run, and a part without rows takes the variant valid there that the leaf's rows rank
     best. Where no variant of the table is valid the leaf answers
-    NO_ANSWER (the engine's own default runs). ``features`` are the rows' columns (M, N, K, extras)."""
+    NO_ANSWER (the engine's own default runs). ``features`` are the rows' columns (M, N, K, extras).
+
+    A tree that splits on K's divisibility (KModFeature, up to its ``upto``) is checked at every
+    whole-block K up to that top instead of the domain grid's K there, each at itself and its N
+    neighbours (DomainValidity.quantum_safe): a leaf ``k % 1024 <= 0`` holds no K between two multiples
+    of 1024, and the 8-neighbour rule would rule its KB4 out everywhere."""
     ms = [int(m) for m in np.unique(features[:, 0])]
-    cells = np.concatenate([domain.cells(m) for m in ms])
-    safe = np.concatenate([domain.safe(codebook, m, names).reshape(-1, len(names)) for m in ms])
-    columns = [cells[:, i] for i in range(len(FEATURES))]
-    distinct_n, n_index = np.unique(cells[:, 1], return_inverse=True)
-    for name in names_f[len(FEATURES) :]:
-        at = np.array([feature_value(name, 1, int(n), 1) for n in distinct_n.tolist()], dtype=np.int64)
-        columns.append(at[n_index])
-    cell_features = np.stack(columns, axis=1)
+    kmods = [kmod for kmod in map(KModFeature.parse, names_f[len(FEATURES) :]) if kmod is not None]
+    top = max((kmod.upto for kmod in kmods), default=0)
+    parts_cells, parts_safe = [], []
+    for m in ms:
+        cells_m = domain.cells(m)
+        safe_m = domain.safe(codebook, m, names).reshape(-1, len(names))
+        if top:  # every whole-block K up to the top is a cell, checked at itself (quantum_safe)
+            above = cells_m[:, 2] > top
+            ks, quantum = domain.quantum_safe(codebook, m, names, top)
+            cells_m = np.concatenate([domain.cells(m, ks), cells_m[above]])
+            safe_m = np.concatenate([quantum.reshape(-1, len(names)), safe_m[above]])
+        parts_cells.append(cells_m)
+        parts_safe.append(safe_m)
+    cells, safe = np.concatenate(parts_cells), np.concatenate(parts_safe)
+    cell_features = feature_columns(cells, names_f[len(FEATURES) :])
     col = {v: j for j, v in enumerate(names)}
     split_on = (0, 1, 2) if domain.reads_n else (0, 2)  # validity that ignores N never needs a cut on it
 

@@ -247,6 +247,7 @@ class DomainValidity:
         self.ks = np.array(domain_grid_ks(), dtype=np.int64)
         self.reads_n = bool(getattr(valid, "reads_n", True))
         self._columns: dict[tuple[int, int, str], tuple[np.ndarray, np.ndarray]] = {}
+        self._quantum: dict[tuple[int, int, str, int], np.ndarray] = {}
 
     def _column(self, codebook: int, m: int, variant: str) -> tuple[np.ndarray, np.ndarray]:
         key = (codebook, m, variant)
@@ -267,10 +268,35 @@ class DomainValidity:
         """N x K x variants: valid at the cell and its 8 grid neighbours."""
         return np.stack([self._column(codebook, m, v)[1] for v in variants], axis=-1)
 
-    def cells(self, m: int) -> np.ndarray:
-        """N * K x (M, N, K) of the grid at one M key, N-major (the order of at / safe reshaped)."""
-        n, k = np.meshgrid(self.ns, self.ks, indexing="ij")
+    def cells(self, m: int, ks: np.ndarray | None = None) -> np.ndarray:
+        """N * K x (M, N, K) of the grid at one M key, N-major (the order of at / safe reshaped); ``ks``:
+        other K than the grid's (quantum_safe's)."""
+        n, k = np.meshgrid(self.ns, self.ks if ks is None else ks, indexing="ij")
         return np.column_stack([np.full(n.size, m), n.ravel(), k.ravel()]).astype(np.int64)
+
+    def quantum_safe(
+        self, codebook: int, m: int, variants: Sequence[str], top: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(ks, N x ks x variants) over every multiple of K_QUANTUM up to ``top``: valid at the cell and
+        at its N grid neighbours, not at its K neighbours. Every whole-block K is a cell here, so a leaf
+        answers no K between cells; and a leaf cut on K's divisibility (service.tables.tree.KModFeature)
+        holds no K neighbour: KB4 of the RG16 ring runs at K % 1024 == 0 only, and the 8-neighbour rule
+        (safe) never let a tree answer it."""
+        ks = np.arange(K_QUANTUM, min(top, DOMAIN_MAX_K) + 1, K_QUANTUM, dtype=np.int64)
+        out = []
+        for variant in variants:
+            key = (codebook, m, variant, int(ks[-1]))
+            if key not in self._quantum:
+                ns = self.ns.tolist() if self.reads_n else [int(self.ns[0])]
+                at = np.array(
+                    [[self.valid(variant, codebook, m, n, k) for k in ks.tolist()] for n in ns], dtype=bool
+                )
+                if self.reads_n:
+                    padded = np.pad(at, ((1, 1), (0, 0)), mode="edge")
+                    at = padded[:-2] & padded[1:-1] & padded[2:]
+                self._quantum[key] = np.broadcast_to(at, (len(self.ns), len(ks)))
+            out.append(self._quantum[key])
+        return ks, np.stack(out, axis=-1)
 
 
 @lru_cache(maxsize=16)
