@@ -12,7 +12,8 @@ recording could show better, and why not:
   the target, no rule that answers from the neighbours' winners can meet it on this recording;
 * the neighbours policy's own LOSO (service.tables.neighbours, estimator and bandwidth by inner LOSO):
   on all points, beyond the noise (low end of the ratio's interval), on points whose winner is decided
-  (runner-up beyond the noise), per M, and its worst points.
+  (runner-up beyond the noise), per M, and its worst points; beside it the tree a table emits from
+  the same fold's model (neighbours_tree), which is what a held-out shape gets from the table.
 
 Usage: python bench/loso_analysis.py --data bench/results/<recording>.json.gz --format Q4_0 [--out X.json]
 """
@@ -36,9 +37,10 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from measured_data import RecordedPoint, load_recording  # noqa: E402
 
+from service.tables.blas import single_blas_thread  # noqa: E402
 from service.tables.metrics import percentile  # noqa: E402
 from service.tables.model import MeasuredPoint  # noqa: E402
-from service.tables.neighbours import fit_neighbours, neighbours_answer  # noqa: E402
+from service.tables.neighbours import fit_neighbours, neighbours_answer, neighbours_tree  # noqa: E402
 from service.tables.validity import validity_for  # noqa: E402
 
 BOOT = 400
@@ -132,6 +134,7 @@ def neighbours_loso(points: Sequence[RecordedPoint], names: Sequence[str], arch:
     rows: list[dict[str, Any]] = []
     chosen: dict[str, int] = {}
     started = time.monotonic()
+    tree_seconds = 0.0
     for shape in sorted({(p.n, p.k) for p in measured}):
         models = fit_neighbours([p for p in measured if (p.n, p.k) != shape], valid)
         how = (
@@ -141,6 +144,9 @@ def neighbours_loso(points: Sequence[RecordedPoint], names: Sequence[str], arch:
         )
         chosen[how] = chosen.get(how, 0) + 1
         answer = neighbours_answer(models)
+        tick = time.monotonic()
+        trees = {cb: neighbours_tree(model) for cb, model in models.items()}
+        tree_seconds += time.monotonic() - tick
         for p, rec in zip(measured, points, strict=True):
             if (p.n, p.k) != shape:
                 continue
@@ -160,8 +166,12 @@ def neighbours_loso(points: Sequence[RecordedPoint], names: Sequence[str], arch:
                     if variant == best
                     else max(0.0, ratio_interval(rec.times_ns[variant], rec.times_ns[best], rng)[0] - 1.0)
                 )
+            tree = trees.get(p.codebook)
+            emitted = None if tree is None else tree.answer(p.m, p.n, p.k)
+            tree_r = 1.0 if emitted is None or emitted not in times else times[emitted] / times[best] - 1.0
             rows.append({"m": p.m, "n": p.n, "k": p.k, "shape": p.shape, "answer": variant, "best": best,
-                         "regret": r, "beyond_noise": low, "winner_decided": decided})  # fmt: skip
+                         "regret": r, "beyond_noise": low, "winner_decided": decided, "tree_answer": emitted,
+                         "tree_regret": tree_r})  # fmt: skip
     regrets = [r["regret"] for r in rows]
     return {
         "seconds": round(time.monotonic() - started, 1),
@@ -179,8 +189,23 @@ def neighbours_loso(points: Sequence[RecordedPoint], names: Sequence[str], arch:
         "worst": [
             f"{r['regret'] * 100:.1f}%: M={r['m']} {r['n']}x{r['k']} ({r['shape']}) chose {r['answer']}, "
             f"best {r['best']}"
-            for r in sorted(rows, key=lambda r: -r["regret"])[:10]
+            for r in sorted(rows, key=lambda r: -r["regret"])[:25]
         ],
+        "emitted_tree": {
+            "seconds": round(tree_seconds, 1),
+            "all_points": summary([r["tree_regret"] for r in rows]),
+            "by_m": {
+                f"m{m}": summary([r["tree_regret"] for r in rows if r["m"] == m])
+                for m in sorted({r["m"] for r in rows})
+            },
+            "points_above_3pct": sum(r["tree_regret"] > 0.03 for r in rows),
+            "answers_unlike_the_model": sum(r["tree_answer"] != r["answer"] for r in rows),
+            "worst": [
+                f"{r['tree_regret'] * 100:.1f}%: M={r['m']} {r['n']}x{r['k']} ({r['shape']}) emitted "
+                f"{r['tree_answer']}, best {r['best']}"
+                for r in sorted(rows, key=lambda r: -r["tree_regret"])[:25]
+            ],
+        },
     }
 
 
@@ -241,8 +266,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--format", default="Q4_0")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
+    with single_blas_thread():  # the models' small solves: BLAS threads spin on a loaded host
+        analysed = analyse(args.data, args.format)
     result = {"bench": "loso_analysis", "command": " ".join(["python", "bench/loso_analysis.py",
-              *(argv if argv is not None else sys.argv[1:])]), **analyse(args.data, args.format)}  # fmt: skip
+              *(argv if argv is not None else sys.argv[1:])]), **analysed}  # fmt: skip
     text = json.dumps(result, indent=2)
     print(text)
     if args.out is not None:

@@ -74,10 +74,47 @@ class RoundsFeature:
         return RoundsFeature(kb, tw, cus, rows, resident)
 
 
+_KMOD_RE = re.compile(r"^k_mod_(\d+)_upto_(\d+)$")
+
+
+@dataclass(frozen=True)
+class KModFeature:
+    """K % q up to K = ``upto`` (q beyond it): the divisibility of K a package restriction reads (RG16
+    KB4: whole 1024-weight ring stages per K slice, K % 1024 == 0), which holds at every fourth
+    multiple of 256. One split ``k_mod_1024_upto_H <= 0`` says so where cuts on K alone need two per
+    such K (a depth-14 tree on the H200 grid left KB4 out at K = 7168, 43-50% off at M = 3, 4). Beyond
+    ``upto`` (the top of a grid that holds every multiple of 256 below it) the value is constant, so
+    a leaf there is a K interval of grid values whose validity the grid checked (grid_validity)."""
+
+    q: int
+    upto: int
+
+    @property
+    def name(self) -> str:
+        return f"k_mod_{self.q}_upto_{self.upto}"
+
+    def value(self, k: int) -> int:
+        return k % self.q if k <= self.upto else self.q
+
+    @staticmethod
+    @lru_cache(maxsize=256)
+    def parse(name: str) -> KModFeature | None:
+        found = _KMOD_RE.match(name)
+        if found is None:
+            return None
+        q, upto = int(found.group(1)), int(found.group(2))
+        if q < 2:
+            raise ValueError(f"feature {name!r}: the modulus must be >= 2")
+        return KModFeature(q, upto)
+
+
 def feature_value(name: str, m: int, n: int, k: int) -> int:
-    """A tree feature at (M key, N, K): m, n, k, or a RoundsFeature by its name."""
+    """A tree feature at (M key, N, K): m, n, k, a KModFeature or a RoundsFeature by its name."""
     if name in FEATURES:
         return {"m": m, "n": n, "k": k}[name]
+    kmod = KModFeature.parse(name)
+    if kmod is not None:
+        return kmod.value(k)
     rounds = RoundsFeature.parse(name)
     if rounds is None:
         raise ValueError(f"unknown tree feature {name!r}")
@@ -190,7 +227,8 @@ def fit_tree(
     the end does not lower its node's regret by ``min_gain`` is pruned back to a leaf. For dense
     synthetic grids (service.tables.surrogate), where greedy one-cut gains miss such pockets.
 
-    ``extra_features``: integer features beyond M, N, K (RoundsFeature names) a split may read.
+    ``extra_features``: integer features beyond M, N, K (RoundsFeature, KModFeature names) a split
+    may read.
 
     ``validity``: the package's restrictions; no leaf answers a variant they rule out anywhere on the
     domain grid inside it (keep_valid; the points are of one codebook)."""
@@ -237,12 +275,7 @@ def fit_tree_matrix(
     if len(matrix) == 0:
         raise ValueError("a tree needs at least one point")
     names_f = (*FEATURES, *extra_features)
-    columns = [base[:, i] for i in range(len(FEATURES))]
-    distinct_n, n_index = np.unique(base[:, 1], return_inverse=True)
-    for name in extra_features:  # these read N only: one evaluation per distinct N
-        at = np.array([feature_value(name, 1, int(n), 1) for n in distinct_n.tolist()], dtype=np.int64)
-        columns.append(at[n_index])
-    features = np.stack(columns, axis=1)
+    features = feature_columns(base, extra_features)
 
     def grow(rows: np.ndarray, depth: int) -> TreeNode:
         cost = matrix[rows].sum(axis=0)
@@ -285,6 +318,21 @@ def fit_tree_matrix(
     return keep_valid(root, matrix, names, features, names_f, wins, domain, codebook)
 
 
+def feature_columns(base: np.ndarray, extra_features: Sequence[str]) -> np.ndarray:
+    """rows x (M, N, K, extras): ``base`` (rows x M, N, K) with each extra feature's column."""
+    columns = [base[:, i] for i in range(len(FEATURES))]
+    distinct_n, n_index = np.unique(base[:, 1], return_inverse=True)
+    for name in extra_features:
+        kmod = KModFeature.parse(name)
+        if kmod is not None:
+            columns.append(np.where(base[:, 2] <= kmod.upto, base[:, 2] % kmod.q, kmod.q))
+            continue
+        # a RoundsFeature reads N only: one evaluation per distinct N
+        at = np.array([feature_value(name, 1, int(n), 1) for n in distinct_n.tolist()], dtype=np.int64)
+        columns.append(at[n_index])
+    return np.stack(columns, axis=1)
+
+
 def keep_valid(
     root: TreeNode,
     matrix: np.ndarray,
@@ -305,16 +353,28 @@ def keep_valid(
     where validity changes while a cut lowers the rows' regret: the variant its rows prefer is kept
     where it can run, and a part without rows takes the variant valid there that the leaf's rows rank
     best. Where no variant of the table is valid the leaf answers
-    NO_ANSWER (the engine's own default runs). ``features`` are the rows' columns (M, N, K, extras)."""
+    NO_ANSWER (the engine's own default runs). ``features`` are the rows' columns (M, N, K, extras).
+
+    A tree that splits on K's divisibility (KModFeature, up to its ``upto``) is checked at every
+    whole-block K up to that top instead of the domain grid's K there, each at itself and its N
+    neighbours (DomainValidity.quantum_safe): a leaf ``k % 1024 <= 0`` holds no K between two multiples
+    of 1024, and the 8-neighbour rule would rule its KB4 out everywhere."""
     ms = [int(m) for m in np.unique(features[:, 0])]
-    cells = np.concatenate([domain.cells(m) for m in ms])
-    safe = np.concatenate([domain.safe(codebook, m, names).reshape(-1, len(names)) for m in ms])
-    columns = [cells[:, i] for i in range(len(FEATURES))]
-    distinct_n, n_index = np.unique(cells[:, 1], return_inverse=True)
-    for name in names_f[len(FEATURES) :]:
-        at = np.array([feature_value(name, 1, int(n), 1) for n in distinct_n.tolist()], dtype=np.int64)
-        columns.append(at[n_index])
-    cell_features = np.stack(columns, axis=1)
+    kmods = [kmod for kmod in map(KModFeature.parse, names_f[len(FEATURES) :]) if kmod is not None]
+    top = max((kmod.upto for kmod in kmods), default=0)
+    parts_cells, parts_safe = [], []
+    for m in ms:
+        cells_m = domain.cells(m)
+        safe_m = domain.safe(codebook, m, names).reshape(-1, len(names))
+        if top:  # every whole-block K up to the top is a cell, checked at itself (quantum_safe)
+            above = cells_m[:, 2] > top
+            ks, quantum = domain.quantum_safe(codebook, m, names, top)
+            cells_m = np.concatenate([domain.cells(m, ks), cells_m[above]])
+            safe_m = np.concatenate([quantum.reshape(-1, len(names)), safe_m[above]])
+        parts_cells.append(cells_m)
+        parts_safe.append(safe_m)
+    cells, safe = np.concatenate(parts_cells), np.concatenate(parts_safe)
+    cell_features = feature_columns(cells, names_f[len(FEATURES) :])
     col = {v: j for j, v in enumerate(names)}
     split_on = (0, 1, 2) if domain.reads_n else (0, 2)  # validity that ignores N never needs a cut on it
 

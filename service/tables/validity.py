@@ -6,6 +6,7 @@ them at a shape nobody measured.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from functools import lru_cache
@@ -129,22 +130,77 @@ def domain_ks(ks: Sequence[int]) -> list[int]:
     return whole_blocks([*ks, *beyond])
 
 
+def quantum_ks(ks: Sequence[int], lo: int, hi: int) -> list[int]:
+    """``ks`` with every multiple of K_QUANTUM in [lo, hi] added. A restriction on K's divisibility (a
+    K slice of whole ring stages: K % 1024 for RG16 KB4, % 1280 for KB5) holds at some multiples of
+    256 and not at the next: a tree (cuts halfway between grid values) can answer such a variant
+    only at a K whose leaf holds no other multiple of 256, so the grid must hold each of them."""
+    first = -(-max(lo, K_QUANTUM) // K_QUANTUM)
+    return sorted({*ks, *range(first * K_QUANTUM, hi + 1, K_QUANTUM)})
+
+
+def k_moduli(
+    valid: Validity, codebook: int, ms: Sequence[int], variants: Sequence[str], n: int, top: int
+) -> list[int]:
+    """The moduli q > K_QUANTUM such that some variant (at some M) runs at two or more multiples of
+    K_QUANTUM up to ``top`` and not at all of them, and every K it runs at is a multiple of q (the gcd
+    of those K): the divisibility a tree may split on (service.tables.tree.KModFeature). RG16 KB4
+    gives 1024, KB5 1280."""
+    ks = range(K_QUANTUM, top + 1, K_QUANTUM)
+    out = set()
+    for m in ms:
+        for v in variants:
+            runs = [k for k in ks if valid(v, codebook, m, n, k)]
+            if 2 <= len(runs) < len(ks):
+                q = math.gcd(*runs)
+                if q > K_QUANTUM:
+                    out.add(q)
+    return sorted(out)
+
+
+def k_regions(ks: Sequence[int]) -> list[list[int]]:
+    """Per sorted grid K, every K a tree leaf holding it answers that a real K can be: the multiples of
+    K_QUANTUM between the cuts to its neighbours (service.tables.tree.split_threshold: isqrt of the
+    product), the grid K itself included; the first reaches down to K_QUANTUM, the last stops at itself."""
+    cuts = [0, *(math.isqrt(a * b) for a, b in itertools.pairwise(ks)), ks[-1]]
+    return [
+        sorted({k, *range((lo // K_QUANTUM + 1) * K_QUANTUM, hi + 1, K_QUANTUM)})
+        for k, lo, hi in zip(ks, cuts[:-1], cuts[1:], strict=True)
+    ]
+
+
 def grid_validity(
     valid: Validity, codebook: int, m: int, variants: Sequence[str], ns: Sequence[int], ks: Sequence[int]
 ) -> np.ndarray:
-    """len(ns) x len(ks) x variants: a variant is a candidate at a grid point only if it is valid there
-    and at the point's 8 grid neighbours. A tree leaf holding a grid point answers every (N, K) up to
-    the cuts halfway to its neighbours, and a restriction (the K slice fitting shared memory) may flip
-    in between; a variant valid at both ends of a step is taken as valid across it."""
+    """len(ns) x len(ks) x variants: a variant is a candidate at a grid point only if it is valid at
+    every K the tree leaf holding the point answers (k_regions: every multiple of K_QUANTUM up to the
+    cuts halfway to the neighbouring grid K) and at the point's N neighbours. A restriction may flip
+    between grid values (the K slice fitting shared memory) or hold at one multiple of 256 and not at
+    the next (whole ring stages per K slice). Requiring the point's 8 grid neighbours instead kept a
+    variant valid at every fourth multiple of 256 (RG16 KB4: K % 1024) out of every leaf: on the dense
+    H200 recording the neighbours' tree lost 9.5% mean at held-out shapes where its model lost 1.8%.
+
+    When ``valid`` does not read N (PackageValidity.reads_n) it is evaluated once per K, at every
+    multiple in each region. When it does, at every grid N but only at each region's grid K and its
+    first and last multiple of K_QUANTUM (a threshold in K is caught, a divisibility inside a region
+    of several multiples is not; where the grid holds every multiple, quantum_ks, regions are single
+    K): every multiple at every grid N took minutes for the prefill package."""
+    ks = list(ks)
+    regions = k_regions(ks)
+    reads_n = getattr(valid, "reads_n", True)
+    if reads_n:
+        regions = [sorted({k, region[0], region[-1]}) for k, region in zip(ks, regions, strict=True)]
+    every_k = sorted({k for region in regions for k in region})
+    index = {k: i for i, k in enumerate(every_k)}
+    probe_ns = list(ns) if reads_n else [ns[0]]
     at = np.array(
-        [[[valid(v, codebook, m, n, k) for v in variants] for k in ks] for n in ns], dtype=bool
-    ).reshape(len(ns), len(ks), len(variants))
-    padded = np.pad(at, ((1, 1), (1, 1), (0, 0)), mode="edge")
-    ok = np.ones_like(at)
-    for dn in range(3):
-        for dk in range(3):
-            ok &= padded[dn : dn + len(ns), dk : dk + len(ks)]
-    return ok
+        [[[valid(v, codebook, m, n, k) for v in variants] for k in every_k] for n in probe_ns], dtype=bool
+    ).reshape(len(probe_ns), len(every_k), len(variants))
+    region_ok = np.stack([at[:, [index[k] for k in region]].all(axis=1) for region in regions], axis=1)
+    if len(probe_ns) == 1:
+        return np.broadcast_to(region_ok, (len(ns), len(ks), len(variants))).copy()
+    padded = np.pad(region_ok, ((1, 1), (0, 0), (0, 0)), mode="edge")
+    return padded[:-2] & padded[1:-1] & padded[2:]
 
 
 DOMAIN_MIN = K_QUANTUM  # the smallest N and K a table is held to
@@ -191,6 +247,7 @@ class DomainValidity:
         self.ks = np.array(domain_grid_ks(), dtype=np.int64)
         self.reads_n = bool(getattr(valid, "reads_n", True))
         self._columns: dict[tuple[int, int, str], tuple[np.ndarray, np.ndarray]] = {}
+        self._quantum: dict[tuple[int, int, str, int], np.ndarray] = {}
 
     def _column(self, codebook: int, m: int, variant: str) -> tuple[np.ndarray, np.ndarray]:
         key = (codebook, m, variant)
@@ -211,10 +268,35 @@ class DomainValidity:
         """N x K x variants: valid at the cell and its 8 grid neighbours."""
         return np.stack([self._column(codebook, m, v)[1] for v in variants], axis=-1)
 
-    def cells(self, m: int) -> np.ndarray:
-        """N * K x (M, N, K) of the grid at one M key, N-major (the order of at / safe reshaped)."""
-        n, k = np.meshgrid(self.ns, self.ks, indexing="ij")
+    def cells(self, m: int, ks: np.ndarray | None = None) -> np.ndarray:
+        """N * K x (M, N, K) of the grid at one M key, N-major (the order of at / safe reshaped); ``ks``:
+        other K than the grid's (quantum_safe's)."""
+        n, k = np.meshgrid(self.ns, self.ks if ks is None else ks, indexing="ij")
         return np.column_stack([np.full(n.size, m), n.ravel(), k.ravel()]).astype(np.int64)
+
+    def quantum_safe(
+        self, codebook: int, m: int, variants: Sequence[str], top: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(ks, N x ks x variants) over every multiple of K_QUANTUM up to ``top``: valid at the cell and
+        at its N grid neighbours, not at its K neighbours. Every whole-block K is a cell here, so a leaf
+        answers no K between cells; and a leaf cut on K's divisibility (service.tables.tree.KModFeature)
+        holds no K neighbour: KB4 of the RG16 ring runs at K % 1024 == 0 only, and the 8-neighbour rule
+        (safe) never let a tree answer it."""
+        ks = np.arange(K_QUANTUM, min(top, DOMAIN_MAX_K) + 1, K_QUANTUM, dtype=np.int64)
+        out = []
+        for variant in variants:
+            key = (codebook, m, variant, int(ks[-1]))
+            if key not in self._quantum:
+                ns = self.ns.tolist() if self.reads_n else [int(self.ns[0])]
+                at = np.array(
+                    [[self.valid(variant, codebook, m, n, k) for k in ks.tolist()] for n in ns], dtype=bool
+                )
+                if self.reads_n:
+                    padded = np.pad(at, ((1, 1), (0, 0)), mode="edge")
+                    at = padded[:-2] & padded[1:-1] & padded[2:]
+                self._quantum[key] = np.broadcast_to(at, (len(self.ns), len(ks)))
+            out.append(self._quantum[key])
+        return ks, np.stack(out, axis=-1)
 
 
 @lru_cache(maxsize=16)

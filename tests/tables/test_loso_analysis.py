@@ -60,6 +60,8 @@ def test_analysis_bounds_and_loso(tmp_path: Path) -> None:
     assert loso["all_points"]["points"] == 30
     assert loso["beyond_noise"]["mean"] <= loso["all_points"]["mean"] + 1e-12
     assert loso["all_points"]["max"] <= 0.2
+    tree = loso["emitted_tree"]  # what the table answers at the held-out shape
+    assert tree["all_points"]["points"] == 30 and tree["all_points"]["max"] <= 0.2
 
 
 def test_a_recording_with_no_timed_point_is_named_so(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import itertools
 import math
 
 import numpy as np
+from pytest import MonkeyPatch
 
 from kernels.formats.registry import FORMATS
 from kernels.packages.loader import builtin_packages
@@ -193,3 +194,121 @@ def test_emitted_trees_never_answer_a_variant_ruled_out_above_the_measured_k() -
         assert tree.answer(1, 1024, 4096) == "D", policy  # D does win where it can run
         for m, n, k in itertools.product((1, 2), (300, 4096, 20000), (16384, 28672, 53248, 65536)):
             assert tree.answer(m, n, k) in ("A", "B"), (policy, m, n, k)
+
+
+def b_wins_at_n_2048(m: int, n: int, k: int) -> dict[str, float]:
+    """A is the best everywhere but at N = 2048, where B is 5% ahead at every K (a quirk of one N,
+    like the wave quantisation of B's tiles there) and 8% behind elsewhere; C is 2% off everywhere."""
+    base = n * k / 1e6 + 3.0
+    return {"A": base, "B": base * (0.95 if n == 2048 else 1.08), "C": base * 1.02}
+
+
+def test_additive_estimator_reads_the_quirk_of_the_held_out_n_from_its_row() -> None:
+    """Held out at N = 2048, the shape's N neighbours say A and its own row (the other K at N = 2048)
+    says B: the smoothing estimators average the row away, the additive one gives N = 2048 its
+    own effect and answers B; the inner leave-one-shape-out chooses it for that reason."""
+    points = grid_points(b_wins_at_n_2048, (1,), NS, KS)
+    train, held = held_out(points, (2048, 1024))
+    kernel = RegretKernel.of(train, ("A", "B", "C"), always_valid)
+    ok = np.ones((1, 3), dtype=bool)
+    for method in ("constant", "linear"):
+        assert int(np.argmin(kernel.predict([2048], [1024], (0.75, 0.75), ok, method)[0])) == 0, method
+    row = kernel.predict([2048], [1024], (0.75, 0.75), ok, "additive")[0]
+    assert int(np.argmin(row)) == 1 and row[0] > 0.03  # A predicted ~5% off, as it is
+    assert kernel.predict([3000], [1024], (0.75, 0.75), ok, "additive")[0].argmin() == 0  # not N = 2048
+    model = fit_neighbours(train, always_valid)[0]
+    assert model.method == "additive"
+    assert neighbours_answer({0: model})(held[0]) == "B"
+    assert neighbours_tree(model).answer(1, 2048, 1024) == "B"
+
+
+def d_needs_k_multiple_of_1024(variant: str, codebook: int, m: int, n: int, k: int) -> bool:
+    """D reads K in slices of whole 1024-weight stages (as RG16 KB4 does)."""
+    return variant != "D" or k % 1024 == 0
+
+
+def d_wins_where_it_runs(m: int, n: int, k: int) -> dict[str, float]:
+    base = n * k / 1e6 + 3.0
+    out = {"A": base, "B": base * 1.05}
+    if k % 1024 == 0:
+        out["D"] = base * 0.9
+    return out
+
+
+def test_emitted_tree_answers_a_divisibility_restricted_variant_exactly_where_it_runs() -> None:
+    """D is 10% ahead at every K it can run (multiples of 1024): the tree answers it at the held-out
+    K = 3072 and at every other multiple of 1024 inside the range, and never at a multiple of 256 in
+    between (a grid K's neighbours all invalid used to keep D out of the tree altogether)."""
+    ks = (1024, 1280, 2048, 2304, 4096, 4352)
+    points = grid_points(d_wins_where_it_runs, (1,), NS, ks) + grid_points(
+        d_wins_where_it_runs, (1,), NS, (3072,)
+    )
+    train = [p for p in points if p.k != 3072]
+    tree = neighbours_tree(fit_neighbours(train, d_needs_k_multiple_of_1024)[0])
+    for n in (300, 1024, 3000, 8192):
+        for k in range(1024, 4352 + 1, 256):
+            variant = tree.answer(1, n, k)
+            assert d_needs_k_multiple_of_1024(variant or "", 0, 1, n, k), (n, k, variant)
+            if k % 1024 == 0:
+                assert variant == "D", (n, k, variant)
+
+
+def test_k_regions_hold_every_multiple_of_256_a_leaf_answers() -> None:
+    """Each grid K's region runs to the tree's cuts (isqrt of neighbouring products), so the regions
+    partition the multiples of 256 up to the last grid K; a hole at 2304 (between 2048 and 2560, past
+    their cut at 2289) rules the variant out at 2560 and not at 2048."""
+    from service.tables.tree import split_threshold
+    from service.tables.validity import grid_validity, k_regions, quantum_ks
+
+    ks = quantum_ks([512, 2048, 2560, 8192], 2048, 4096)
+    assert ks == [512, 2048, 2304, 2560, 2816, 3072, 3328, 3584, 3840, 4096, 8192]
+    regions = k_regions(ks)
+    assert sorted(k for r in regions for k in r) == list(range(256, 8192 + 1, 256))
+    for k, region, lo, hi in zip(ks, regions, [0, *ks], [*ks[1:], 0], strict=False):
+        assert k in region
+        assert all(lo == 0 or q > split_threshold(lo, k) for q in region)
+        assert all(hi == 0 or q <= split_threshold(k, hi) for q in region)
+
+    def hole(variant: str, codebook: int, m: int, n: int, k: int) -> bool:
+        return k != 2304
+
+    grid = [512, 2048, 2560, 8192]
+    ok = grid_validity(hole, 0, 1, ["X"], [1024, 4096], grid)[:, :, 0]
+    assert ok[:, 1].all() and not ok[:, 2].any() and ok[:, 0].all() and ok[:, 3].all()
+
+
+def b_wins_where_n_2048_meets_k_2048(m: int, n: int, k: int) -> dict[str, float]:
+    """B is 8% behind A, but 6% less at N = 2048 and 6% less at K = 2048: ahead only where both meet."""
+    base = n * k / 1e6 + 3.0
+    return {"A": base, "B": base * (1.08 - 0.06 * (n == 2048) - 0.06 * (k == 2048)), "C": base * 1.02}
+
+
+def test_tree_answers_the_model_at_a_held_out_crossing_and_nowhere_else(monkeypatch: MonkeyPatch) -> None:
+    """Held out at (2048, 2048), the additive model reads B there from its row and column; the answer
+    holds at the crossing alone (each effect 1/16 octave wide), a pocket a greedy tree out of depth
+    (here depth 2: one leaf, A) merges away, so the emitted tree carries it as a graft of that point."""
+    import service.tables.neighbours as neighbours
+    from service.tables.neighbours import crossings, graft_crossings
+
+    points = grid_points(b_wins_where_n_2048_meets_k_2048, (1,), NS, KS)
+    train, held = held_out(points, (2048, 2048))
+    model = fit_neighbours(train, always_valid, methods=("additive",))[0]
+    assert (2048, 2048) in crossings(model.kernels[1])
+    assert neighbours_answer({0: model})(held[0]) == "B"
+    monkeypatch.setattr(neighbours, "TREE_DEPTH", 2)
+    tree = neighbours_tree(model)
+    assert tree.answer(1, 2048, 2048) == "B"
+    away = ((2048, 2560), (3000, 2048), (2048, 1536), (1536, 2048))  # beyond LEVEL_TOL of the crossing
+    assert {tree.answer(1, n, k) for n, k in away} <= {"A", "C"}
+    grafted = graft_crossings(model, tree)
+    assert grafted.root.leaves() == tree.root.leaves()  # nothing left to graft: idempotent
+
+
+def test_graft_answers_exactly_the_point() -> None:
+    from service.tables.neighbours import _graft
+    from service.tables.tree import TreeNode
+
+    root = _graft(TreeNode("A", points=4, regret=0.0, best="A"), 2, 1024, 4096, "B")
+    assert root.answer(2, 1024, 4096) == "B"
+    for m, n, k in itertools.product((1, 2, 3), (1023, 1024, 1025), (3840, 4096, 4352)):
+        assert root.answer(m, n, k) == ("B" if (m, n, k) == (2, 1024, 4096) else "A")

@@ -126,7 +126,7 @@ def test_rounds_feature_matches_the_geometry_and_the_dialects_evaluate_it() -> N
     assert RoundsFeature.parse(kb8.name) == kb8
     assert kb8.value(5120) == 2 and kb8.value(5096) == 1 and RoundsFeature(4, 24, 132, 8, 3).value(5120) == 1
     for n in (1, 255, 5097, 5148, 5149, 17408, 248320, 4_000_000):
-        assert _rounds(kb8.name, n) == feature_value(kb8.name, 1, n, 512) == kb8.value(n)
+        assert _rounds(kb8.name, n, 512) == feature_value(kb8.name, 1, n, 512) == kb8.value(n)
     assert kbtw_geometry(132, 32).features([A, "KB8/TW24"]) == [
         RoundsFeature(1, 24, 132, 8, 3).name,
         kb8.name,

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import math
+import subprocess
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from service.tables import PointTimes, TableChoice, generate_table
@@ -75,3 +78,41 @@ def test_tree_table_compiles_replays_and_says_so_in_the_header(dialect: str) -> 
     assert "codebook 19: tree (held-out mean regret over 35 shapes" in table.text
     if dialect != "json":
         assert "if (k <= " in table.text and "decision tree over log2 M, N, K" in table.text
+
+
+def test_k_mod_feature_reads_alike_in_python_cpp_and_json(cxx: str, tmp_path: Path) -> None:
+    """A KModFeature split (K % q up to a top, q beyond it) is the same integer in the tree, in the
+    C++ a table compiles and in a json consumer's reading of its documented name."""
+    from service.tables.dialects.cpp_common import feature_expr
+    from service.tables.dialects.json_table import _rounds
+    from service.tables.tree import KModFeature, feature_value
+
+    feature = KModFeature(1024, 17408)
+    assert KModFeature.parse(feature.name) == feature
+    ks = [256, 1024, 1280, 7168, 7424, 17408, 18432, 65536]
+    want = [feature_value(feature.name, 1, 4096, k) for k in ks]
+    assert want == [256, 0, 256, 0, 256, 0, 1024, 1024]
+    assert [_rounds(feature.name, 4096, k) for k in ks] == want
+    body = "\n".join(
+        f'    {{ const int k = {k}; std::printf("%d\\n", {feature_expr(feature.name, "m", "")}); }}'
+        for k in ks
+    )
+    (tmp_path / "f.cpp").write_text(f"#include <cstdio>\nint main() {{\n{body}\n    return 0;\n}}\n")
+    subprocess.run(
+        [cxx, "-std=c++17", str(tmp_path / "f.cpp"), "-o", str(tmp_path / "f")], check=True, timeout=120
+    )
+    out = subprocess.run([str(tmp_path / "f")], check=True, capture_output=True, text=True, timeout=30)
+    assert [int(x) for x in out.stdout.split()] == want
+
+
+def test_tree_splits_on_k_mod_where_a_variant_runs_at_every_fourth_k() -> None:
+    """D wins at K % 1024 == 0 only: with the feature one split separates it, where cuts on K alone
+    need two per such K."""
+    from service.tables.tree import KModFeature, fit_tree_matrix
+
+    ks = list(range(1024, 8192 + 1, 256))
+    base = np.array([[1, 4096, k] for k in ks], dtype=np.int64)
+    matrix = np.array([[0.0, 0.1] if k % 1024 == 0 else [0.1, 0.0] for k in ks])
+    root = fit_tree_matrix(matrix, ["D", "E"], base, {}, 2, 1, extra_features=[KModFeature(1024, 8192).name])
+    assert root.feature == KModFeature(1024, 8192).name and root.leaves() == 2
+    assert fit_tree_matrix(matrix, ["D", "E"], base, {}, 2, 1).leaves() < len(ks)  # depth 2 cannot

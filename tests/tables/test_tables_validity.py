@@ -198,3 +198,32 @@ def test_cpp_table_returns_false_where_no_variant_runs() -> None:
     assert "return false;  // no variant of the table is valid here" in table.text
     assert any(c.startswith("replay reproduces") for c in table.checks)
     assert any(c.startswith("answers valid on the domain grid") for c in table.checks)
+
+
+def test_keep_valid_reads_k_divisibility_splits_and_checks_every_k_they_hold() -> None:
+    """D runs at K % 1024 == 0 up to K = 4096 and wins at every multiple of 1024 the rows hold (to
+    8192). A tree split on K % 1024 keeps D where it runs: the 8-neighbour rule alone would rule it out
+    at every K (its grid neighbours are never multiples of 1024). Past 4096 keep_valid takes it out: a
+    leaf ``k % 1024 <= 0`` is checked at each K it holds, not passed for holding no domain cell."""
+    import numpy as np
+
+    from service.tables.tree import KModFeature, fit_tree_matrix
+
+    def d_divides(variant: str, codebook: int, m: int, n: int, k: int) -> bool:
+        return variant != "D" or (k % 1024 == 0 and k <= 4096)
+
+    feature = KModFeature(1024, 8192)
+    ks = list(range(1024, 8192 + 1, 256))
+    base = np.array([[1, n, k] for n in (1024, 4096) for k in ks], dtype=np.int64)
+    matrix = np.array([[0.0, 0.1] if k % 1024 == 0 else [MISSING, 0.0] for _, _, k in base])
+    root = fit_tree_matrix(
+        matrix, ["D", "E"], base, {}, 4, 1, extra_features=[feature.name], validity=d_divides
+    )
+    assert feature.name in root.features()
+    for n in (256, 1024, 4096, 65536):
+        for k in range(256, 65536 + 1, 256):
+            assert d_divides(root.answer(1, n, k), 0, 1, n, k), (n, k)
+        assert [k for k in ks if root.answer(1, n, k) == "D"] == [1024, 2048, 3072, 4096]
+
+
+MISSING = 1e6

@@ -15,7 +15,7 @@ from service.tables.codecs import PREFILL_M_BUCKETS
 from service.tables.fallback import ASPECT_CLASSES
 from service.tables.model import CODEBOOK_FORMATS, FallbackRule, HeaderInfo, TableChoice
 from service.tables.policy import Fallback
-from service.tables.tree import FEATURES, NO_ANSWER, FallbackTree, RoundsFeature, TreeNode
+from service.tables.tree import FEATURES, NO_ANSWER, FallbackTree, KModFeature, RoundsFeature, TreeNode
 
 _SAFE_COMMENT_RE = re.compile(r"[^A-Za-z0-9_.,:;=+<>()%/ \-]")
 ASPECT_IDENT: dict[str, str] = {
@@ -160,9 +160,12 @@ def rounds_helper(p: str) -> list[str]:
 
 
 def feature_expr(feature: str, m_name: str, p: str) -> str:
-    """C++ expression of a tree feature (M key, n, k, or a RoundsFeature call)."""
+    """C++ expression of a tree feature (M key, n, k, a KModFeature, or a RoundsFeature call)."""
     if feature in FEATURES:
         return m_name if feature == "m" else feature
+    kmod = KModFeature.parse(feature)
+    if kmod is not None:
+        return f"(k <= {kmod.upto} ? k % {kmod.q} : {kmod.q})"
     rounds = RoundsFeature.parse(feature)
     if rounds is None:
         raise ValueError(f"no C++ for tree feature {feature!r}")
@@ -191,7 +194,9 @@ def render_tree(
 
 def _tree_case(cb: int, tree: FallbackTree, m_name: str, config: Callable[[str], str], p: str) -> list[str]:
     ms = " || ".join(f"{m_name} == {m}" for m in tree.ms)
-    over = "M, N, K" + (" and launch rounds" if tree.root.features() - set(FEATURES) else "")
+    extra = tree.root.features() - set(FEATURES)
+    over = "M, N, K" + (" and launch rounds" if any(RoundsFeature.parse(f) for f in extra) else "")
+    over += " and K's divisibility" if any(KModFeature.parse(f) for f in extra) else ""
     head = f"decision tree over {over}: depth {tree.root.depth()}, {tree.root.leaves()} leaves"
     return [
         f"    case {cb}: {{  // {comment(head)}",
@@ -211,7 +216,7 @@ def render_fallback(p: str, m_name: str, fallback: Fallback, config: Callable[[s
         if rules and cb not in fallback.trees:
             nested[cb][m][aspect] = list(rules)
     trees = dict(fallback.trees)
-    geometric = any(t.root.features() - set(FEATURES) for t in trees.values())
+    geometric = any(RoundsFeature.parse(f) for t in trees.values() for f in t.root.features() - set(FEATURES))
     out = [
         *(rounds_helper(p) if geometric else []),
         f"inline bool select{p}AspectFallback(",

@@ -26,9 +26,13 @@ from service.tables.tree import NO_ANSWER, TreeNode
 ASPECTS = ("very_wide", "wide", "balanced", "tall")
 
 
-def _rounds(feature: str, n: int) -> int:
-    """A rounds_kb*_tw*_cu*_r*_b* feature read from its name alone, as a json consumer would (written
-    apart from service.tables.tree.RoundsFeature so the replay checks the documented formula)."""
+def _rounds(feature: str, n: int, k: int) -> int:
+    """A rounds_kb*_tw*_cu*_r*_b* (or k_mod_*) feature read from its name alone, as a json consumer
+    would (written apart from service.tables.tree so the replay checks the documented formula)."""
+    modulus = re.fullmatch(r"k_mod_(\d+)_upto_(\d+)", feature)
+    if modulus is not None:
+        q, upto = int(modulus.group(1)), int(modulus.group(2))
+        return k % q if k <= upto else q
     found = re.fullmatch(r"rounds_kb(\d+)_tw(\d+)_cu(\d+)_r(\d+)_b(\d+)", feature)
     if found is None:
         raise ValueError(f"unknown tree feature {feature!r}")
@@ -146,7 +150,8 @@ class JsonDialect:
             "(no variant is valid there); otherwise its `fallback` segments answer. "
             "A feature rounds_kb{kb}_tw{tw}_cu{cus}_r{rows}_b{resident} is the launch rounds of that KB/TW "
             "grid at n, in integers: per = max(1, tw*cus // kb), rows_per_wave = max(1, ceil(n / per)), "
-            "blocks = ceil(n / (rows_per_wave*rows)) * kb, rounds = ceil(blocks / (cus*resident))",
+            "blocks = ceil(n / (rows_per_wave*rows)) * kb, rounds = ceil(blocks / (cus*resident)); "
+            "a feature k_mod_{q}_upto_{h} is k % q where k <= h, else q",
             "codebooks": codebooks,
         }
         if self.package is not None:
@@ -182,7 +187,7 @@ class JsonDialect:
                         while "config" not in node:
                             value = values.get(node["feature"])
                             if value is None:
-                                value = _rounds(node["feature"], n)
+                                value = _rounds(node["feature"], n, k)
                             below = value <= node["threshold"]
                             node = node["le"] if below else node["gt"]
                         answer = None if node["config"] is None else tuple(node["config"])
