@@ -46,6 +46,9 @@ if [ "$what" = stack ] || [ "$what" = all ]; then
   extra=(--compile-concurrency "${COMPILE_PROCS:-$(nproc)}")
   [ -n "${PRECOMPILE:-}" ] && extra+=(--precompile "$PRECOMPILE")
   [ -n "${COMPILE_ONLY:-}" ] && extra+=(--compile-only)
+  # one GPU (GPUS=0): KILL_GPU=0 RESTART_KILLED=5 kills the only GPU worker and starts a new one, as a restart policy does
+  [ -n "${KILL_GPU:-}" ] && extra+=(--kill-gpu "$KILL_GPU")
+  [ -n "${RESTART_KILLED:-}" ] && extra+=(--restart-killed "$RESTART_KILLED")
   timeout -k 15 "${STACK_TIMEOUT:-345}" $py bench/stack_run.py --servers .srv --arch "$ARCH" --gpus "$GPUS" \
     --profile "$PROFILE" --timeout "${SWEEP_TIMEOUT:-300}" --kill-after "${KILL_AFTER:-10}" \
     "${extra[@]}" --out /tmp/stack-out >> "$log" 2>&1
@@ -53,8 +56,9 @@ if [ "$what" = stack ] || [ "$what" = all ]; then
   for pid in $(cat /tmp/stack-out/stack-pids 2>/dev/null); do  # only what stack_run started, by id
     kill -9 "$pid" 2>/dev/null && echo "# ended leftover pid $pid" >> "$log"
   done
-  cp /tmp/stack-out/stack-summary.json "$OUT/stack-h200x2-$tag.json" 2>/dev/null
-  tar czf "$OUT/stack-logs-h200x2-$tag.tar.gz" -C /tmp/stack-out stack-logs 2>/dev/null
+  ngpu=$(tr ',' '\n' <<<"$GPUS" | grep -c .)  # the files say how many GPUs ran (h200x1 / h200x2)
+  cp /tmp/stack-out/stack-summary.json "$OUT/stack-h200x$ngpu-$tag.json" 2>/dev/null
+  tar czf "$OUT/stack-logs-h200x$ngpu-$tag.tar.gz" -C /tmp/stack-out stack-logs 2>/dev/null
 fi
 
 if [ "$what" = record ] || [ "$what" = all ]; then

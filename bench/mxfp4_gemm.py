@@ -33,6 +33,9 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from torch_timing import cupti_per_dispatch  # noqa: E402  (imports torch only when called)
 
 PACKAGE_NAME = "tb-mxfp4-gemm"
 SQUARE = {"name": "square", "n": 8192, "k": 8192}
@@ -205,17 +208,12 @@ def torch_child(job: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _timed(torch: Any, ws: list[Any], fn: Any, reps: int = 10, warm: int = 3) -> float:
-    """Median CUDA-event time (us) of fn(weight copy), the copies taken in turn."""
-    times = []
-    for i in range(warm + reps):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+    """Median CUPTI kernel time (us) of fn(weight copy), the copies taken in turn (bench/torch_timing.py: CUDA
+    events around each call, this bench's method until 2026-12-01, also counted the host's enqueue time)."""
+    for i in range(warm):
         fn(ws[i % len(ws)])
-        stop.record()
-        stop.synchronize()
-        if i >= warm:
-            times.append(start.elapsed_time(stop) * 1e3)
-    return float(statistics.median(times))
+    torch.cuda.synchronize()
+    return float(cupti_per_dispatch(lambda i: fn(ws[i % len(ws)]), reps)["cupti_us"])
 
 
 def run_torch(points_: list[dict[str, Any]], folder: Path, timeout: float) -> list[dict[str, Any]]:

@@ -7,7 +7,9 @@ outputs, weights rotated past twice the L2, per-dispatch CUPTI time of BOTH kern
 activation-quantising prelaunch and the GEMM), over a candidate variant list; the winner is the fastest
 variant by median device time among those that pass parity. cuBLAS fp16 is torch.matmul on fp16 weights of
 the same shapes in a child process (torch beside the project's pinned wheels does not import), weights
-rotated the same way. TFLOPS count 2*M*N*K; ratios are reference time / tb-prefill time (> 1: faster).
+rotated the same way, timed the same way as ours (CUPTI kernel durations through torch.profiler; CUDA events
+around each call and around back-to-back calls recorded beside it). TFLOPS count 2*M*N*K; ratios are
+reference time / tb-prefill time (> 1: faster).
 
     python bench/prefill_roofline.py [--formats Q4_0,Q8_0,Q4_K] [--shapes GateUp,QKV] [--m 128,512,2048]
         [--variants V1,V2,...] [--dispatches 8] [--warmup 2] [--jobs 16] [--out FILE]
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import json
 import os
 import statistics
@@ -30,6 +33,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from torch_timing import cupti_per_dispatch, events_per_call  # noqa: E402  (imports torch only when called)
 
 SHAPES = {"GateUp": ("Qwen36_FFN_GateUp", 17408, 5120), "QKV": ("Qwen36_Attn_QKVProjection", 12288, 5120)}
 FORMATS = ("Q4_0", "Q8_0", "Q4_K")
@@ -185,7 +191,14 @@ def run_point(
 def cublas_fp16(
     points: list[tuple[str, int, int, int]], l2_bytes: int, dispatches: int
 ) -> list[dict[str, Any]]:
-    """torch.matmul(x fp16 [M,K], W^T fp16 [K,N]), weights rotated past twice the L2; CUDA events."""
+    """torch.matmul(x fp16 [M,K], W^T fp16 [K,N]), weights rotated past twice the L2, timed three ways.
+
+    ``median_us`` is what tb-prefill's times are: the CUPTI device time of each dispatch's kernels (through
+    torch.profiler, which records CUPTI kernel activity), the median over dispatches. Beside it, for the
+    record: ``events_us``, CUDA events around each host call, which also counts the GPU idling while the host
+    enqueues the matmul (this bench's method until 2026-12-01: at M = 128 it read 20-40% slower than the
+    kernels ran), and ``stream_us``, events around ``dispatches`` back-to-back calls / dispatches.
+    """
     import torch
 
     out = []
@@ -197,23 +210,37 @@ def cublas_fp16(
         ws = [torch.randn(n, k, device="cuda", dtype=torch.float16) for _ in range(copies)]
         for m in ms:
             x = torch.randn(m, k, device="cuda", dtype=torch.float16)
-            times = []
-            for i in range(dispatches + 3):
-                start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
+            for i in range(5):  # warm-up: cuBLAS heuristics, workspace, clocks
                 torch.matmul(x, ws[i % copies].t())
-                stop.record()
-                stop.synchronize()
-                if i >= 3:
-                    times.append(start.elapsed_time(stop) * 1e3)
-            med = statistics.median(times)
-            tflops = 2.0 * m * n * k / (med * 1e-6) / 1e12
-            out.append(
-                {"shape": shape, "n": n, "k": k, "m": m, "median_us": med, "tflops": tflops, "copies": copies}
-            )
+            torch.cuda.synchronize()
+            call = functools.partial(_matmul_rotated, torch, x, ws)
+            events = events_per_call(call, dispatches)
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for i in range(dispatches):
+                call(i)
+            stop.record()
+            stop.synchronize()
+            stream = start.elapsed_time(stop) * 1e3 / dispatches
+            row: dict[str, Any] = {
+                "shape": shape, "n": n, "k": k, "m": m, "copies": copies,
+                "events_us": statistics.median(events), "stream_us": stream,
+            }  # fmt: skip
+            try:
+                row.update(cupti_per_dispatch(call, dispatches))
+                row["median_us"], row["method"] = row["cupti_us"], "CUPTI kernel activity (torch.profiler)"
+            except Exception as error:  # the profiler missing on an image: say so, compare on events
+                row["cupti_error"] = f"{type(error).__name__}: {error}"
+                row["median_us"], row["method"] = row["events_us"], "CUDA events around each call"
+            row["tflops"] = 2.0 * m * n * k / (row["median_us"] * 1e-6) / 1e12
+            out.append(row)
         del ws
         torch.cuda.empty_cache()
     return out
+
+
+def _matmul_rotated(torch: Any, x: Any, ws: list[Any], i: int) -> Any:
+    return torch.matmul(x, ws[i % len(ws)].t())
 
 
 def cublas_in_child(points: list[tuple[str, int, int, int]], l2_bytes: int, dispatches: int) -> list[dict]:
@@ -377,6 +404,13 @@ def _print_table(result: dict[str, Any]) -> None:
             f"{label:28} {p.get('winner', '-'):29} {us:>8} {tf:>7} {vs_mmq:>6} {vs_cub:>7}"
             + "".join(f" {best.get(e, '-'):>7}" for e in ("E0", "E1", "E2", "E3"))
         )
+    for c in result["cublas_fp16"]:  # the three timings of cuBLAS, side by side
+        if "median_us" in c:
+            cupti = f"{c['cupti_us']:.1f}" if "cupti_us" in c else c.get("cupti_error", "-")[:40]
+            print(
+                f"cuBLAS {c['shape'][:20]:20} M{c['m']:<5} cupti {cupti:>7} events {c['events_us']:.1f}"
+                f" stream {c['stream_us']:.1f} kernels/call {c.get('kernels_per_dispatch', '-')}"
+            )
 
 
 if __name__ == "__main__":

@@ -5,6 +5,10 @@ finish (the reconciler re-queues what the dead worker held) with no duplicate me
 SQL); then the nightly task must regenerate tables. The summary splits compile time (the compile worker's
 jobs, per format) from measure time (the GPU workers' tasks).
 
+``--gpus 0 --kill-gpu 0 --restart-killed 5``: one GPU, its only worker SIGKILLed mid-task and a new one
+started 5 s later (what a supervisor's restart policy does); the sweep can finish only through the
+reconciler's re-queue and the new worker.
+
 ``--compile-only`` starts no GPU worker: it submits the sweep and waits for the compile worker to build
 every unit (e.g. the sm_90 cubins on a machine without a GPU, to carry them as a warm cache).
 
@@ -304,6 +308,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--max-dispatches", type=int, default=200)
     p.add_argument("--kill-gpu", type=int, default=1, help="worker (device index) to SIGKILL; -1: none")
     p.add_argument("--kill-after", type=int, default=3, help="kill once it finished this many tasks")
+    p.add_argument("--restart-killed", type=float, default=-1.0,
+                   help="start a new worker for the killed one's GPU this many seconds after the kill, as a "
+                   "supervisor's restart policy does (compose: restart: unless-stopped); < 0: never. With "
+                   "one GPU this is how the sweep can finish after the kill")  # fmt: skip
     p.add_argument("--lease-seconds", type=float, default=15)
     p.add_argument("--reconcile-seconds", type=float, default=5)
     p.add_argument("--timeout", type=float, default=600, help="seconds for the sweep, kill included")
@@ -360,6 +368,7 @@ class StackRun:
         self.gpus = [int(g) for g in args.gpus.split(",") if g.strip()]
         self.admin_url = ""
         self.database_name = f"tb_stack_{os.getpid()}"
+        self.stack_env: dict[str, str] = {}
 
     def phase(self, name: str, since: float) -> None:
         self.phases[name] = time.monotonic() - since
@@ -403,6 +412,7 @@ class StackRun:
             "TUNEBASE_REQUEUE_LOST_AFTER_SECONDS": str(max(10.0, 2 * args.lease_seconds)),
             "TUNEBASE_PRECOMPILE": args.precompile,
         }
+        self.stack_env = env
         t = time.monotonic()
         run_cli(["db", "upgrade"], env, 180)
         scopes = ["--scopes", "read,submit,admin"]
@@ -463,6 +473,7 @@ class StackRun:
         if not args.compile_only and args.kill_gpu in self.gpus:
             victim = self.workers[self.gpus.index(args.kill_gpu)]
         killed: dict[str, Any] | None = None
+        killed_at = 0.0
         online: set[int] = set()
         while time.monotonic() < submitted + args.timeout:
             compiler = self.compiler if "compile_wall_s" not in self.phases else None
@@ -488,6 +499,15 @@ class StackRun:
                         "tasks_done_before_kill": victim.done_tasks(), "tasks_in_flight": held,
                         "task_counts_at_kill": counts,
                     }  # fmt: skip
+                    killed_at = time.monotonic()
+            restart_due = (
+                killed is not None
+                and "restarted" not in killed
+                and args.restart_killed >= 0
+                and time.monotonic() >= killed_at + args.restart_killed
+            )
+            if restart_due and killed is not None and victim is not None:
+                killed["restarted"] = self.restart(victim, round(time.monotonic() - submitted, 1))
             if counts["queued"] == 0 and counts["running"] == 0:
                 break
             time.sleep(0.5)
@@ -511,6 +531,15 @@ class StackRun:
         if status["tasks"]["failed"]:
             self.failures.append(f"{status['tasks']['failed']} task(s) failed")
         return sweep_id
+
+    def restart(self, victim: Proc, at_s: float) -> dict[str, Any]:
+        """A new worker for the dead one's GPU, same argv, its own log: the supervisor's restart."""
+        fresh = Proc(f"{victim.name}-restarted", victim.argv, self.logs / f"{victim.name}-restarted.log",
+                     env=dict(victim.env))  # fmt: skip
+        fresh.start(self.stack_env, self.args.out / "stack-pids")
+        self.workers.append(fresh)
+        self.procs.append(fresh)
+        return {"worker": fresh.name, "pid": fresh.pid, "seconds_after_submit": at_s}
 
     def expected_compile_jobs(self, sweep_id: int) -> int:
         """What enqueue_sweep sent to the compile queue for this sweep (workers/precompile.py's rule)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -149,6 +150,29 @@ def test_judge_gives_regret_on_hardware_beside_the_recording(tmp_path: Path) -> 
         assert row["regret_on_hardware"] == pytest.approx(row["table_median_us"] / best - 1)
         assert row["parity_failed"] == ([FAILS] if FAILS in row_recorded(manifest, row) else [])
         assert row["lookup_matches_replay"] == (row["replay_variant"] == row["table_variant"])
+
+
+def test_judge_times_the_recordings_own_best_as_the_floor(tmp_path: Path) -> None:
+    """The recording's fastest variant, timed by the program 10% slower than recorded: its regret here is the
+    part of the table's regret that comes from the two measurement contexts, not from the table."""
+    manifest = build(tmp_path, "--no-compile")
+    lines = fake_output(manifest)
+    expected = []
+    for line, planned in zip(lines, manifest["points"], strict=True):
+        recorded = planned["recorded_median_us"]
+        top = min(recorded, key=recorded.__getitem__)
+        if top == FAILS:
+            continue
+        timing = line["variants"][top]
+        timing["times_us"] = [t * 1.1 for t in timing["times_us"]]
+        passed = {v: statistics.median(d["times_us"]) for v, d in line["variants"].items() if v != FAILS}
+        expected.append(passed[top] / min(passed.values()) - 1)
+    text = "\n".join("POINT " + json.dumps(line) for line in lines)
+    verdict = table_dispatch.judge(manifest, table_dispatch.parse_lines(text))
+    floor = verdict["recorded_best_regret_on_hardware"]
+    assert expected and any(e > 0 for e in expected)
+    assert floor["mean"] == pytest.approx(statistics.fmean(expected))
+    assert floor["max"] == pytest.approx(max(expected))
 
 
 def row_recorded(manifest: dict, row: dict) -> dict[str, float]:  # type: ignore[type-arg]
