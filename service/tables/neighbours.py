@@ -33,7 +33,13 @@ out regret is 0.89% mean / 4.5% p95 where the linear estimator's was 1.82% / 7.9
 worse or no better): candidates cut to the winners (or near-winners) of the 4-16 nearest shapes,
 weighted quantiles, an uncertainty penalty, regret capped before fitting, pooling the other M's
 observations, effects per work-size (N x K) band, a launch-rounds covariate (only one point moved),
-hedging toward a smoother fit.
+hedging toward a smoother fit. Nor, on the same data (argmin, mean / p95 against 0.86% / 4.46%):
+the estimator and bandwidths chosen per M key (0.87% / 4.51%), bandwidths of 0.375 or 1.5 octaves
+beside these (0.86% / 4.46%, 0.84% / 4.62%), a K slope per measured N (0.93-0.94% / 4.8-5.1%),
+choosing by the root mean square or mean + p95 / 4 of the inner held-out regret (0.81% / 4.32%,
+0.84% / 4.46%: within what one shape more or less moves). Of the 38 points over 3%, the measured best
+is the model's second or third choice at 26 (at 22 of them predicted under 4% behind): near-tied
+variants whose order flips between neighbouring shapes (PG0 / PG3, RW1 / RW2, PP2 / PP3 of one ring).
 
 Table: the model's predicted regrets label a grid of (M, N, K) (GRID_STEP octaves over the training
 range and ``GRID_BEYOND`` beyond it, plus the measured N and every multiple of 256 in K up to
