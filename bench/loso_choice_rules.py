@@ -14,10 +14,12 @@ predicted regret rows at the held-out points), then scores choice rules on the s
   of each variant around the query;
 * cross_m: the predicted regret averaged with BETA x the neighbouring M keys' at the same shape;
 * tie: among candidates within DELTA of the argmin, the one the constant estimator ranks first;
-* bootstrap: the median (q75) of B Poisson-reweighted refits of the chosen estimator at the query.
+* bootstrap: the median (q75) of B Poisson-reweighted refits of the chosen estimator at the query;
+* hindsight (not a rule, a bound on re-ranking): the measured best of the argmin's top 2 (3).
 
---slope-ridge sets ADDITIVE_SLOPE_RIDGE and --target regret fits the additive estimator on log(1 +
-regret) instead of log time (both refit all folds). Model only: no tree (bench/loso_analysis.py).
+--slope-ridge sets ADDITIVE_SLOPE_RIDGE, --level-ridge LEVEL_RIDGE, and --target regret fits the
+additive estimator on log(1 + regret) instead of log time (each refits all folds). Model only: no
+tree (bench/loso_analysis.py).
 
 Usage: python bench/loso_choice_rules.py --data bench/results/<recording>.json.gz [--format Q4_0]
 """
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,7 +125,8 @@ def ensemble_rule(size: int, how: str) -> Rule:
         if not ok.any():
             return None
         rows = np.where(np.isfinite(rows), rows, np.nan)
-        with np.errstate(all="ignore"):
+        with warnings.catch_warnings():  # an all-nan column: not a candidate
+            warnings.simplefilter("ignore", RuntimeWarning)
             s = np.nanmean(rows, axis=0) if how == "mean" else np.nanmax(rows, axis=0)
         return int(np.argmin(np.where(ok, s, np.inf)))
 
@@ -216,9 +220,22 @@ def bootstrap_rule(draws: int, q: float) -> Rule:
         ok = np.repeat(np.isfinite(row)[None, :], draws, axis=0)
         rows = kern._estimate(w, np.repeat(qn, draws), np.repeat(qk, draws), ok, c.method)
         rows = np.where(np.isfinite(rows), rows, np.nan)
-        with np.errstate(all="ignore"):
+        with warnings.catch_warnings():  # an all-nan column: not a candidate
+            warnings.simplefilter("ignore", RuntimeWarning)
             s = np.nanpercentile(rows, q, axis=0)
         return int(np.argmin(np.where(np.isfinite(row) & np.isfinite(s), s, np.inf)))
+
+    return rule
+
+
+def hindsight_rule(top: int) -> Rule:
+    """Not a rule: the measured best of the argmin's ``top`` candidates (what re-ranking could get)."""
+
+    def rule(fold: Fold, p: MeasuredPoint) -> int | None:
+        row = ranked(fold)[0].preds[p.m]
+        times = p.times_us or {}
+        pool = [int(j) for j in np.argsort(row)[:top] if np.isfinite(row[j])]
+        return min(pool, key=lambda j: times.get(fold.variants[j], np.inf)) if pool else None
 
     return rule
 
@@ -243,10 +260,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, required=True)
     parser.add_argument("--format", default="Q4_0")
     parser.add_argument("--slope-ridge", type=float, default=nb.ADDITIVE_SLOPE_RIDGE)
+    parser.add_argument("--level-ridge", type=float, default=nb.LEVEL_RIDGE)
     parser.add_argument("--target", choices=("time", "regret"), default="time")
     parser.add_argument("--argmin-only", action="store_true", help="score the argmin rules alone")
     args = parser.parse_args(argv)
-    nb.ADDITIVE_SLOPE_RIDGE = args.slope_ridge
+    nb.ADDITIVE_SLOPE_RIDGE, nb.LEVEL_RIDGE = args.slope_ridge, args.level_ridge
     recorded, _ = load_recording(args.data)
     recs = sorted(
         (p for p in recorded if p.format == args.format and p.eligible), key=lambda p: (p.m, p.n, p.k)
@@ -274,11 +292,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("tie within 0.5% by constant 1/1", tie_rule(0.005)),
             ("bootstrap 24 median", bootstrap_rule(24, 50.0)),
             ("bootstrap 24 q75", bootstrap_rule(24, 75.0)),
+            ("hindsight: measured best of the top 2", hindsight_rule(2)),
+            ("hindsight: measured best of the top 3", hindsight_rule(3)),
         ]
     with single_blas_thread():
         folds = folds_of(points, validity_for(names, recs[0].arch), args.target)
         print(f"{len(points)} points, {len(folds)} folds, {time.monotonic() - started:.0f} s; "
-              f"ADDITIVE_SLOPE_RIDGE {args.slope_ridge:g}, target {args.target}")  # fmt: skip
+              f"ADDITIVE_SLOPE_RIDGE {args.slope_ridge:g}, "
+        f"LEVEL_RIDGE {args.level_ridge:g}, target {args.target}")  # fmt: skip
         for label, rule in rules:
             print(f"{label:42s} {score(folds, rule)}", flush=True)
     return 0
