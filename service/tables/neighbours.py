@@ -40,6 +40,23 @@ choosing by the root mean square or mean + p95 / 4 of the inner held-out regret 
 0.84% / 4.46%: within what one shape more or less moves). Of the 38 points over 3%, the measured best
 is the model's second or third choice at 26 (at 22 of them predicted under 4% behind): near-tied
 variants whose order flips between neighbouring shapes (PG0 / PG3, RW1 / RW2, PP2 / PP3 of one ring).
+Choosing other than by the argmin does not get the p95 down either (bench/loso_choice_rules.py --data
+bench/results/loso-dense-recording-h200-2026-12-01-dense-b.json.gz, model only, mean / p95 / points
+over 3% against 0.86% / 4.46% / 38): the mean (max) of the predicted regrets of the 3 (4) best
+estimator x bandwidth candidates of the inner LOSO 0.85% / 4.41% / 37 (0.87% / 4.46% / 39), of all
+27 1.67% / 7.42%; among the argmin's top 2 within 1% (2%) of it, the one of least measured regret at
+the 3 (2) nearest training shapes 0.83% / 4.46% / 40 (0.86% / 4.64% / 41), or the top 5 scored by
+prediction + 0.1 x the mean measured regret at the 4 nearest 0.89% / 4.86%; prediction + 0.5 x the
+kernel-weighted positive inner-LOSO error of the variant (0.25 x absolute) 0.85% / 4.46% / 38 (0.87%
+/ 4.46% / 40); averaged with 0.1 x (capped at 10%) or 0.25 x the neighbouring M keys' prediction
+0.86% / 4.46% (1.00% / 5.06%); near-ties (within 0.5%) broken by the constant estimator 0.91% /
+4.80%; the median (q75) of 24 Poisson-reweighted refits 0.89% / 5.06% (0.97% / 5.29%); fitting the
+additive estimator on log(1 + regret) instead of log time (--target regret) 0.96% / 4.90%. With
+hindsight the measured best of the argmin's top 2 (3) would give 0.38% / 2.22% (0.15% / 0.49%): the
+information is in the top candidates, but nothing seen at the neighbours says which of them. Of the
+additive estimator's own constants (--argmin-only): ADDITIVE_SLOPE_RIDGE 0.03 0.77% / 4.32% / 33,
+0.01 0.82% / 4.41% / 33, 0.05 0.87% / 4.78% / 39 (not monotone: not kept; the in-sample tree and the
+generator's LOSO were not rerun with it), LEVEL_RIDGE 0.03 (0.3) 0.93% / 4.94% (0.92% / 5.06%).
 
 Table: the model's predicted regrets label a grid of (M, N, K) (GRID_STEP octaves over the training
 range and ``GRID_BEYOND`` beyond it, plus the measured N and every multiple of 256 in K up to
