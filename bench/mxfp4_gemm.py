@@ -307,7 +307,8 @@ def main(argv: list[str] | None = None) -> int:
             "ours": "runner: every cuda variant interleaved, CUPTI device time, median of --dispatches after "
             "--warmup, weights rotated past 2x L2, parity vs the gguf reference; the fastest passing variant",
             "torch": "torch.matmul(x bf16, W bf16^T), W = the same GGUF blocks dequantised on the GPU (rows "
-            "checked equal to gguf's), CUDA events, median of 10 after 3 warm-up",
+            "checked equal to gguf's), CUPTI kernel durations per call (torch.profiler, "
+            "bench/torch_timing.py), median of 10 after 3 warm-up",
             "tflops": "2 M N K / median time",
         },
         "points": [],
