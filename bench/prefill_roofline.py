@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from torch_timing import cupti_per_dispatch, events_per_call  # noqa: E402  (imports torch only when called)
+from torch_timing import cupti_per_dispatch, events_back_to_back, events_per_call  # noqa: E402  (imports torch only when called)
 
 SHAPES = {"GateUp": ("Qwen36_FFN_GateUp", 17408, 5120), "QKV": ("Qwen36_Attn_QKVProjection", 12288, 5120)}
 FORMATS = ("Q4_0", "Q8_0", "Q4_K")
@@ -214,17 +214,10 @@ def cublas_fp16(
                 torch.matmul(x, ws[i % copies].t())
             torch.cuda.synchronize()
             call = functools.partial(_matmul_rotated, torch, x, ws)
-            events = events_per_call(call, dispatches)
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for i in range(dispatches):
-                call(i)
-            stop.record()
-            stop.synchronize()
-            stream = start.elapsed_time(stop) * 1e3 / dispatches
             row: dict[str, Any] = {
                 "shape": shape, "n": n, "k": k, "m": m, "copies": copies,
-                "events_us": statistics.median(events), "stream_us": stream,
+                "events_us": statistics.median(events_per_call(call, dispatches)),
+                "stream_us": events_back_to_back(call, dispatches),
             }  # fmt: skip
             try:
                 row.update(cupti_per_dispatch(call, dispatches))

@@ -500,13 +500,9 @@ class StackRun:
                         "task_counts_at_kill": counts,
                     }  # fmt: skip
                     killed_at = time.monotonic()
-            restart_due = (
-                killed is not None
-                and "restarted" not in killed
-                and args.restart_killed >= 0
-                and time.monotonic() >= killed_at + args.restart_killed
-            )
-            if restart_due and killed is not None and victim is not None:
+            since_kill = time.monotonic() - killed_at
+            if killed is not None and victim is not None and "restarted" not in killed \
+                    and 0 <= args.restart_killed <= since_kill:  # fmt: skip
                 killed["restarted"] = self.restart(victim, round(time.monotonic() - submitted, 1))
             if counts["queued"] == 0 and counts["running"] == 0:
                 break

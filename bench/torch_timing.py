@@ -53,3 +53,16 @@ def events_per_call(call: Callable[[int], object], dispatches: int) -> list[floa
         stop.synchronize()
         times.append(start.elapsed_time(stop) * 1e3)
     return times
+
+
+def events_back_to_back(call: Callable[[int], object], dispatches: int) -> float:
+    """CUDA-event time (µs) per call around ``dispatches`` calls queued back to back (for comparison)."""
+    import torch
+
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for i in range(dispatches):
+        call(i)
+    stop.record()
+    stop.synchronize()
+    return float(start.elapsed_time(stop) * 1e3 / dispatches)
