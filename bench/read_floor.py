@@ -91,6 +91,37 @@ def decode_times(paths: list[Path]) -> dict[str, float]:
     return best
 
 
+def open_device() -> tuple[Any, int, int]:
+    """GPU 0's context (made current), its SM count and L2 bytes; CUPTI required (the product's profiler)."""
+    from workers.harness import cuda_driver as cd
+    from workers.profilers import cupti
+
+    if not cupti.available():
+        raise SystemExit("cupti-python is needed: the readers are timed with the product's profiler")
+    ctx = cd.Context.open(0)
+    ctx.make_current()
+    sms = ctx.attribute("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT")
+    return ctx, sms, ctx.attribute("CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE")
+
+
+def load_kernels(source: str, names: tuple[str, ...]) -> dict[str, Any]:
+    """NVRTC-compile ``source`` for sm_90 and load it into the current context: its functions by name."""
+    import numpy as np
+
+    from workers.harness import cuda_driver as cd
+    from workers.harness.cuda_compile import compile_cubin
+
+    with tempfile.TemporaryDirectory(prefix="tb-bench-") as tmp:
+        src = Path(tmp) / "bench.cu"
+        src.write_text(source)
+        result = compile_cubin(src, Path(tmp), "bench", ["--gpu-architecture=sm_90", "-std=c++17"], [])
+        if not result.ok:
+            raise SystemExit(f"NVRTC failed:\n{result.log}")
+        data = np.frombuffer(Path(result.path).read_bytes(), dtype=np.uint8).copy()
+    module = cd.check(cd.driver.cuModuleLoadData(data.ctypes.data), "cuModuleLoadData")
+    return {name: cd.check(cd.driver.cuModuleGetFunction(module, name.encode()), name) for name in names}
+
+
 def rotating_launch(kernel: Any, grid: int, threads: int, args: list[Any]) -> Any:
     """A launcher that takes the next copy's arguments on every call."""
     from workers.harness import cuda_driver as cd
@@ -136,80 +167,61 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dispatches", type=int, default=20)
     args = parser.parse_args(argv)
 
-    import numpy as np
     from decode_roofline import copy_bandwidth
 
     from workers.harness import cuda_driver as cd
-    from workers.harness.cuda_compile import compile_cubin
-    from workers.profilers import cupti
     from workers.runner import weight_copies
 
-    if not cupti.available():
-        raise SystemExit("cupti-python is needed: the floor is measured with the product's profiler")
-    ctx = cd.Context.open(0)
-    ctx.make_current()
-    sms = ctx.attribute("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT")
-    l2_bytes = ctx.attribute("CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE")
+    ctx, sms, l2_bytes = open_device()
     started = dt.datetime.now(dt.UTC)
-    with tempfile.TemporaryDirectory(prefix="tb-floor-") as tmp:
-        src = Path(tmp) / "floor.cu"
-        src.write_text(SOURCE)
-        result = compile_cubin(src, Path(tmp), "floor", ["--gpu-architecture=sm_90", "-std=c++17"], [])
-        if not result.ok:
-            raise SystemExit(f"NVRTC failed:\n{result.log}")
-        data = np.frombuffer(Path(result.path).read_bytes(), dtype=np.uint8).copy()
-        module = cd.check(cd.driver.cuModuleLoadData(data.ctypes.data), "cuModuleLoadData")
-        fn = {
-            name: cd.check(cd.driver.cuModuleGetFunction(module, name.encode()), name)
-            for name in ("tb_floor_empty", "tb_floor_read4", "tb_floor_read8")
-        }
-        copy = copy_bandwidth()
-        out_buf = cd.mem_alloc(4)
-        empty_args = cd.KernelArgs([("ptr", out_buf)])
-        floor = {
-            f"{blocks}x256": time_kernel(
-                lambda b=blocks: cd.launch(fn["tb_floor_empty"], (b * sms, 1, 1), (256, 1, 1), empty_args),
-                args.dispatches,
-            )
-            for blocks in (1, 2)
-        }
-        print(f"copy {copy['bandwidth_gbs']:.0f} GB/s; empty kernel {floor}", flush=True)
-        decode = decode_times(args.decode)
-        rows = []
-        for name, n, k in shapes():
-            nbytes = q4_0_bytes(n, k)
-            # rotated over copies beyond twice the L2 as the runner rotates the decode's weights: DRAM, not L2
-            copies = weight_copies(nbytes, l2_bytes, warm_cache=False)
-            bufs = [cd.mem_alloc(nbytes) for _ in range(copies)]
-            for buf in bufs:
-                cd.check(cd.driver.cuMemsetD32(buf, 0x01020304, nbytes // 4), "cuMemsetD32")
-            n16 = nbytes // 16
-            timings = {}
-            for blocks, threads, unroll in GRIDS:
-                kargs = [cd.KernelArgs([("ptr", buf), ("i64", n16), ("ptr", out_buf)]) for buf in bufs]
-                launch = rotating_launch(fn[f"tb_floor_read{unroll}"], blocks * sms, threads, kargs)
-                timings[f"B{blocks}/T{threads}/U{unroll}"] = time_kernel(launch, args.dispatches)
-            for buf in bufs:
-                cd.mem_free(buf)
-            best = min(timings, key=timings.__getitem__)
-            read_us = timings[best]
-            ideal_us = nbytes / copy["bandwidth_gbs"] / 1e3
-            row: dict[str, Any] = {
-                "shape": name, "n": n, "k": k, "bytes": nbytes, "copies": copies, "read_us": read_us,
-                "read_config": best, "read_fraction_of_copy": ideal_us / read_us, "copy_ideal_us": ideal_us,
-            }  # fmt: skip
-            if name in decode:
-                row["decode_us"] = decode[name]
-                row["decode_fraction_of_copy"] = ideal_us / decode[name]
-                row["decode_over_read"] = decode[name] / read_us
-            rows.append(row)
-            print(
-                f"{name:30} {nbytes / 1e6:9.2f} MB  read {read_us:8.2f} us "
-                f"({row['read_fraction_of_copy']:6.1%}) {best:12}  "
-                f"decode {row.get('decode_us', float('nan')):8.2f} us",
-                flush=True,
-            )
-        cd.mem_free(out_buf)
+    fn = load_kernels(SOURCE, ("tb_floor_empty", "tb_floor_read4", "tb_floor_read8"))
+    copy = copy_bandwidth()
+    out_buf = cd.mem_alloc(4)
+    empty_args = cd.KernelArgs([("ptr", out_buf)])
+    floor = {
+        f"{blocks}x256": time_kernel(
+            lambda b=blocks: cd.launch(fn["tb_floor_empty"], (b * sms, 1, 1), (256, 1, 1), empty_args),
+            args.dispatches,
+        )
+        for blocks in (1, 2)
+    }
+    print(f"copy {copy['bandwidth_gbs']:.0f} GB/s; empty kernel {floor}", flush=True)
+    decode = decode_times(args.decode)
+    rows = []
+    for name, n, k in shapes():
+        nbytes = q4_0_bytes(n, k)
+        # rotated over copies beyond twice the L2 as the runner rotates the decode's weights: DRAM, not L2
+        copies = weight_copies(nbytes, l2_bytes, warm_cache=False)
+        bufs = [cd.mem_alloc(nbytes) for _ in range(copies)]
+        for buf in bufs:
+            cd.check(cd.driver.cuMemsetD32(buf, 0x01020304, nbytes // 4), "cuMemsetD32")
+        n16 = nbytes // 16
+        timings = {}
+        for blocks, threads, unroll in GRIDS:
+            kargs = [cd.KernelArgs([("ptr", buf), ("i64", n16), ("ptr", out_buf)]) for buf in bufs]
+            launch = rotating_launch(fn[f"tb_floor_read{unroll}"], blocks * sms, threads, kargs)
+            timings[f"B{blocks}/T{threads}/U{unroll}"] = time_kernel(launch, args.dispatches)
+        for buf in bufs:
+            cd.mem_free(buf)
+        best = min(timings, key=timings.__getitem__)
+        read_us = timings[best]
+        ideal_us = nbytes / copy["bandwidth_gbs"] / 1e3
+        row: dict[str, Any] = {
+            "shape": name, "n": n, "k": k, "bytes": nbytes, "copies": copies, "read_us": read_us,
+            "read_config": best, "read_fraction_of_copy": ideal_us / read_us, "copy_ideal_us": ideal_us,
+        }  # fmt: skip
+        if name in decode:
+            row["decode_us"] = decode[name]
+            row["decode_fraction_of_copy"] = ideal_us / decode[name]
+            row["decode_over_read"] = decode[name] / read_us
+        rows.append(row)
+        print(
+            f"{name:30} {nbytes / 1e6:9.2f} MB  read {read_us:8.2f} us "
+            f"({row['read_fraction_of_copy']:6.1%}) {best:12}  "
+            f"decode {row.get('decode_us', float('nan')):8.2f} us",
+            flush=True,
+        )
+    cd.mem_free(out_buf)
     read_median = statistics.median(r["read_fraction_of_copy"] for r in rows)
     with_decode = [r for r in rows if "decode_us" in r]
     summary = {

@@ -26,7 +26,6 @@ import argparse
 import datetime as dt
 import json
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -172,87 +171,68 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dispatches", type=int, default=20)
     args = parser.parse_args(argv)
 
-    import numpy as np
     from decode_roofline import copy_bandwidth
-    from read_floor import rotating_launch, time_kernel
+    from read_floor import load_kernels, open_device, rotating_launch, time_kernel
 
     from workers.harness import cuda_driver as cd
-    from workers.harness.cuda_compile import compile_cubin
-    from workers.profilers import cupti
     from workers.runner import weight_copies
 
-    if not cupti.available():
-        raise SystemExit("cupti-python is needed: the readers are timed with the product's profiler")
-    ctx = cd.Context.open(0)
-    ctx.make_current()
-    sms = ctx.attribute("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT")
-    l2_bytes = ctx.attribute("CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE")
+    ctx, sms, l2_bytes = open_device()
     started = dt.datetime.now(dt.UTC)
     decode = decode_m_times(args.decode)
     rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="tb-order-") as tmp:
-        src = Path(tmp) / "order.cu"
-        src.write_text(SOURCE)
-        result = compile_cubin(src, Path(tmp), "order", ["--gpu-architecture=sm_90", "-std=c++17"], [])
-        if not result.ok:
-            raise SystemExit(f"NVRTC failed:\n{result.log}")
-        data = np.frombuffer(Path(result.path).read_bytes(), dtype=np.uint8).copy()
-        module = cd.check(cd.driver.cuModuleLoadData(data.ctypes.data), "cuModuleLoadData")
-        fn = {
-            name: cd.check(cd.driver.cuModuleGetFunction(module, name.encode()), name)
-            for name in (*RG16_KERNELS, *ROWS_KERNELS)
-        }
-        copy = copy_bandwidth()
-        print(f"copy {copy['bandwidth_gbs']:.0f} GB/s", flush=True)
-        out_buf = cd.mem_alloc(4)
-        for shape, n, k in [LM_HEAD, *X_SHAPES]:
-            payload = n * (k // 32) * 16  # Q4_0's payload; the scales' 2 bytes per 32 are left out of both
-            chunks = k // 32  # 16-byte chunks per row
-            copies = weight_copies(payload, l2_bytes, warm_cache=False)
-            bufs = [cd.mem_alloc(payload) for _ in range(copies)]
-            for buf in bufs:
-                cd.check(cd.driver.cuMemsetD32(buf, 0x01020304, payload // 4), "cuMemsetD32")
-            x_buf = cd.mem_alloc(4 * k)
-            cd.check(cd.driver.cuMemsetD32(x_buf, 0x3F800000, k), "cuMemsetD32")
-            ideal_us = payload / copy["bandwidth_gbs"] / 1e3
-            times: dict[str, float] = {}
-            for pg in (2, 3):
-                grid = pg * sms
-                if shape == LM_HEAD[0]:
-                    for name in RG16_KERNELS:
-                        kargs = [
-                            cd.KernelArgs([("ptr", b), ("i32", n), ("i32", chunks), ("ptr", out_buf)])
-                            for b in bufs
-                        ]
-                        launch = rotating_launch(fn[name], grid, 256, kargs)
-                        times[f"{name}/PG{pg}"] = time_kernel(launch, args.dispatches)
-                for name in ROWS_KERNELS:
-                    ptrs = [("ptr", x_buf), ("i32", k), ("ptr", out_buf)]
-                    kargs = [cd.KernelArgs([("ptr", b), ("i32", n), ("i32", chunks), *ptrs]) for b in bufs]
-                    smem = 4 * k if name != "tb_order_rows" else 0
-                    if smem > 48 * 1024:
-                        attribute = cd.driver.CUfunction_attribute
-                        cd.check(
-                            cd.driver.cuFuncSetAttribute(
-                                fn[name], attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem
-                            ),
-                            "cuFuncSetAttribute",
-                        )
-                    launch_rows = shared_launch(fn[name], grid, smem, kargs)
-                    times[f"{name}/PG{pg}"] = time_kernel(launch_rows, args.dispatches)
-            for buf in bufs:
-                cd.mem_free(buf)
-            cd.mem_free(x_buf)
-            row: dict[str, Any] = {
-                "shape": shape, "n": n, "k": k, "payload_bytes": payload, "copies": copies,
-                "copy_ideal_us": ideal_us, "us": times,
-                "fraction_of_copy": {name: ideal_us / us for name, us in times.items()},
-                "decode_q4_0_us": {m: decode[(shape, m)] for m in (1, 2, 3, 4) if (shape, m) in decode},
-            }  # fmt: skip
-            rows.append(row)
-            for name, us in times.items():
-                print(f"{shape:30} {name:32} {us:9.2f} us  {ideal_us / us:6.1%} of copy", flush=True)
-        cd.mem_free(out_buf)
+    fn = load_kernels(SOURCE, (*RG16_KERNELS, *ROWS_KERNELS))
+    copy = copy_bandwidth()
+    print(f"copy {copy['bandwidth_gbs']:.0f} GB/s", flush=True)
+    out_buf = cd.mem_alloc(4)
+    for shape, n, k in [LM_HEAD, *X_SHAPES]:
+        payload = n * (k // 32) * 16  # Q4_0's payload; the scales' 2 bytes per 32 are left out of both
+        chunks = k // 32  # 16-byte chunks per row
+        copies = weight_copies(payload, l2_bytes, warm_cache=False)
+        bufs = [cd.mem_alloc(payload) for _ in range(copies)]
+        for buf in bufs:
+            cd.check(cd.driver.cuMemsetD32(buf, 0x01020304, payload // 4), "cuMemsetD32")
+        x_buf = cd.mem_alloc(4 * k)
+        cd.check(cd.driver.cuMemsetD32(x_buf, 0x3F800000, k), "cuMemsetD32")
+        ideal_us = payload / copy["bandwidth_gbs"] / 1e3
+        times: dict[str, float] = {}
+        for pg in (2, 3):
+            grid = pg * sms
+            if shape == LM_HEAD[0]:
+                for name in RG16_KERNELS:
+                    kargs = [
+                        cd.KernelArgs([("ptr", b), ("i32", n), ("i32", chunks), ("ptr", out_buf)])
+                        for b in bufs
+                    ]
+                    launch = rotating_launch(fn[name], grid, 256, kargs)
+                    times[f"{name}/PG{pg}"] = time_kernel(launch, args.dispatches)
+            for name in ROWS_KERNELS:
+                ptrs = [("ptr", x_buf), ("i32", k), ("ptr", out_buf)]
+                kargs = [cd.KernelArgs([("ptr", b), ("i32", n), ("i32", chunks), *ptrs]) for b in bufs]
+                smem = 4 * k if name != "tb_order_rows" else 0
+                if smem > 48 * 1024:
+                    attribute = cd.driver.CUfunction_attribute
+                    cd.check(
+                        cd.driver.cuFuncSetAttribute(
+                            fn[name], attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem
+                        ),
+                        "cuFuncSetAttribute",
+                    )
+                launch_rows = shared_launch(fn[name], grid, smem, kargs)
+                times[f"{name}/PG{pg}"] = time_kernel(launch_rows, args.dispatches)
+        for buf in bufs:
+            cd.mem_free(buf)
+        cd.mem_free(x_buf)
+        row: dict[str, Any] = {
+            "shape": shape, "n": n, "k": k, "payload_bytes": payload, "copies": copies,
+            "copy_ideal_us": ideal_us, "us": times,
+            "fraction_of_copy": {name: ideal_us / us for name, us in times.items()},
+            "decode_q4_0_us": {m: decode[(shape, m)] for m in (1, 2, 3, 4) if (shape, m) in decode},
+        }  # fmt: skip
+        rows.append(row)
+        for name, us in times.items():
+            print(f"{shape:30} {name:32} {us:9.2f} us  {ideal_us / us:6.1%} of copy", flush=True)
+    cd.mem_free(out_buf)
     device = {"name": ctx.name(), "uuid": ctx.uuid(), "sms": sms, "driver": ctx.driver_version()}
     doc = {
         "bench": "read_pattern", "date": started.isoformat(timespec="seconds"),
