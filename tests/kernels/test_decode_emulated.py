@@ -168,10 +168,11 @@ def test_tensor_core_space_on_the_emulator(tmp_path: Path) -> None:
     persistent grids (PG 2, 3 on one SM) loop over tiles and the last tile is partial. A wrong fragment
     index, a missed wait or a ring slot refilled early changes the numbers; all variants quantise x alike,
     so they agree to float summation order."""
-    # 28 (was 24): k3j's MX4 split-K points; the KB5 ones need K % 1280 == 0: K = 2048 leaves them out here
-    # (test_tensor_core_fine_split_k_on_the_emulator runs them at K = 5120), MX4/KB4/RW2 stays (M = 1, 2, 3)
+    # 40 (was 24): k3j's MX4 split-K points, the K phases (PP 10 / 11: MX2 / 4 / 8 x PG2 / 3); the KB5 ones need
+    # K % 1280 == 0: K = 2048 leaves them out here (test_tensor_core_fine_split_k_on_the_emulator runs them at
+    # K = 5120), MX4/KB4/RW2 stays (M = 1, 2, 3)
     space = [v.name for v in DECODE.space("cuda") if v.params["rg"] == 16]
-    assert len(space) == 28
+    assert len(space) == 40
     space = [name for name in space if DECODE.parse(name, "cuda").params["kb"] != 5]
     dp4a = {1: "MX1/KB1/RW1/U4/RG1/PG0/PP1", 2: "MX2/KB1/RW1/U4/RG1/PG3/PP1", 3: "MX4/KB1/RW1/U4/RG1/PG0/PP0"}
     binary = _emulator(tmp_path, "Q4_0", sorted(set(space) | set(dp4a.values())))
@@ -181,7 +182,7 @@ def test_tensor_core_space_on_the_emulator(tmp_path: Path) -> None:
         _write(folder, "Q4_0", problem)
         results = {dp4a[m]: _run(binary, "Q4_0", dp4a[m], problem, folder)} if m in dp4a else {}
         names = [name for name in space if m <= DECODE.parse(name, "cuda").params["mx"]]
-        assert len(names) == {1: 25, 2: 25, 3: 17, 8: 8}[m]
+        assert len(names) == {1: 37, 2: 37, 3: 25, 8: 12}[m]
         results.update({name: _run(binary, "Q4_0", name, problem, folder, late=True) for name in names})
         _check(problem, results)
 
@@ -317,3 +318,34 @@ def test_interleaved_ring_on_the_emulator(tmp_path: Path, fmt: str) -> None:
         results = {ref[m]: _run(binary, fmt, ref[m], problem, folder)}
         results.update({name: _run(binary, fmt, name, problem, folder, late=True) for name in names})
         _check(problem, results)
+
+
+# the K phases (PP 10 / 11): 2 / 4 warps share 16 rows on alternate stages, their sums added per row tile
+PHASES = ["MX4/KB1/RW1/U8/RG16/PG2/PP10", "MX4/KB1/RW1/U8/RG16/PG3/PP11", "MX2/KB1/RW1/U8/RG16/PG3/PP11"]
+
+
+@pytest.mark.parametrize("fmt", ["Q4_0", "Q8_0", "Q5_1", "Q4_K", "Q6_K", "IQ4_XS"])
+def test_tensor_core_k_phases_on_the_emulator(tmp_path: Path, fmt: str) -> None:
+    """Every kind of scale window and high-bit bytes through the phased ring at K = 5120 (20 stages: 10 / 5 per
+    phase), N = 300 (5 / 10 row tiles of 64 / 32 rows on one SM's persistent grid, the last partial), M = 2,
+    copies landing late, against the one-phase ring and a dp4a kernel. A phase that skips or repeats a stage,
+    a scale read at the wrong stage, or a tile's sum stored before every phase added into it changes the numbers."""
+    names = [
+        name
+        for name in PHASES
+        if DECODE.point_problems(
+            DECODE.bindings(DECODE.parse(name, "cuda"), 300, K, 2, get_format(fmt), FACTS)
+        )
+        == []
+    ]
+    assert names, fmt
+    one_phase, dp4a = "MX4/KB1/RW1/U8/RG16/PG2/PP2", "MX2/KB1/RW1/U4/RG1/PG3/PP1"
+    binary = _emulator(tmp_path, fmt, [*names, one_phase, dp4a])
+    problem = build_problem(fmt, 300, K, 2, seed=17, packed=False)
+    folder = tmp_path / "phases"
+    _write(folder, fmt, problem)
+    results = {dp4a: _run(binary, fmt, dp4a, problem, folder)}
+    results.update(
+        {name: _run(binary, fmt, name, problem, folder, late=True) for name in [one_phase, *names]}
+    )
+    _check(problem, results)

@@ -1423,20 +1423,27 @@ TB_DEV tb_u32 tbt_andf0_xor(tb_u32 a, tb_u32 c) {
 #endif
 }
 
-template <int RW, int KB, int PG, int MX, int S>
+/* J (PP 10 / 11: 2 / 4): J warps share a 16 RW-row group, warp phase p taking stages p, p + J, ... of the K slice,
+ * so a block's copies read 128 J contiguous bytes of a row at a time (a pure reader in RG16's order, H200
+ * 2026-12-02 call f1: 158.8 us on the LM head at J1, 147.4 at J2, 146.4 at J4, 3 blocks per SM); a row tile's
+ * J partial sums are added in shared memory in phase order before the store */
+template <int RW, int KB, int PG, int MX, int S, int J = 1>
 __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
     static_assert(MX == 2 || MX == 4 || MX == 8, "8 / MX blocks per C tile");
+    static_assert(J == 1 || (KB == 1 && (J == 2 || J == 4)), "K phases: 2 or 4, one K slice");
     static_assert(TBT_NB % (8 / MX) == 0 && TBT_NB % TBP_G == 0, "whole groups per stage");
     typedef tb_work<16, RW, TBT_U, KB, MX> W;
     constexpr int P = 8 / MX;                   /* blocks per C tile */
     constexpr int ROWS = 16 * RW;               /* rows per warp */
     constexpr int STAGE = ROWS * TBT_ROW;       /* bytes per warp and stage */
     constexpr int OFF_QH = ROWS * TBT_QS_STRIDE, OFF_SC = OFF_QH + ROWS * TBT_QH_STRIDE;
+    constexpr int ROWS_WG = TB_WAVES / J * ROWS; /* rows per tile (W::ROWS_WG at J = 1) */
     (void)PG;
 
     W w;
     tb_setup<W, KB>(w, qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
     const int lane = w.tid & 31, warp = w.tid >> 5, g = lane >> 2, t = lane & 3;
+    const int rgrp = warp / J, phase = warp % J, c_first = w.c0 + phase * TBT_U; /* row group, first stage */
     tb_u8 *ring = TB_DSMEM + warp * S * STAGE;
     tb_u32x4 *xq = (tb_u32x4 *)(TB_DSMEM + 8 * S * STAGE);
     float *xm = (float *)(TB_DSMEM + 8 * S * STAGE + m * w.nxb * 32);
@@ -1457,7 +1464,7 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
      * pieces are whole rows below: in a row tile inside n by a constant times the row's bytes (one IMAD.WIDE),
      * in the last one by row deltas clamped at row n - 1 (pointers per piece took 16 registers at Q6_K RW2 and
      * spilled under NVRTC 13.0) */
-    int itile = tile, ibase = w.c0;
+    int itile = tile, ibase = c_first;
     const tb_u8 *gq;                /* the lane's payload bytes of stage ibase, row (lane >> 3), chunk lane & 7 */
     int rq = 0;                     /* that row (unclamped) */
     bool t_fast = false; /* warp-uniform: the warp's rows of this tile are below n, its scale pieces inside sc */
@@ -1478,7 +1485,7 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
         return (from + add < n ? from + add : n - 1) - (from < n ? from : n - 1);
     };
     auto aim = [&]() {
-        const int row0 = itile * W::ROWS_WG + warp * ROWS;
+        const int row0 = itile * ROWS_WG + rgrp * ROWS;
         rq = row0 + (lane >> 3);
         gq = qs + (tb_size)(rq < n ? rq : n - 1) * w.qs_row + 16 * (tb_size)(ibase + (lane & 7));
 
@@ -1512,7 +1519,7 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
                 const int i = lane + 32 * j, r = i / TBT_QHP, pc = i % TBT_QHP;
                 tb_cp_async16(tb_smem_addr(dst + OFF_QH + r * TBT_QH_STRIDE + 16 * pc), j == 0 ? gh : below(gh, dhr[j], w.qh_row));
             }
-            gh += 16 * TBT_QHP;
+            gh += 16 * TBT_QHP * J;
 #endif
             /* raw scale bytes: 16-byte pieces from the 16-aligned address at or below the row's window, the bytes
              * past the end of sc zero-filled (they are never used) */
@@ -1550,13 +1557,13 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
                     }
                 }
             }
-            gq += 16 * TBT_U;
-            gs += SCSTAGE;
+            gq += 16 * TBT_U * J;
+            gs += SCSTAGE * J;
         }
         tb_cp_commit(); /* empty groups past the end keep the wait count uniform */
-        ibase += TBT_U;
+        ibase += TBT_U * J;
         if (ibase >= w.c1) {
-            itile += grid_x, ibase = w.c0;
+            itile += grid_x, ibase = c_first;
             if (itile < tiles) aim();
         }
     };
@@ -1576,7 +1583,7 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
     const tb_u32 q4_sign = 0x80808080u ^ (((tb_u32)k >> 31) & (tb_u32)w.tid);
 #endif
     auto aim_c = [&](int ctile) {
-        const int row0 = ctile * W::ROWS_WG + warp * ROWS;
+        const int row0 = ctile * ROWS_WG + rgrp * ROWS;
 #pragma unroll
         for (int r = 0; r < RW; ++r)
 #pragma unroll
@@ -1742,9 +1749,27 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
         }
     };
 
+    /* J > 1: the phases' partial sums, [warp][r][el][lane], after x's scales (16-aligned) */
+    float *red = (float *)(((unsigned long long)(xm + 2 * m * w.nxb) + 15ull) & ~15ull);
+    (void)red;
     /* the row tile is done: add the columns of one row of M (lanes t ^ 1, t ^ 2 hold its other blocks), write */
     auto finish = [&](int ftile) {
-        const int row0 = ftile * W::ROWS_WG + warp * ROWS;
+        const int row0 = ftile * ROWS_WG + rgrp * ROWS;
+        if constexpr (J > 1) {
+#pragma unroll
+            for (int r = 0; r < RW; ++r)
+#pragma unroll
+                for (int el = 0; el < 4; ++el) red[((warp * RW + r) * 4 + el) * 32 + lane] = acc[r][el];
+            tb_sync();
+            if (phase == 0) { /* the group's phases in order: the same sum whatever the timing */
+#pragma unroll
+                for (int r = 0; r < RW; ++r)
+#pragma unroll
+                    for (int el = 0; el < 4; ++el)
+                        for (int j = 1; j < J; ++j) acc[r][el] += red[(((warp + j) * RW + r) * 4 + el) * 32 + lane];
+            }
+            tb_sync(); /* red is free for the next tile */
+        }
 #pragma unroll
         for (int r = 0; r < RW; ++r) {
 #pragma unroll
@@ -1753,7 +1778,7 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
                 if (MX <= 2) v += tb_shfl_xor(v, 1);
                 if (MX <= 4) v += tb_shfl_xor(v, 2);
                 const int tok = 2 * t + (el & 1), row = row0 + 16 * r + g + 8 * (el >> 1);
-                if (2 * t < MX && tok < m && row < n) {
+                if (phase == 0 && 2 * t < MX && tok < m && row < n) {
                     if (KB == 1)
                         y[(tb_size)tok * (tb_size)n + (tb_size)row] = v;
                     else
@@ -1771,7 +1796,7 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
     tb_stage_x<TB_XP(MX), true>(x, m, k, w.xb0, w.nxb, w.c0, w.nchunks, xq, xm);
     tb_sync();
     aim_c(tile);
-    int base = w.c0, slot = 0;
+    int base = c_first, slot = 0;
     for (;;) {
         tb_syncwarp(); /* every lane is done with the slot the next issue refills */
         issue(slot == 0 ? S - 1 : slot - 1);
@@ -1779,10 +1804,10 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
         tb_syncwarp(); /* every lane's copies of this stage have landed */
         compute(slot, base);
         slot = slot == S - 1 ? 0 : slot + 1;
-        base += TBT_U;
+        base += TBT_U * J;
         if (base >= w.c1) {
             finish(tile);
-            tile += grid_x, base = w.c0;
+            tile += grid_x, base = c_first;
             if (tile >= tiles) break;
             aim_c(tile);
         }
@@ -1796,8 +1821,12 @@ template <int RG, int RW, int U, int KB, int PG, int MX, int PP>
 __device__ TB_FORCEINLINE void tb_decode_pick(TB_DECODE_PARAMS) {
 #if defined(TB_DSMEM)
     if constexpr (RG == 16) {
-        static_assert(U == TBT_U && PP >= 2, "RG16: 8 chunks per stage, a ring of PP stages");
-        tb_decode_tc<RW, KB, PG, MX, PP>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
+        static_assert(U == TBT_U && (PP == 2 || PP == 3 || PP == 4 || PP == 10 || PP == 11),
+                      "RG16: 8 chunks per stage, a ring of PP stages (PP 10 / 11: 2 stages, 2 / 4 K phases)");
+        if constexpr (PP >= 10)
+            tb_decode_tc<RW, KB, PG, MX, 2, PP == 10 ? 2 : 4>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
+        else
+            tb_decode_tc<RW, KB, PG, MX, PP>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
         return;
     } else if constexpr (PP == 7 || PP == 8) {
         static_assert(RG == 1 && KB == 1, "PP 7 / 8: full-wave rows, one K slice");
@@ -1880,15 +1909,19 @@ __device__ TB_FORCEINLINE void tb_decode_pick(TB_DECODE_PARAMS) {
 /* the int8 tensor-core variants (RG16: the CUDA space only; KB5 and split-K RW2: MX4 only, k3j) */
 #define TB_DECODE_TC_VARIANTS \
     TB_DECODE_VARIANT(2, 1, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(2, 1, 1, 8, 16, 2, 2) TB_DECODE_VARIANT(2, 1, 1, 8, 16, 2, 3) \
-    TB_DECODE_VARIANT(2, 1, 1, 8, 16, 2, 4) TB_DECODE_VARIANT(2, 1, 1, 8, 16, 3, 2) TB_DECODE_VARIANT(2, 1, 2, 8, 16, 2, 2) \
-    TB_DECODE_VARIANT(2, 4, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(2, 4, 1, 8, 16, 0, 3) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 0, 2) \
-    TB_DECODE_VARIANT(4, 1, 1, 8, 16, 2, 2) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 2, 3) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 2, 4) \
-    TB_DECODE_VARIANT(4, 1, 1, 8, 16, 3, 2) TB_DECODE_VARIANT(4, 1, 2, 8, 16, 2, 2) TB_DECODE_VARIANT(4, 4, 1, 8, 16, 0, 2) \
-    TB_DECODE_VARIANT(4, 4, 1, 8, 16, 0, 3) TB_DECODE_VARIANT(4, 4, 2, 8, 16, 0, 2) TB_DECODE_VARIANT(4, 5, 1, 8, 16, 0, 2) \
-    TB_DECODE_VARIANT(4, 5, 1, 8, 16, 0, 3) TB_DECODE_VARIANT(4, 5, 2, 8, 16, 0, 2) \
-    TB_DECODE_VARIANT(8, 1, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 2) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 3) \
-    TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 4) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 3, 2) TB_DECODE_VARIANT(8, 1, 2, 8, 16, 2, 2) \
-    TB_DECODE_VARIANT(8, 4, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(8, 4, 1, 8, 16, 0, 3)
+    TB_DECODE_VARIANT(2, 1, 1, 8, 16, 2, 4) TB_DECODE_VARIANT(2, 1, 1, 8, 16, 2, 10) TB_DECODE_VARIANT(2, 1, 1, 8, 16, 2, 11) \
+    TB_DECODE_VARIANT(2, 1, 1, 8, 16, 3, 2) TB_DECODE_VARIANT(2, 1, 1, 8, 16, 3, 10) TB_DECODE_VARIANT(2, 1, 1, 8, 16, 3, 11) \
+    TB_DECODE_VARIANT(2, 1, 2, 8, 16, 2, 2) TB_DECODE_VARIANT(2, 4, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(2, 4, 1, 8, 16, 0, 3) \
+    TB_DECODE_VARIANT(4, 1, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 2, 2) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 2, 3) \
+    TB_DECODE_VARIANT(4, 1, 1, 8, 16, 2, 4) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 2, 10) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 2, 11) \
+    TB_DECODE_VARIANT(4, 1, 1, 8, 16, 3, 2) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 3, 10) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 3, 11) \
+    TB_DECODE_VARIANT(4, 1, 2, 8, 16, 2, 2) TB_DECODE_VARIANT(4, 4, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(4, 4, 1, 8, 16, 0, 3) \
+    TB_DECODE_VARIANT(4, 4, 2, 8, 16, 0, 2) TB_DECODE_VARIANT(4, 5, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(4, 5, 1, 8, 16, 0, 3) \
+    TB_DECODE_VARIANT(4, 5, 2, 8, 16, 0, 2) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 2) \
+    TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 3) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 4) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 10) \
+    TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 11) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 3, 2) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 3, 10) \
+    TB_DECODE_VARIANT(8, 1, 1, 8, 16, 3, 11) TB_DECODE_VARIANT(8, 1, 2, 8, 16, 2, 2) TB_DECODE_VARIANT(8, 4, 1, 8, 16, 0, 2) \
+    TB_DECODE_VARIANT(8, 4, 1, 8, 16, 0, 3)
 /* the stream kernel (PP5: M = 1, the CUDA space only) */
 #define TB_DECODE_STREAM_VARIANTS \
     TB_DECODE_VARIANT(1, 1, 1, 4, 2, 0, 5) TB_DECODE_VARIANT(1, 1, 1, 5, 1, 4, 5) TB_DECODE_VARIANT(1, 1, 1, 5, 2, 0, 5) \
