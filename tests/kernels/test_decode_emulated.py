@@ -168,9 +168,9 @@ def test_tensor_core_space_on_the_emulator(tmp_path: Path) -> None:
     persistent grids (PG 2, 3 on one SM) loop over tiles and the last tile is partial. A wrong fragment
     index, a missed wait or a ring slot refilled early changes the numbers; all variants quantise x alike,
     so they agree to float summation order."""
-    # 40 (was 24): k3j's MX4 split-K points, the K phases (PP 10 / 11: MX2 / 4 / 8 x PG2 / 3); the KB5 ones need
-    # K % 1280 == 0: K = 2048 leaves them out here (test_tensor_core_fine_split_k_on_the_emulator runs them at
-    # K = 5120), MX4/KB4/RW2 stays (M = 1, 2, 3)
+    # 40 (was 24): k3j's MX4 split-K points, the K phases (PP 10 / 11: MX2 / 4 / 8 x PG2 / 3); the KB5 ones
+    # need K % 1280 == 0: K = 2048 leaves them out here (test_tensor_core_fine_split_k_on_the_emulator runs
+    # them at K = 5120), MX4/KB4/RW2 stays (M = 1, 2, 3)
     space = [v.name for v in DECODE.space("cuda") if v.params["rg"] == 16]
     assert len(space) == 40
     space = [name for name in space if DECODE.parse(name, "cuda").params["kb"] != 5]
@@ -326,10 +326,11 @@ PHASES = ["MX4/KB1/RW1/U8/RG16/PG2/PP10", "MX4/KB1/RW1/U8/RG16/PG3/PP11", "MX2/K
 
 @pytest.mark.parametrize("fmt", ["Q4_0", "Q8_0", "Q5_1", "Q4_K", "Q6_K", "IQ4_XS"])
 def test_tensor_core_k_phases_on_the_emulator(tmp_path: Path, fmt: str) -> None:
-    """Every kind of scale window and high-bit bytes through the phased ring at K = 5120 (20 stages: 10 / 5 per
-    phase), N = 300 (5 / 10 row tiles of 64 / 32 rows on one SM's persistent grid, the last partial), M = 2,
-    copies landing late, against the one-phase ring and a dp4a kernel. A phase that skips or repeats a stage,
-    a scale read at the wrong stage, or a tile's sum stored before every phase added into it changes the numbers."""
+    """Every kind of scale window and high-bit bytes through the phased ring at K = 5120 (20 stages: 10 / 5
+    per phase), N = 300 (5 / 10 row tiles of 64 / 32 rows on one SM's persistent grid, the last partial),
+    M = 2, copies landing late, against the one-phase ring and a dp4a kernel. A phase that skips or repeats
+    a stage, a scale read at the wrong stage, or a tile's sum stored before every phase added into it
+    changes the numbers."""
     names = [
         name
         for name in PHASES

@@ -151,6 +151,6 @@ def test_worker_jobs_give_the_same_answers_in_the_same_order() -> None:
 def test_worker_jobs_take_named_policies_only() -> None:
     """A worker looks a policy up by name: a function not in POLICIES is refused, not silently replaced."""
     base = measured()
-    custom = {"segments": lambda fits: (lambda p: None)}
+    custom = {"segments": lambda fits: lambda p: None}
     with pytest.raises(ValueError, match="POLICIES only"):
         list(table_regret.held_out_answers(base, None, custom, HELD, jobs=2))
