@@ -1423,7 +1423,7 @@ TB_DEV tb_u32 tbt_andf0_xor(tb_u32 a, tb_u32 c) {
 #endif
 }
 
-/* J (PP 10 / 11: 2 / 4): J warps share a 16 RW-row group, warp phase p taking stages p, p + J, ... of the K slice,
+/* J (PP 10 / 11 / 12: 2 / 4 / 2): J warps share a 16 RW-row group, warp phase p taking stages p, p + J, ... of the K slice,
  * so a block's copies read 128 J contiguous bytes of a row at a time (a pure reader in RG16's order, H200
  * 2026-12-02 call f1: 158.8 us on the LM head at J1, 147.4 at J2, 146.4 at J4, 3 blocks per SM); a row tile's
  * J partial sums are added in shared memory in phase order before the store */
@@ -1749,8 +1749,9 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
         }
     };
 
-    /* J > 1: the phases' partial sums, [warp][r][el][lane], after x's scales (16-aligned) */
+    /* J > 1: the partial sums of phases 1 .. J - 1, [writer][r][el][lane], after x's scales (16-aligned) */
     float *red = (float *)(((unsigned long long)(xm + 2 * m * w.nxb) + 15ull) & ~15ull);
+    const int writer = rgrp * (J - 1) + phase - 1; /* phase 0 keeps its sums in registers */
     (void)red;
     /* the row tile is done: add the columns of one row of M (lanes t ^ 1, t ^ 2 hold its other blocks), write */
     auto finish = [&](int ftile) {
@@ -1759,14 +1760,15 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
 #pragma unroll
             for (int r = 0; r < RW; ++r)
 #pragma unroll
-                for (int el = 0; el < 4; ++el) red[((warp * RW + r) * 4 + el) * 32 + lane] = acc[r][el];
+                for (int el = 0; el < 4; ++el)
+                    if (phase > 0) red[((writer * RW + r) * 4 + el) * 32 + lane] = acc[r][el];
             tb_sync();
             if (phase == 0) { /* the group's phases in order: the same sum whatever the timing */
 #pragma unroll
                 for (int r = 0; r < RW; ++r)
 #pragma unroll
                     for (int el = 0; el < 4; ++el)
-                        for (int j = 1; j < J; ++j) acc[r][el] += red[(((warp + j) * RW + r) * 4 + el) * 32 + lane];
+                        for (int j = 0; j < J - 1; ++j) acc[r][el] += red[(((writer + 1 + j) * RW + r) * 4 + el) * 32 + lane];
             }
             tb_sync(); /* red is free for the next tile */
         }
@@ -1821,10 +1823,10 @@ template <int RG, int RW, int U, int KB, int PG, int MX, int PP>
 __device__ TB_FORCEINLINE void tb_decode_pick(TB_DECODE_PARAMS) {
 #if defined(TB_DSMEM)
     if constexpr (RG == 16) {
-        static_assert(U == TBT_U && (PP == 2 || PP == 3 || PP == 4 || PP == 10 || PP == 11),
-                      "RG16: 8 chunks per stage, a ring of PP stages (PP 10 / 11: 2 stages, 2 / 4 K phases)");
+        static_assert(U == TBT_U && (PP == 2 || PP == 3 || PP == 4 || PP == 10 || PP == 11 || PP == 12),
+                      "RG16: 8 chunks per stage, a ring of PP stages (PP 10 / 11 / 12: 2 / 2 / 3 stages, 2 / 4 / 2 K phases)");
         if constexpr (PP >= 10)
-            tb_decode_tc<RW, KB, PG, MX, 2, PP == 10 ? 2 : 4>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
+            tb_decode_tc<RW, KB, PG, MX, PP == 12 ? 3 : 2, PP == 11 ? 4 : 2>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
         else
             tb_decode_tc<RW, KB, PG, MX, PP>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
         return;
@@ -1910,17 +1912,19 @@ __device__ TB_FORCEINLINE void tb_decode_pick(TB_DECODE_PARAMS) {
 #define TB_DECODE_TC_VARIANTS \
     TB_DECODE_VARIANT(2, 1, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(2, 1, 1, 8, 16, 2, 2) TB_DECODE_VARIANT(2, 1, 1, 8, 16, 2, 3) \
     TB_DECODE_VARIANT(2, 1, 1, 8, 16, 2, 4) TB_DECODE_VARIANT(2, 1, 1, 8, 16, 2, 10) TB_DECODE_VARIANT(2, 1, 1, 8, 16, 2, 11) \
-    TB_DECODE_VARIANT(2, 1, 1, 8, 16, 3, 2) TB_DECODE_VARIANT(2, 1, 1, 8, 16, 3, 10) TB_DECODE_VARIANT(2, 1, 1, 8, 16, 3, 11) \
-    TB_DECODE_VARIANT(2, 1, 2, 8, 16, 2, 2) TB_DECODE_VARIANT(2, 4, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(2, 4, 1, 8, 16, 0, 3) \
-    TB_DECODE_VARIANT(4, 1, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 2, 2) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 2, 3) \
-    TB_DECODE_VARIANT(4, 1, 1, 8, 16, 2, 4) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 2, 10) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 2, 11) \
+    TB_DECODE_VARIANT(2, 1, 1, 8, 16, 2, 12) TB_DECODE_VARIANT(2, 1, 1, 8, 16, 3, 2) TB_DECODE_VARIANT(2, 1, 1, 8, 16, 3, 10) \
+    TB_DECODE_VARIANT(2, 1, 1, 8, 16, 3, 11) TB_DECODE_VARIANT(2, 1, 2, 8, 16, 2, 2) TB_DECODE_VARIANT(2, 1, 2, 8, 16, 2, 10) \
+    TB_DECODE_VARIANT(2, 4, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(2, 4, 1, 8, 16, 0, 3) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 0, 2) \
+    TB_DECODE_VARIANT(4, 1, 1, 8, 16, 2, 2) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 2, 3) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 2, 4) \
+    TB_DECODE_VARIANT(4, 1, 1, 8, 16, 2, 10) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 2, 11) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 2, 12) \
     TB_DECODE_VARIANT(4, 1, 1, 8, 16, 3, 2) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 3, 10) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 3, 11) \
-    TB_DECODE_VARIANT(4, 1, 2, 8, 16, 2, 2) TB_DECODE_VARIANT(4, 4, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(4, 4, 1, 8, 16, 0, 3) \
-    TB_DECODE_VARIANT(4, 4, 2, 8, 16, 0, 2) TB_DECODE_VARIANT(4, 5, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(4, 5, 1, 8, 16, 0, 3) \
-    TB_DECODE_VARIANT(4, 5, 2, 8, 16, 0, 2) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 2) \
-    TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 3) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 4) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 10) \
-    TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 11) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 3, 2) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 3, 10) \
-    TB_DECODE_VARIANT(8, 1, 1, 8, 16, 3, 11) TB_DECODE_VARIANT(8, 1, 2, 8, 16, 2, 2) TB_DECODE_VARIANT(8, 4, 1, 8, 16, 0, 2) \
+    TB_DECODE_VARIANT(4, 1, 2, 8, 16, 2, 2) TB_DECODE_VARIANT(4, 1, 2, 8, 16, 2, 10) TB_DECODE_VARIANT(4, 4, 1, 8, 16, 0, 2) \
+    TB_DECODE_VARIANT(4, 4, 1, 8, 16, 0, 3) TB_DECODE_VARIANT(4, 4, 2, 8, 16, 0, 2) TB_DECODE_VARIANT(4, 5, 1, 8, 16, 0, 2) \
+    TB_DECODE_VARIANT(4, 5, 1, 8, 16, 0, 3) TB_DECODE_VARIANT(4, 5, 2, 8, 16, 0, 2) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 0, 2) \
+    TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 2) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 3) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 4) \
+    TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 10) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 11) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 12) \
+    TB_DECODE_VARIANT(8, 1, 1, 8, 16, 3, 2) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 3, 10) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 3, 11) \
+    TB_DECODE_VARIANT(8, 1, 2, 8, 16, 2, 2) TB_DECODE_VARIANT(8, 1, 2, 8, 16, 2, 10) TB_DECODE_VARIANT(8, 4, 1, 8, 16, 0, 2) \
     TB_DECODE_VARIANT(8, 4, 1, 8, 16, 0, 3)
 /* the stream kernel (PP5: M = 1, the CUDA space only) */
 #define TB_DECODE_STREAM_VARIANTS \
