@@ -33,14 +33,14 @@ def test_decode_spaces() -> None:
     # k3i's 7 interleaved ring points (PP 7 / 8); 151: k3j's 4 MX4 RG16 split-K points for IQ4_XS GateUp M = 3
     # (KB5 RW1 PP2 / PP3: 544 KB4 blocks were 1.37 waves of 396 slots; KB4 / KB5 RW2 PP2: the one-slice RW2
     # grid ran 68 blocks, one per SM); 157: k3q's 6 PP9 points (the stream kernel with split waits, on 6 of
-    # the PP5 points' (rg, rw, u, pg)); 175: the RG16 K phases (PP 10 / 11: MX2 / 4 / 8 x PG2 / 3; PP 12
-    # and RW2 PP 10: PG2)
+    # the PP5 points' (rg, rw, u, pg)); 174: the RG16 K phases (PP 10 / 11: MX2 / 4 / 8 x PG2 / 3; PP 12
+    # and RW2 PP 10 to MX4: PG2)
     flat = [v.params for v in cuda if v.params["pp"] == 6]
     iw = [v.params for v in cuda if v.params["pp"] in (7, 8)]
     split = [v.params for v in cuda if v.params["pp"] == 9]
-    assert len(ring) == 36 and len(tc) == 46 and len(stream) == 8 and len(flat) == 4 and len(iw) == 7
+    assert len(ring) == 36 and len(tc) == 45 and len(stream) == 8 and len(flat) == 4 and len(iw) == 7
     assert len(split) == 6 and all({**p, "pp": 5} in stream for p in split)
-    assert len(cuda) == 175
+    assert len(cuda) == 174
     assert all(p["mx"] == p["kb"] == p["rg"] == p["rw"] == 1 and p["pg"] in (3, 4) for p in flat)
     assert all(p["kb"] == 1 and p["rg"] == 1 and p["mx"] in (2, 4) and p["pg"] in (2, 3) for p in iw)
     assert all(p["mx"] == 1 and p["kb"] == 1 and p["rg"] in (1, 2) for p in stream)
@@ -72,7 +72,7 @@ def test_decode_spaces() -> None:
     # every invalid GPU point names the rule that removes it
     invalid = DECODE.invalid_points("cuda")
     # pp 0..12 (k3m added 6, k3i 7 and 8, k3q 9, the K phases 10, 11 and 12), kb 1, 4, 5 (k3j added 5)
-    assert len(invalid) == 4 * 3 * 2 * 5 * 4 * 4 * 13 - 175 and all(p["rule"] for p in invalid)
+    assert len(invalid) == 4 * 3 * 2 * 5 * 4 * 4 * 13 - 174 and all(p["rule"] for p in invalid)
     assert any(p["point"] == "MX4/KB1/RW1/U8/RG16/PG2/PP2" for p in DECODE.invalid_points("rocm"))
     assert any(p["point"] == "MX8/KB1/RW1/U4/RG1/PG0/PP1" and "mx != 8" in p["rule"] for p in invalid)
     assert any(p["point"] == "MX4/KB1/RW2/U2/RG1/PG0/PP2" for p in DECODE.invalid_points("rocm"))
