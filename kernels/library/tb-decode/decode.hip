@@ -1400,12 +1400,6 @@ __device__ TB_FORCEINLINE void tb_decode_flat(TB_DECODE_PARAMS) {
 #define TBT_SC_STRIDE (16 * TBT_SCP)
 #define TBT_ROW (TBT_QS_STRIDE + TBT_QH_STRIDE + TBT_SC_STRIDE)
 #define TBT_MAGIC_INIT(d) ((d)[0] = (d)[1] = (d)[2] = (d)[3] = TBP_MAGIC_BITS)
-/* x's staging passes (tb_stage_x XP): every float4 of x at M = 4, K = 5120 (20 per thread) in ONE pass at two
- * workgroups per SM (PG2: 128 registers; the staging's registers are free again in the stage loop). Each pass
- * is an L2 round trip queued behind the weights' DRAM stream: on the H200 (call f3, Q4_0 LM head, MX4 PP10 PG2)
- * M = 3 -> 4 (2 -> 3 passes of 8 float4s) took 190.3 -> 194.3 us, the mma work being the same at M <= MX.
- * Three or more workgroups per SM (80 registers) and MX8 (40 float4s) keep 8 */
-#define TBT_XP(PG, MX) ((PG) == 2 && (MX) <= 4 ? 5 * (MX) : TB_XP(MX))
 
 #if defined(TB_DSMEM)
 TB_DEV float tb_bits_float(tb_i32 v) { return __int_as_float(v); }
@@ -1801,7 +1795,7 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
     /* the first S - 1 stages in flight before x is staged, then one stream of (tile, stage) per warp */
 #pragma unroll
     for (int s = 0; s < S - 1; ++s) issue(s);
-    tb_stage_x<TBT_XP(PG, MX), true>(x, m, k, w.xb0, w.nxb, w.c0, w.nchunks, xq, xm);
+    tb_stage_x<TB_XP(MX), true>(x, m, k, w.xb0, w.nxb, w.c0, w.nchunks, xq, xm);
     tb_sync();
     aim_c(tile);
     int base = c_first, slot = 0;
