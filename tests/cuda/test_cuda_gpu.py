@@ -121,6 +121,13 @@ def test_every_decode_variant_passes_parity_and_is_timed(backend: CudaBackend, f
     # persistent grids whose pg blocks' shared memory does not fit an SM (a count here went stale)
     allowed = {"rg != 16 or k % (256 * kb) == 0", "pp < 2 or pg == 0 or pg * (smem + 1024) <= 233472"}
     allowed |= {"pp != 6 or k % 1024 == 0", "backend == 'host' or m <= mx"}  # + the runner's M guard
+    # the RG16 K phases: whole stages per phase (K = 768 has 3) and the pairs that spill under NVRTC (any K)
+    allowed |= {
+        "pp < 10 or k % (256 * (4 if pp == 11 else 2)) == 0",
+        "pp < 10 or rw == 1 or mx != 2 or format != 'Q5_1'",
+        "pp < 10 or pg != 3 or format != 'Q6_K'",
+        "pp < 10 or pg != 3 or mx != 8 or format != 'Q4_K' or pp != 10",
+    }
     for name in set(VARIANTS) - set(kept):
         values = DECODE.bindings(DECODE.parse(name, "cuda"), 1000, 768, m, FORMATS[fmt], H200)
         assert set(DECODE.point_problems(values)) <= allowed, (name, DECODE.point_problems(values))
