@@ -17,6 +17,10 @@ predicted regret rows at the held-out points), then scores choice rules on the s
 * bootstrap: the median (q75) of B Poisson-reweighted refits of the chosen estimator at the query;
 * hindsight (not a rule, a bound on re-ranking): the measured best of the argmin's top 2 (3).
 
+--cover TOL restricts each fold's candidates to a greedy set cover of its training points by variants
+within TOL of each point's best (the first step of Llaminar's CUDA heuristic), fitted without the held-out
+shape.
+
 --slope-ridge sets ADDITIVE_SLOPE_RIDGE, --level-ridge LEVEL_RIDGE, and --target regret fits the
 additive estimator on log(1 + regret) instead of log time (each refits all folds). Model only: no
 tree (bench/loso_analysis.py).
@@ -69,12 +73,38 @@ class Fold:
 Rule = Callable[[Fold, MeasuredPoint], int | None]
 
 
-def folds_of(points: list[MeasuredPoint], valid: Validity, target: str) -> list[Fold]:
+def cover(points: Sequence[MeasuredPoint], tol: float) -> set[str]:
+    """A greedy set cover of the points by variants within ``tol`` of each point's best (Llaminar's CUDA
+    heuristic's first step): the variant covering most uncovered points first, until none covers another."""
+    near = [
+        {v for v, t in (p.times_us or {}).items() if t <= (1.0 + tol) * min((p.times_us or {}).values())}
+        for p in points
+        if p.times_us
+    ]
+    chosen: set[str] = set()
+    left = list(range(len(near)))
+    while left:
+        counts: dict[str, int] = {}
+        for i in left:
+            for v in near[i]:
+                counts[v] = counts.get(v, 0) + 1
+        if not counts:
+            break
+        best = min(counts, key=lambda v: (-counts[v], v))
+        chosen.add(best)
+        left = [i for i in left if best not in near[i]]
+    return chosen
+
+
+def folds_of(points: list[MeasuredPoint], valid: Validity, target: str, cover_tol: float = 0.0) -> list[Fold]:
     out = []
     for shape in sorted({(p.n, p.k) for p in points}):
         train = [p for p in points if (p.n, p.k) != shape]
         test = [p for p in points if (p.n, p.k) == shape]
         variants = tuple(sorted({v for p in train for v in p.times_us or {}}))
+        if cover_tol > 0:  # only the training points' cover set may answer (nothing of the held-out shape)
+            keep = cover(train, cover_tol)
+            variants = tuple(v for v in variants if v in keep)
         kernels = {}
         for m in sorted({p.m for p in train}):
             kern = nb.RegretKernel.of(sorted((p for p in train if p.m == m), key=lambda p: (p.n, p.k)),
@@ -263,6 +293,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--level-ridge", type=float, default=nb.LEVEL_RIDGE)
     parser.add_argument("--target", choices=("time", "regret"), default="time")
     parser.add_argument("--argmin-only", action="store_true", help="score the argmin rules alone")
+    parser.add_argument(
+        "--cover", type=float, default=0.0, help="each fold's variants: a set cover within this regret"
+    )
     args = parser.parse_args(argv)
     nb.ADDITIVE_SLOPE_RIDGE, nb.LEVEL_RIDGE = args.slope_ridge, args.level_ridge
     recorded, _ = load_recording(args.data)
@@ -296,7 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("hindsight: measured best of the top 3", hindsight_rule(3)),
         ]
     with single_blas_thread():
-        folds = folds_of(points, validity_for(names, recs[0].arch), args.target)
+        folds = folds_of(points, validity_for(names, recs[0].arch), args.target, args.cover)
         print(f"{len(points)} points, {len(folds)} folds, {time.monotonic() - started:.0f} s; "
               f"ADDITIVE_SLOPE_RIDGE {args.slope_ridge:g}, "
         f"LEVEL_RIDGE {args.level_ridge:g}, target {args.target}")  # fmt: skip
