@@ -57,9 +57,9 @@ information is in the top candidates, but nothing seen at the neighbours says wh
 additive estimator's own constants (--argmin-only): ADDITIVE_SLOPE_RIDGE 0.03 0.77% / 4.32% / 33,
 0.01 0.82% / 4.41% / 33, 0.05 0.87% / 4.78% / 39 (not monotone: not kept; the in-sample tree and the
 generator's LOSO were not rerun with it), LEVEL_RIDGE 0.03 (0.3) 0.93% / 4.94% (0.92% / 5.06%). Nor the
-candidates cut to a greedy set cover of the training points (each fold's own; --cover, 2026-12-02) within 1% / 2%
-/ 3% / 5% of each point's best (55 / 46 / 42 / 29 of 94 variants): 0.85% / 4.46%, 0.87% / 4.42%, 1.15% / 5.33%,
-1.26% / 5.78%.
+candidates cut to a greedy set cover of the training points (each fold's own; --cover, 2026-12-02) within
+1% / 2% / 3% / 5% of each point's best (55 / 46 / 42 / 29 of 94 variants): 0.85% / 4.46%, 0.87% / 4.42%,
+1.15% / 5.33%, 1.26% / 5.78%.
 
 Table: the model's predicted regrets label a grid of (M, N, K) (GRID_STEP octaves over the training
 range and ``GRID_BEYOND`` beyond it, plus the measured N and every multiple of 256 in K up to
