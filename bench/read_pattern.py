@@ -7,6 +7,9 @@ Why: issue 13 misses two targets by 10-25 % and the profiles do not name one lim
      apart, each row's page opened once per stage. If that is the limit, a pure READER with the same order
      is as slow, and one whose J warps share 16 rows and take every J-th stage (128 J contiguous bytes
      per row at a time) is faster.
+  1b. The RG16 kernel costs ~4 us more per row of M at the same mma work (call f3: Q4_0 M = 3 -> 4 190.3 ->
+     194.3 us): the J = 2 reader with M rows of K fp32 x staged per block first, M = 1..4 (2 blocks per SM),
+     shows whether staging x's bytes (264 blocks x 20 KB per row of M) is that cost.
   2. The M = 1 kernels lose a near-constant ~3 us to a plain reader on the 17-50 MB shapes at K = 5120
      (6 us at K = 17408, ~1.8 at K = 2048): every workgroup stages x (K fp32 from L2, 20 KB at K = 5120)
      before its dots (396 workgroups: 8 MB of L2 reads beside 17.7 MB of weights on GDN_Z; ncu's L2 hit
@@ -37,12 +40,20 @@ SOURCE = r"""
 /* RG16 order: 8 warps a block; J warps share 16 rows, warp phase p reads stages p, p + J, ... of them; a
  * stage is 8 16-byte chunks (128 bytes) of each of the 16 rows, lane l chunk l & 7 of rows 4 i + (l >> 3)
  * (the RG16 kernel's copy mapping); two stages in flight per lane (its 2-stage ring) */
-template <int J>
-__device__ void rg16_order(const uint4 *__restrict__ qs, int n, int chunks, int *out) {
+template <int J, int XM = 0>
+__device__ void rg16_order(const uint4 *__restrict__ qs, int n, int chunks, int *out,
+                           const float4 *__restrict__ x = nullptr) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, group = warp / J, phase = warp % J;
     constexpr int ROWS_BLOCK = 16 * (8 / J);
     const int tiles = (n + ROWS_BLOCK - 1) / ROWS_BLOCK, stages = chunks / 8;
     unsigned acc = 0;
+    if constexpr (XM > 0) { /* XM rows of x (K fp32) staged by every block first, as the RG16 kernel does */
+        extern __shared__ float4 xs[];
+        const int k4 = XM * chunks * 8; /* float4s of XM rows of K = 32 chunks floats */
+        for (int i = threadIdx.x; i < k4; i += blockDim.x) xs[i] = __ldcg(x + i);
+        __syncthreads();
+        acc ^= __float_as_uint(xs[(lane * 37) % k4].x);
+    }
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         const int row0 = tile * ROWS_BLOCK + group * 16 + (lane >> 3);
         int s = phase;
@@ -76,6 +87,16 @@ TB_RG16(1)
 TB_RG16(2)
 TB_RG16(4)
 TB_RG16(8)
+/* J2 with XM rows of x staged per block first (the RG16 kernel at M = XM) */
+#define TB_RG16_X(XM)                                                                         \
+    extern "C" __global__ void __launch_bounds__(256)                                         \
+        tb_order_rg16_j2_x##XM(const uint4 *qs, int n, int chunks, int *out, const float4 *x) { \
+        rg16_order<2, XM>(qs, n, chunks, out, x);                                             \
+    }
+TB_RG16_X(1)
+TB_RG16_X(2)
+TB_RG16_X(3)
+TB_RG16_X(4)
 
 /* full-wave rows (the M = 1 stream kernel's order): a warp reads whole rows, chunk lane + 32 i, units of
  * RW rows interleaved over every warp of the grid; optionally x (k fp32) staged into shared memory by
@@ -127,6 +148,7 @@ TB_ROWS(tb_order_rows_x_after, 2)
 """
 
 RG16_KERNELS = ("tb_order_rg16_j1", "tb_order_rg16_j2", "tb_order_rg16_j4", "tb_order_rg16_j8")
+RG16_X_KERNELS = tuple(f"tb_order_rg16_j2_x{m}" for m in (1, 2, 3, 4))  # + M rows of x staged per block
 ROWS_KERNELS = ("tb_order_rows", "tb_order_rows_x_first", "tb_order_rows_x_after")
 # (shape, n, k): the LM head for the RG16 order (M = 4 runs there), the K = 5120 / 6144 / 17408 shapes for x
 LM_HEAD = ("Qwen36_LM_Head", 248320, 5120)
@@ -149,6 +171,15 @@ def shared_launch(kernel: Any, grid: int, shared_bytes: int, args: list[Any]) ->
         turn[0] += 1
 
     return launch
+
+
+def allow_shared(kernel: Any, shared_bytes: int) -> None:
+    """Dynamic shared memory beyond the default 48 KB needs the function's opt-in."""
+    from workers.harness import cuda_driver as cd
+
+    if shared_bytes > 48 * 1024:
+        attribute = cd.driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        cd.check(cd.driver.cuFuncSetAttribute(kernel, attribute, shared_bytes), "cuFuncSetAttribute")
 
 
 def decode_m_times(paths: list[Path]) -> dict[tuple[str, int], float]:
@@ -181,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     started = dt.datetime.now(dt.UTC)
     decode = decode_m_times(args.decode)
     rows: list[dict[str, Any]] = []
-    fn = load_kernels(SOURCE, (*RG16_KERNELS, *ROWS_KERNELS))
+    fn = load_kernels(SOURCE, (*RG16_KERNELS, *RG16_X_KERNELS, *ROWS_KERNELS))
     copy = copy_bandwidth()
     print(f"copy {copy['bandwidth_gbs']:.0f} GB/s", flush=True)
     out_buf = cd.mem_alloc(4)
@@ -192,8 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         bufs = [cd.mem_alloc(payload) for _ in range(copies)]
         for buf in bufs:
             cd.check(cd.driver.cuMemsetD32(buf, 0x01020304, payload // 4), "cuMemsetD32")
-        x_buf = cd.mem_alloc(4 * k)
-        cd.check(cd.driver.cuMemsetD32(x_buf, 0x3F800000, k), "cuMemsetD32")
+        x_buf = cd.mem_alloc(4 * 4 * k)  # 4 rows of M (the RG16 order's x staging); the rows order reads 1
+        cd.check(cd.driver.cuMemsetD32(x_buf, 0x3F800000, 4 * k), "cuMemsetD32")
         ideal_us = payload / copy["bandwidth_gbs"] / 1e3
         times: dict[str, float] = {}
         for pg in (2, 3):
@@ -206,18 +237,21 @@ def main(argv: list[str] | None = None) -> int:
                     ]
                     launch = rotating_launch(fn[name], grid, 256, kargs)
                     times[f"{name}/PG{pg}"] = time_kernel(launch, args.dispatches)
+                for xm, name in enumerate(RG16_X_KERNELS if pg == 2 else (), start=1):  # 80 KB at M = 4
+                    xargs = [
+                        cd.KernelArgs(
+                            [("ptr", b), ("i32", n), ("i32", chunks), ("ptr", out_buf), ("ptr", x_buf)]
+                        )
+                        for b in bufs
+                    ]
+                    allow_shared(fn[name], 4 * xm * k)
+                    launch = shared_launch(fn[name], grid, 4 * xm * k, xargs)
+                    times[f"{name}/PG{pg}"] = time_kernel(launch, args.dispatches)
             for name in ROWS_KERNELS:
                 ptrs = [("ptr", x_buf), ("i32", k), ("ptr", out_buf)]
                 kargs = [cd.KernelArgs([("ptr", b), ("i32", n), ("i32", chunks), *ptrs]) for b in bufs]
                 smem = 4 * k if name != "tb_order_rows" else 0
-                if smem > 48 * 1024:
-                    attribute = cd.driver.CUfunction_attribute
-                    cd.check(
-                        cd.driver.cuFuncSetAttribute(
-                            fn[name], attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem
-                        ),
-                        "cuFuncSetAttribute",
-                    )
+                allow_shared(fn[name], smem)
                 launch_rows = shared_launch(fn[name], grid, smem, kargs)
                 times[f"{name}/PG{pg}"] = time_kernel(launch_rows, args.dispatches)
         for buf in bufs:
