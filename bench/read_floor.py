@@ -122,14 +122,14 @@ def load_kernels(source: str, names: tuple[str, ...]) -> dict[str, Any]:
     return {name: cd.check(cd.driver.cuModuleGetFunction(module, name.encode()), name) for name in names}
 
 
-def rotating_launch(kernel: Any, grid: int, threads: int, args: list[Any]) -> Any:
+def rotating_launch(kernel: Any, grid: int, threads: int, args: list[Any], shared_bytes: int = 0) -> Any:
     """A launcher that takes the next copy's arguments on every call."""
     from workers.harness import cuda_driver as cd
 
     turn = [0]
 
     def launch() -> None:
-        cd.launch(kernel, (grid, 1, 1), (threads, 1, 1), args[turn[0] % len(args)])
+        cd.launch(kernel, (grid, 1, 1), (threads, 1, 1), args[turn[0] % len(args)], shared_bytes=shared_bytes)
         turn[0] += 1
 
     return launch

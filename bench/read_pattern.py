@@ -160,19 +160,6 @@ X_SHAPES = [
 ]
 
 
-def shared_launch(kernel: Any, grid: int, shared_bytes: int, args: list[Any]) -> Any:
-    """A launcher with dynamic shared memory that takes the next copy's arguments on every call."""
-    from workers.harness import cuda_driver as cd
-
-    turn = [0]
-
-    def launch() -> None:
-        cd.launch(kernel, (grid, 1, 1), (256, 1, 1), args[turn[0] % len(args)], shared_bytes=shared_bytes)
-        turn[0] += 1
-
-    return launch
-
-
 def allow_shared(kernel: Any, shared_bytes: int) -> None:
     """Dynamic shared memory beyond the default 48 KB needs the function's opt-in."""
     from workers.harness import cuda_driver as cd
@@ -245,14 +232,14 @@ def main(argv: list[str] | None = None) -> int:
                         for b in bufs
                     ]
                     allow_shared(fn[name], 4 * xm * k)
-                    launch = shared_launch(fn[name], grid, 4 * xm * k, xargs)
+                    launch = rotating_launch(fn[name], grid, 256, xargs, 4 * xm * k)
                     times[f"{name}/PG{pg}"] = time_kernel(launch, args.dispatches)
             for name in ROWS_KERNELS:
                 ptrs = [("ptr", x_buf), ("i32", k), ("ptr", out_buf)]
                 kargs = [cd.KernelArgs([("ptr", b), ("i32", n), ("i32", chunks), *ptrs]) for b in bufs]
                 smem = 4 * k if name != "tb_order_rows" else 0
                 allow_shared(fn[name], smem)
-                launch_rows = shared_launch(fn[name], grid, smem, kargs)
+                launch_rows = rotating_launch(fn[name], grid, 256, kargs, smem)
                 times[f"{name}/PG{pg}"] = time_kernel(launch_rows, args.dispatches)
         for buf in bufs:
             cd.mem_free(buf)

@@ -123,7 +123,7 @@ def test_every_decode_variant_passes_parity_and_is_timed(backend: CudaBackend, f
     allowed |= {"pp != 6 or k % 1024 == 0", "backend == 'host' or m <= mx"}  # + the runner's M guard
     # the RG16 K phases: whole stages per phase (K = 768 has 3) and the pairs that spill under NVRTC (any K)
     allowed |= {
-        "pp < 10 or k % (256 * (4 if pp == 11 else 2)) == 0",
+        "pp < 10 or k % (256 * tc_phases) == 0",
         "pp < 10 or rw == 1 or mx != 2 or format != 'Q5_1'",
         "pp < 10 or pg != 3 or format != 'Q6_K'",
         "pp < 10 or pg != 3 or mx != 8 or format != 'Q4_K' or pp != 10",

@@ -1752,7 +1752,7 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
     /* J > 1: the partial sums of phases 1 .. J - 1, [writer][r][el][lane], after x's scales (16-aligned) */
     float *red = (float *)(((unsigned long long)(xm + 2 * m * w.nxb) + 15ull) & ~15ull);
     const int writer = rgrp * (J - 1) + phase - 1; /* phase 0 keeps its sums in registers */
-    (void)red;
+    (void)red, (void)writer; /* J = 1: unused */
     /* the row tile is done: add the columns of one row of M (lanes t ^ 1, t ^ 2 hold its other blocks), write */
     auto finish = [&](int ftile) {
         const int row0 = ftile * ROWS_WG + rgrp * ROWS;
