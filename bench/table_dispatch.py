@@ -234,6 +234,7 @@ def launch_table(
                 out.append(entry)
                 continue
             geometry = package.geometry(values)
+            pre = package.prelaunch_geometry(values) if package.has_prelaunch(variant, "cuda") else None
             sizes = {
                 i: parse(args_spec[i].size).evaluate_int(values) if args_spec[i].size else 0 for i in slots
             }
@@ -263,6 +264,9 @@ def launch_table(
             ok=1, grid=list(geometry.grid), block=list(geometry.block), shared=geometry.shared_bytes,
             args=args,
             workspace=[sizes[i] for i in slots], zero=[int(args_spec[i].zero) for i in slots],
+            pre=None if pre is None else {
+                "grid": list(pre.grid), "block": list(pre.block), "shared": pre.shared_bytes,
+            },
         )  # fmt: skip
         out.append(entry)
     return out, len(slots)
@@ -334,8 +338,12 @@ def consumer_source(
         ws = ", ".join(f"{w}LL" for w in lt["workspace"]) or "0"
         zero = ", ".join(str(z) for z in lt["zero"]) or "0"
         g, b = lt["grid"], lt["block"]
+        pre = lt.get("pre")  # the [prelaunch] kernel, launched before the variant with its arguments
+        pg, pb = (pre["grid"], pre["block"]) if pre else ([0, 0, 0], [0, 0, 0])
         return (f"{{1, {{{g[0]}u, {g[1]}u, {g[2]}u}}, {{{b[0]}u, {b[1]}u, {b[2]}u}}, {lt['shared']}u, "
-                f"{len(lt['args'])}, {{{args}}}, {{{ws}}}, {{{zero}}}}}")  # fmt: skip
+                f"{len(lt['args'])}, {{{args}}}, {{{ws}}}, {{{zero}}}, {int(pre is not None)}, "
+                f"{{{pg[0]}u, {pg[1]}u, {pg[2]}u}}, {{{pb[0]}u, {pb[1]}u, {pb[2]}u}}, "
+                f"{pre['shared'] if pre else 0}u}}")  # fmt: skip
 
     rows = []
     for p in points:
@@ -365,6 +373,10 @@ def consumer_source(
         "@COSINE_MIN@": repr(tolerance.cosine_min),
         "@REL_L2_MAX@": repr(tolerance.rel_l2_max),
         "@KERNELS@": ", ".join(f"(const void *)&{s}" for s in symbols),
+        "@PRE_KERNELS@": ", ".join(
+            f"(const void *)&{package.prelaunch_symbol(v)}" if package.has_prelaunch(v, "cuda") else "nullptr"
+            for v in variants
+        ),
         "@NAMES@": ", ".join(c_string(v.name) for v in variants),
         "@PART_NAMES@": ", ".join(c_string(p) for p in parts),
         "@POINTS@": "\n".join(rows),

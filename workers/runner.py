@@ -277,7 +277,6 @@ def run_task(
         return TaskResult(device_info, compiled.artifact, ordered, weight_copies=copies)
 
     runnable: list[tuple[Variant, dict[str, Any], Geometry, Prelaunch | None]] = []
-    has_pre = package.prelaunch_for(backend) is not None
     for variant in variants:
         result = results[variant.name] = VariantResult(
             variant.name, [], None, symbol=compiled.symbols.get(variant.name, "")
@@ -292,7 +291,7 @@ def run_task(
                 result.error = NOT_APPLICABLE_PREFIX + "; ".join(broken)
                 continue
             pre: Prelaunch | None = None
-            if has_pre:
+            if package.has_prelaunch(variant, backend):
                 if variant.name not in compiled.prelaunch:
                     symbol = package.prelaunch_symbol(variant)
                     result.error = f"prelaunch kernel {symbol} did not compile or load"

@@ -31,9 +31,9 @@ class CompileUnit:
 
     def prelaunch_symbols(self, package: KernelPackage, backend: str) -> dict[str, str]:
         """variant name -> its prelaunch kernel's symbol in this unit (empty when there is none)."""
-        if package.prelaunch_for(backend) is None:
-            return {}
-        return {v.name: package.prelaunch_symbol(v) for v in self.variants}
+        return {
+            v.name: package.prelaunch_symbol(v) for v in self.variants if package.has_prelaunch(v, backend)
+        }
 
 
 def format_build_defines(package: KernelPackage, format_name: str) -> dict[str, str]:

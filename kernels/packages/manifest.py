@@ -26,8 +26,9 @@ MAX_PARAM_VALUES = 64
 # (kb 5 for its tensor-core kernel: 4 x 3 x 2 x 5 x 4 x 4 x 9 points, each backend's space walked in ~0.6 s),
 # 20480 since its tenth pp value (19200 points; the space walk prunes at the first broken rule: ~0.35 s for
 # tb-decode's CUDA space, every built-in package and backend in ~0.6 s), 25600 since its RG16 K phases
-# (pp 10 / 11 / 12: 24960 points)
-MAX_POINTS = 25600
+# (pp 10 / 11 / 12: 24960 points), 30720 since the same kernels with x quantised once per launch (pp 13 / 14 /
+# 15: 30720 points)
+MAX_POINTS = 30720
 
 # names every expression may read besides the package's parameters and derived values
 PROBLEM_NAMES = frozenset({"n", "k", "m"})
@@ -110,6 +111,9 @@ class PrelaunchSection(_Strict):
     shared_bytes: ExpressionText = "0"
     backends: list[Literal["host", "rocm", "cuda"]] = Field(
         default_factory=list, description="only these backends launch it (default: all)"
+    )
+    when: ExpressionText = Field(
+        "1", description="over the variant's parameters: only the variants where it is true have it"
     )
 
 
@@ -293,6 +297,7 @@ def semantic_problems(manifest: Manifest) -> list[tuple[str, str]]:
             for index, source in enumerate(getattr(pre, axis)):
                 check(f"prelaunch.{axis}.{index}", source, launch_names)
         check("prelaunch.shared_bytes", pre.shared_bytes, launch_names)
+        check("prelaunch.when", pre.when, params)
         unknown = _template_fields(pre.symbol) - params
         if unknown:
             found.append(("prelaunch.symbol", f"unknown parameter(s) {', '.join(sorted(unknown))}"))

@@ -383,6 +383,11 @@ class KernelPackage:
             return None
         return pre
 
+    def has_prelaunch(self, variant: Variant, backend: str) -> bool:
+        """Whether ``variant`` is launched after the prelaunch kernel on ``backend`` (its ``when``)."""
+        pre = self.prelaunch_for(backend)
+        return pre is not None and bool(parse(pre.when).evaluate(dict(variant.params)))
+
     def prelaunch_symbol(self, variant: Variant) -> str:
         pre = self.manifest.prelaunch
         if pre is None:
@@ -448,6 +453,7 @@ class KernelPackage:
             "table": None if m.table is None else {"struct": m.table.struct, "fields": list(m.table.fields)},
             "prelaunch": None if m.prelaunch is None else {
                 "symbol": m.prelaunch.symbol, "backends": list(m.prelaunch.backends) or "all",
+                "when": m.prelaunch.when,
             },
         }  # fmt: skip
 

@@ -64,8 +64,11 @@ def _write(folder: Path, fmt: str, problem: Problem) -> None:
     (folder / "x.bin").write_bytes(np.ascontiguousarray(problem.x, dtype=np.float32).tobytes())
 
 
-def _run(binary: Path, fmt: str, name: str, problem: Problem, folder: Path, late: bool = False) -> np.ndarray:
-    """One launch; ``late``: cp.async copies land at the wait that retires them (ring kernels, PP >= 2)."""
+def _run(
+    binary: Path, fmt: str, name: str, problem: Problem, folder: Path, late: bool = False, prep: bool = False
+) -> np.ndarray:
+    """One launch; ``late``: cp.async copies land at the wait that retires them (ring kernels, PP >= 2);
+    ``prep``: the package's prelaunch kernel runs first (PP 13 / 14 / 15)."""
     variant = DECODE.parse(name, "cuda")
     values = DECODE.bindings(variant, problem.n, problem.k, problem.m, get_format(fmt), FACTS)
     assert DECODE.point_problems(values) == []
@@ -74,7 +77,7 @@ def _run(binary: Path, fmt: str, name: str, problem: Problem, folder: Path, late
     argv = [
         str(binary), DECODE.symbol(variant), str(problem.m), str(problem.n), str(problem.k), str(g.grid[0]),
         str(g.grid[1]), str(values["tiles"]), *(str(folder / f"{p}.bin") for p in ("qs", "qh", "sc", "x")),
-        str(out), str(g.shared_bytes), *(["late"] if late else []),
+        str(out), str(g.shared_bytes), *(["late"] if late else []), *(["prep"] if prep else []),
     ]  # fmt: skip
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, (name, proc.stderr[-2000:])
@@ -353,4 +356,44 @@ def test_tensor_core_k_phases_on_the_emulator(tmp_path: Path, fmt: str) -> None:
     results.update(
         {name: _run(binary, fmt, name, problem, folder, late=True) for name in [one_phase, *names]}
     )
+    _check(problem, results)
+
+
+# x quantised once per launch (PP 13 / 14 / 15: the [prelaunch] kernel tb_decode_prep, then PP 10 / 11 / 2's
+# kernel copying x's bytes instead of quantising x); the twin computes the same sums in the same order
+PER_LAUNCH = {
+    "MX4/KB1/RW1/U8/RG16/PG2/PP13": "MX4/KB1/RW1/U8/RG16/PG2/PP10",
+    "MX2/KB1/RW1/U8/RG16/PG2/PP14": "MX2/KB1/RW1/U8/RG16/PG2/PP11",
+    "MX4/KB1/RW2/U8/RG16/PG2/PP15": "MX4/KB1/RW2/U8/RG16/PG2/PP2",
+    "MX8/KB1/RW1/U8/RG16/PG3/PP13": "MX8/KB1/RW1/U8/RG16/PG3/PP10",
+}
+
+
+@pytest.mark.parametrize("fmt", ["Q4_0", "Q6_K", "IQ4_XS"])
+def test_x_quantised_once_per_launch_on_the_emulator(tmp_path: Path, fmt: str) -> None:
+    """The prelaunch kernel writes RG16's image of x for the whole K and every workgroup copies its bytes:
+    bit for bit the numbers of the twin that quantises x itself (a byte of the image in the wrong place,
+    a scale pair of the wrong row of M, or a copy not waited for changes them; the workspace starts as
+    0xFF), at M = 2 with copies landing late, N = 300 (several row tiles per workgroup, the last partial)."""
+    pairs = {
+        name: twin
+        for name, twin in PER_LAUNCH.items()
+        if all(
+            DECODE.point_problems(DECODE.bindings(DECODE.parse(v, "cuda"), 300, K, 2, get_format(fmt), FACTS))
+            == []
+            for v in (name, twin)
+        )
+    }
+    assert len(pairs) >= 2, fmt
+    assert all(DECODE.has_prelaunch(DECODE.parse(n, "cuda"), "cuda") for n in pairs)
+    assert not any(DECODE.has_prelaunch(DECODE.parse(t, "cuda"), "cuda") for t in pairs.values())
+    binary = _emulator(tmp_path, fmt, sorted({*pairs, *pairs.values()}))
+    problem = build_problem(fmt, 300, K, 2, seed=23, packed=False)
+    folder = tmp_path / "per-launch"
+    _write(folder, fmt, problem)
+    results = {}
+    for name, twin in pairs.items():
+        results[name] = _run(binary, fmt, name, problem, folder, late=True, prep=True)
+        results[twin] = _run(binary, fmt, twin, problem, folder, late=True)
+        assert np.array_equal(results[name], results[twin]), (name, twin)
     _check(problem, results)

@@ -34,21 +34,25 @@ def test_decode_spaces() -> None:
     # (KB5 RW1 PP2 / PP3: 544 KB4 blocks were 1.37 waves of 396 slots; KB4 / KB5 RW2 PP2: the one-slice RW2
     # grid ran 68 blocks, one per SM); 157: k3q's 6 PP9 points (the stream kernel with split waits, on 6 of
     # the PP5 points' (rg, rw, u, pg)); 174: the RG16 K phases (PP 10 / 11: MX2 / 4 / 8 x PG2 / 3; PP 12
-    # and RW2 PP 10 to MX4: PG2)
+    # and RW2 PP 10 to MX4: PG2); 190: the same with x quantised once per launch by the prelaunch kernel
+    # (PP 13 / 14 / 15 = PP 10 / 11 / 2: MX2 / 4 / 8 PG2, PP13 PG3 too, RW2 PP13 / PP15 to MX4)
     flat = [v.params for v in cuda if v.params["pp"] == 6]
     iw = [v.params for v in cuda if v.params["pp"] in (7, 8)]
     split = [v.params for v in cuda if v.params["pp"] == 9]
-    assert len(ring) == 36 and len(tc) == 45 and len(stream) == 8 and len(flat) == 4 and len(iw) == 7
+    assert len(ring) == 36 and len(tc) == 61 and len(stream) == 8 and len(flat) == 4 and len(iw) == 7
     assert len(split) == 6 and all({**p, "pp": 5} in stream for p in split)
-    assert len(cuda) == 174
+    assert len(cuda) == 190
+    per_launch = [v for v in cuda if DECODE.has_prelaunch(v, "cuda")]
+    assert len(per_launch) == 16 and all(v.params["pp"] >= 13 for v in per_launch)
+    assert not any(DECODE.has_prelaunch(v, "rocm") for v in DECODE.space("rocm"))
     assert all(p["mx"] == p["kb"] == p["rg"] == p["rw"] == 1 and p["pg"] in (3, 4) for p in flat)
     assert all(p["kb"] == 1 and p["rg"] == 1 and p["mx"] in (2, 4) and p["pg"] in (2, 3) for p in iw)
     assert all(p["mx"] == 1 and p["kb"] == 1 and p["rg"] in (1, 2) for p in stream)
     assert {p["u"] for p in stream} == {4, 5, 6} and all(p["u"] in (2, 4, 8) for p in ring + tc)
     assert {p["u"] for p in iw} == {2, 4, 5}
-    assert all(p["pp"] in (2, 3, 4, 10, 11, 12) and p["u"] == 8 and p["mx"] in (2, 4, 8) for p in tc)
+    assert all(p["pp"] in (2, 3, 4, *range(10, 16)) and p["u"] == 8 and p["mx"] in (2, 4, 8) for p in tc)
     assert all(p["kb"] == 1 and p["pg"] in (2, 3) for p in tc if p["pp"] >= 10)
-    assert all(p["pg"] == 2 for p in tc if p["pp"] == 12 or (p["pp"] >= 10 and p["rw"] == 2))
+    assert all(p["pg"] == 2 for p in tc if p["pp"] in (12, 14, 15) or (p["pp"] >= 10 and p["rw"] == 2))
     assert [p["mx"] for p in tc if p["pp"] == 4] == [2, 4, 8]  # RG16 only: the dp4a ring has 2 or 3 stages
     assert {v.params["mx"] for v in cuda if v.params["rg"] != 16} == {1, 2, 4} and {
         (p["kb"], p["pg"]) for p in tc
@@ -71,8 +75,8 @@ def test_decode_spaces() -> None:
     assert host[4].family == "tb-decode"
     # every invalid GPU point names the rule that removes it
     invalid = DECODE.invalid_points("cuda")
-    # pp 0..12 (k3m added 6, k3i 7 and 8, k3q 9, the K phases 10, 11 and 12), kb 1, 4, 5 (k3j added 5)
-    assert len(invalid) == 4 * 3 * 2 * 5 * 4 * 4 * 13 - 174 and all(p["rule"] for p in invalid)
+    # pp 0..15 (k3m added 6, k3i 7 and 8, k3q 9, the K phases 10, 11 and 12, x per launch 13-15), kb 1, 4, 5
+    assert len(invalid) == 4 * 3 * 2 * 5 * 4 * 4 * 16 - 190 and all(p["rule"] for p in invalid)
     assert any(p["point"] == "MX4/KB1/RW1/U8/RG16/PG2/PP2" for p in DECODE.invalid_points("rocm"))
     assert any(p["point"] == "MX8/KB1/RW1/U4/RG1/PG0/PP1" and "mx != 8" in p["rule"] for p in invalid)
     assert any(p["point"] == "MX4/KB1/RW2/U2/RG1/PG0/PP2" for p in DECODE.invalid_points("rocm"))

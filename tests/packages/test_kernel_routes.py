@@ -155,6 +155,15 @@ BAD_PACKAGES: dict[str, tuple[Callable[[], bytes], int, str, str]] = {
         "restrictions.rules.0",
         "unknown name(s) ROWZ",
     ),
+    "prelaunch when names a problem value": (
+        _manifest_edit(
+            'shared_bytes = "0"\n',
+            'shared_bytes = "0"\n\n[prelaunch]\nsymbol = "prep"\ngrid = ["1", "1", "1"]\nwhen = "m >= 2"\n',
+        ),
+        422,
+        "prelaunch.when",
+        "unknown name(s) m",
+    ),
     "source file missing": (
         _manifest_edit('hip = ["rows.hip"]', 'hip = ["gone.hip"]'),
         422,

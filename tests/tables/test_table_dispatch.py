@@ -117,6 +117,12 @@ def test_launch_geometry_and_arguments_follow_the_manifest() -> None:
     assert [a[2] for a in kb4["args"][7:11]] == [2, 4096, 2048, tiles]
     kb1 = next(lt for lt in launches if lt["ok"] and "/KB1/" in lt["variant"])
     assert [a[1] for a in kb1["args"][5:7]] == [-1, -1] and kb1["workspace"] == [0, 0]  # no split-K: null
+    assert kb1["pre"] is None
+    # x quantised once per launch (pp 13): the prelaunch kernel's geometry travels with the launch, and the
+    # first workspace holds x's int8 image (40 bytes per 32-block and row of M), passed to both kernels
+    xq = next(lt for lt in launches if lt["ok"] and lt["variant"].endswith("/PP13"))
+    assert xq["pre"] == {"grid": [-(-2 * 2048 // 4 // 256), 1, 1], "block": [256, 1, 1], "shared": 0}
+    assert xq["workspace"] == [40 * 2 * (2048 // 32), 0] and xq["args"][5][1] == 5
 
 
 def fake_output(manifest: dict, table_slower: float = 1.01) -> list[dict]:  # type: ignore[type-arg]

@@ -263,10 +263,59 @@ struct alignas(16) tb_f4 {
     float x, y, z, w;
 };
 
+/* One 32-weight block of x (block b of the nb staged from b0, row of M i) quantised by the 8 lanes that hold its
+ * float4s (lane part: x 4 part .. 4 part + 3): int8 into xq, (xs, xs * xsum) into xm[2 (i nb + b)]. Same rule as
+ * kernels/activations.py: amax, inv = 127 / amax (0 when amax = 0), q = rint(x * inv), xs = amax / 127. Every lane
+ * of the warp calls it (shuffles); `on` false: a padding lane that stores nothing. TC: RG16's layout, the one
+ * tb_decode_prep also writes, once per launch, for the whole K */
+template <bool TC>
+TB_DEV void tb_quant_block(const tb_f4 &w, bool on, int part, int i, int b, int m, int b0, int nb, int c0,
+                           int nchunks, tb_u32x4 *xq, float *xm) {
+    float amax = tb_fmaxf(tb_fmaxf(tb_fabsf(w.x), tb_fabsf(w.y)), tb_fmaxf(tb_fabsf(w.z), tb_fabsf(w.w)));
+    amax = tb_fmaxf(amax, tb_shfl_xor(amax, 4));
+    amax = tb_fmaxf(amax, tb_shfl_xor(amax, 2));
+    amax = tb_fmaxf(amax, tb_shfl_xor(amax, 1));
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    const tb_i32 q0 = (tb_i32)tb_rintf(w.x * inv), q1 = (tb_i32)tb_rintf(w.y * inv);
+    const tb_i32 q2 = (tb_i32)tb_rintf(w.z * inv), q3 = (tb_i32)tb_rintf(w.w * inv);
+    float sum = (float)(q0 + q1 + q2 + q3); /* exact: |sum| <= 4064 */
+    sum += tb_shfl_xor(sum, 4);
+    sum += tb_shfl_xor(sum, 2);
+    sum += tb_shfl_xor(sum, 1);
+    tb_u32 word = (tb_u32)(q0 & 0xFF) | ((tb_u32)(q1 & 0xFF) << 8) | ((tb_u32)(q2 & 0xFF) << 16) |
+                  ((tb_u32)(q3 & 0xFF) << 24);
+#if TB_X_IL
+    { /* lane part holds x 4i.. of the block (i = part % 4) in run part / 4: pair it with the other run's
+       * lane (part ^ 4) byte by byte (RG16: the same k order in the B fragment words as in A's) */
+        const tb_u32 other = __float_as_uint(tb_shfl_xor(__uint_as_float(word), 4));
+        word = part < 4 ? tb_prmt(word, other, 0x5140u) : tb_prmt(other, word, 0x7362u);
+    }
+#endif
+    if (!on) return;
+    if constexpr (TC) {
+        /* RG16: [block][row of M][lane quarter q][bytes 4q.., 16+4q..]: one 8-byte read per lane is
+         * its B fragment (b0, b1) of mma m16n8k32; the lanes of a fragment read 256 contiguous bytes */
+        (void)b0, (void)c0, (void)nchunks;
+        ((tb_u32 *)xq)[((tb_size)b * (tb_size)m + (tb_size)i) * 8 + 2 * (part & 3) + (part >> 2)] = word;
+    } else {
+        int c, run;
+        tb_half_slot(2 * (b0 + b) + (part >> 2), &c, &run);
+        tb_u32 *slot = (tb_u32 *)(xq + (i * TB_RUNS + run) * nchunks + (c - c0));
+        slot[part & 3] = word;
+    }
+    if (part == 0) {
+        const float xs = amax / 127.0f;
+        /* RG16: dw * dx carries the unpacked operands' power-of-two factor (tb_i8mma.h
+         * TBP_OPERAND_SCALE) on x's scale, so the weight scales decode without a multiply */
+        const tb_size at = 2 * ((tb_size)i * (tb_size)nb + (tb_size)b);
+        xm[at] = TC ? xs * TBP_OPERAND_SCALE : xs;
+        xm[at + 1] = xs * sum;
+    }
+}
+
 /* Quantise x blocks [b0, b0 + nb) (32-weight blocks) of every row of M into LDS, 8 lanes per block (one
- * float4 each: coalesced loads): xq: [M][TB_RUNS][nchunks] 16-byte slots, xm: [M][nb] (xs, xs * xsum).
- * Same rule as kernels/activations.py: amax, inv = 127 / amax (0 when amax = 0), q = rint(x * inv),
- * xs = amax / 127. XP passes of the workgroup load their float4s before any of them is reduced, so the
+ * float4 each: coalesced loads): xq: [M][TB_RUNS][nchunks] 16-byte slots, xm: [M][nb] (xs, xs * xsum)
+ * (tb_quant_block). XP passes of the workgroup load their float4s before any of them is reduced, so the
  * staging costs one global latency per XP * 256 float4s instead of one per 256 (measured on the H200,
  * 2026-11-30: one-shot grids of the 10-20 MB shapes spent 5 serial x latencies before their first dot) */
 template <int XP, bool TC = false>
@@ -291,49 +340,10 @@ TB_DEV void tb_stage_x(const float *__restrict__ x, int m, int k, int b0, int nb
             if (base + p * TB_THREADS >= total) break; /* uniform over the workgroup */
             const int t = base + p * TB_THREADS + TB_TID;
             const bool on = t < total;
-            const int blk = t >> 3, part = t & 7;
+            const int blk = t >> 3;
             const int i = on ? blk / nb : 0;
             const int b = on ? blk - i * nb : 0;
-            const tb_f4 w = v[p];
-            float amax = tb_fmaxf(tb_fmaxf(tb_fabsf(w.x), tb_fabsf(w.y)), tb_fmaxf(tb_fabsf(w.z), tb_fabsf(w.w)));
-            amax = tb_fmaxf(amax, tb_shfl_xor(amax, 4));
-            amax = tb_fmaxf(amax, tb_shfl_xor(amax, 2));
-            amax = tb_fmaxf(amax, tb_shfl_xor(amax, 1));
-            const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-            const tb_i32 q0 = (tb_i32)tb_rintf(w.x * inv), q1 = (tb_i32)tb_rintf(w.y * inv);
-            const tb_i32 q2 = (tb_i32)tb_rintf(w.z * inv), q3 = (tb_i32)tb_rintf(w.w * inv);
-            float sum = (float)(q0 + q1 + q2 + q3); /* exact: |sum| <= 4064 */
-            sum += tb_shfl_xor(sum, 4);
-            sum += tb_shfl_xor(sum, 2);
-            sum += tb_shfl_xor(sum, 1);
-            tb_u32 word = (tb_u32)(q0 & 0xFF) | ((tb_u32)(q1 & 0xFF) << 8) | ((tb_u32)(q2 & 0xFF) << 16) |
-                          ((tb_u32)(q3 & 0xFF) << 24);
-#if TB_X_IL
-            { /* lane part holds x 4i.. of the block (i = part % 4) in run part / 4: pair it with the other run's
-               * lane (part ^ 4) byte by byte (RG16: the same k order in the B fragment words as in A's) */
-                const tb_u32 other = __float_as_uint(tb_shfl_xor(__uint_as_float(word), 4));
-                word = part < 4 ? tb_prmt(word, other, 0x5140u) : tb_prmt(other, word, 0x7362u);
-            }
-#endif
-            if (on) {
-                if constexpr (TC) {
-                    /* RG16: [block][row of M][lane quarter q][bytes 4q.., 16+4q..]: one 8-byte read per lane is
-                     * its B fragment (b0, b1) of mma m16n8k32; the lanes of a fragment read 256 contiguous bytes */
-                    ((tb_u32 *)xq)[(b * m + i) * 8 + 2 * (part & 3) + (part >> 2)] = word;
-                } else {
-                    int c, run;
-                    tb_half_slot(2 * (b0 + b) + (part >> 2), &c, &run);
-                    tb_u32 *slot = (tb_u32 *)(xq + (i * TB_RUNS + run) * nchunks + (c - c0));
-                    slot[part & 3] = word;
-                }
-                if (part == 0) {
-                    const float xs = amax / 127.0f;
-                    /* RG16: dw * dx carries the unpacked operands' power-of-two factor (tb_i8mma.h
-                     * TBP_OPERAND_SCALE) on x's scale, so the weight scales decode without a multiply */
-                    xm[2 * (i * nb + b)] = TC ? xs * TBP_OPERAND_SCALE : xs;
-                    xm[2 * (i * nb + b) + 1] = xs * sum;
-                }
-            }
+            tb_quant_block<TC>(v[p], on, t & 7, i, b, m, b0, nb, c0, nchunks, xq, xm);
         }
     }
 }
@@ -1427,10 +1437,11 @@ TB_DEV tb_u32 tbt_andf0_xor(tb_u32 a, tb_u32 c) {
  * so a block's copies read 128 J contiguous bytes of a row at a time (a pure reader in RG16's order, H200
  * 2026-12-02 call f1: 158.8 us on the LM head at J1, 147.4 at J2, 146.4 at J4, 3 blocks per SM); a row tile's
  * J partial sums are added in shared memory in phase order before the store */
-template <int RW, int KB, int PG, int MX, int S, int J = 1>
+template <int RW, int KB, int PG, int MX, int S, int J = 1, bool XQ = false>
 __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
     static_assert(MX == 2 || MX == 4 || MX == 8, "8 / MX blocks per C tile");
     static_assert(J == 1 || (KB == 1 && (J == 2 || J == 4)), "K phases: 2 or 4, one K slice");
+    static_assert(!XQ || KB == 1, "x quantised per launch: the workspace holds it, not split-K partials");
     static_assert(TBT_NB % (8 / MX) == 0 && TBT_NB % TBP_G == 0, "whole groups per stage");
     typedef tb_work<16, RW, TBT_U, KB, MX> W;
     constexpr int P = 8 / MX;                   /* blocks per C tile */
@@ -1795,7 +1806,23 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
     /* the first S - 1 stages in flight before x is staged, then one stream of (tile, stage) per warp */
 #pragma unroll
     for (int s = 0; s < S - 1; ++s) issue(s);
-    tb_stage_x<TB_XP(MX), true>(x, m, k, w.xb0, w.nxb, w.c0, w.nchunks, xq, xm);
+    if constexpr (XQ) {
+        /* x quantised once per launch (tb_decode_prep): this K slice's bytes of its image copied as they are,
+         * [block][row of M][32 bytes] contiguous, then each row of M's (xs, xs * xsum) pairs */
+        const tb_u8 *gx = (const tb_u8 *)workspace;
+        const int nbt = k / 32, qbytes = m * w.nxb * 32, sbytes = 8 * w.nxb;
+        for (int o = 16 * w.tid; o < qbytes; o += 16 * TB_THREADS)
+            tb_cp_async16(tb_smem_addr((tb_u8 *)xq + o), gx + (tb_size)w.xb0 * (tb_size)m * 32 + o);
+        for (int o = 16 * w.tid; o < m * sbytes; o += 16 * TB_THREADS) {
+            const int i = o / sbytes;
+            tb_cp_async16(tb_smem_addr((tb_u8 *)xm + o),
+                          gx + (tb_size)nbt * (tb_size)m * 32 + ((tb_size)i * nbt + w.xb0) * 8 + (o - i * sbytes));
+        }
+        tb_cp_commit();
+        tb_cp_wait<0>();
+    } else {
+        tb_stage_x<TB_XP(MX), true>(x, m, k, w.xb0, w.nxb, w.c0, w.nchunks, xq, xm);
+    }
     tb_sync();
     aim_c(tile);
     int base = c_first, slot = 0;
@@ -1816,6 +1843,27 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
     }
     tb_cp_wait<0>();
 }
+
+/* The [prelaunch] kernel of pp 13 / 14 / 15 (tunebase-kernel.toml): x quantised once per launch (issue 13: "not
+ * per block") into the workspace as RG16's shared-memory image of the whole K, [K / 32][m][32 bytes] then
+ * [m][K / 32] (xs, xs * xsum): tb_stage_x's rule and bits, one thread per float4 of x. The variant then copies
+ * its K slice by cp.async (a third of fp32 x's bytes, no arithmetic) where pp 10 / 11 / 2 quantise x in every
+ * workgroup (the H200, 2026-12-02 call f7: 7.6 us for the first row of M, 1.7-2.6 per further row, at the LM head) */
+extern "C" __global__ TB_LAUNCH_BOUNDS(TB_THREADS, 1) void tb_decode_prep(TB_DECODE_PARAMS) {
+    (void)qs, (void)qh, (void)sc, (void)y, (void)counters, (void)n, (void)tiles, (void)grid_x;
+    const int nb = k / 32, total = 8 * nb * m;
+    const int t = (int)TB_BID_X * TB_THREADS + (int)TB_TID;
+    const bool on = t < total;
+    tb_f4 v;
+    v.x = v.y = v.z = v.w = 0.0f;
+    int i = 0, b = 0;
+    if (on) {
+        i = (t >> 3) / nb, b = (t >> 3) - i * nb;
+        v = *(const tb_f4 *)(x + (tb_size)i * (tb_size)k + (tb_size)b * 32 + 4 * (t & 7));
+    }
+    tb_u8 *ws = (tb_u8 *)workspace;
+    tb_quant_block<true>(v, on, t & 7, i, b, m, 0, nb, 0, 0, (tb_u32x4 *)ws, (float *)(ws + (tb_size)m * nb * 32));
+}
 #endif
 
 /* PP 0 / 1: registers (every backend); PP >= 2: the cp.async ring (CUDA; the manifest keeps it off AMD) ; RG16: int8 tensor cores (CUDA) */
@@ -1823,9 +1871,12 @@ template <int RG, int RW, int U, int KB, int PG, int MX, int PP>
 __device__ TB_FORCEINLINE void tb_decode_pick(TB_DECODE_PARAMS) {
 #if defined(TB_DSMEM)
     if constexpr (RG == 16) {
-        static_assert(U == TBT_U && (PP == 2 || PP == 3 || PP == 4 || PP == 10 || PP == 11 || PP == 12),
-                      "RG16: 8 chunks per stage, a ring of PP stages (PP 10 / 11 / 12: 2 / 2 / 3 stages, 2 / 4 / 2 K phases)");
-        if constexpr (PP >= 10)
+        static_assert(U == TBT_U && (PP == 2 || PP == 3 || PP == 4 || (PP >= 10 && PP <= 15)),
+                      "RG16: 8 chunks per stage, a ring of PP stages (PP 10 / 11 / 12: 2 / 2 / 3 stages, 2 / 4 / 2 K "
+                      "phases; 13 / 14 / 15: 10 / 11 / 2 with x quantised once per launch)");
+        if constexpr (PP >= 13)
+            tb_decode_tc<RW, KB, PG, MX, 2, PP == 13 ? 2 : PP == 14 ? 4 : 1, true>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
+        else if constexpr (PP >= 10)
             tb_decode_tc<RW, KB, PG, MX, PP == 12 ? 3 : 2, PP == 11 ? 4 : 2>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
         else
             tb_decode_tc<RW, KB, PG, MX, PP>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
@@ -1908,23 +1959,30 @@ __device__ TB_FORCEINLINE void tb_decode_pick(TB_DECODE_PARAMS) {
     TB_DECODE_VARIANT(4, 1, 2, 2, 1, 2, 3) TB_DECODE_VARIANT(4, 1, 2, 2, 1, 3, 2) TB_DECODE_VARIANT(4, 1, 2, 2, 1, 3, 3) \
     TB_DECODE_VARIANT(4, 1, 2, 2, 8, 0, 2) TB_DECODE_VARIANT(4, 1, 2, 2, 8, 3, 2) TB_DECODE_VARIANT(4, 1, 2, 2, 8, 3, 3) \
     TB_DECODE_VARIANT(4, 1, 2, 4, 1, 0, 2) TB_DECODE_VARIANT(4, 1, 2, 4, 1, 2, 2) TB_DECODE_VARIANT(4, 1, 2, 4, 1, 3, 2)
-/* the int8 tensor-core variants (RG16: the CUDA space only; KB5 and split-K RW2: MX4 only, k3j) */
+/* the int8 tensor-core variants (RG16: the CUDA space only; KB5 and split-K RW2: MX4 only, k3j; PP 13 / 14 / 15: x
+ * quantised once per launch, tb_decode_prep first) */
 #define TB_DECODE_TC_VARIANTS \
     TB_DECODE_VARIANT(2, 1, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(2, 1, 1, 8, 16, 2, 2) TB_DECODE_VARIANT(2, 1, 1, 8, 16, 2, 3) \
     TB_DECODE_VARIANT(2, 1, 1, 8, 16, 2, 4) TB_DECODE_VARIANT(2, 1, 1, 8, 16, 2, 10) TB_DECODE_VARIANT(2, 1, 1, 8, 16, 2, 11) \
-    TB_DECODE_VARIANT(2, 1, 1, 8, 16, 2, 12) TB_DECODE_VARIANT(2, 1, 1, 8, 16, 3, 2) TB_DECODE_VARIANT(2, 1, 1, 8, 16, 3, 10) \
-    TB_DECODE_VARIANT(2, 1, 1, 8, 16, 3, 11) TB_DECODE_VARIANT(2, 1, 2, 8, 16, 2, 2) TB_DECODE_VARIANT(2, 1, 2, 8, 16, 2, 10) \
+    TB_DECODE_VARIANT(2, 1, 1, 8, 16, 2, 12) TB_DECODE_VARIANT(2, 1, 1, 8, 16, 2, 13) TB_DECODE_VARIANT(2, 1, 1, 8, 16, 2, 14) \
+    TB_DECODE_VARIANT(2, 1, 1, 8, 16, 2, 15) TB_DECODE_VARIANT(2, 1, 1, 8, 16, 3, 2) TB_DECODE_VARIANT(2, 1, 1, 8, 16, 3, 10) \
+    TB_DECODE_VARIANT(2, 1, 1, 8, 16, 3, 11) TB_DECODE_VARIANT(2, 1, 1, 8, 16, 3, 13) TB_DECODE_VARIANT(2, 1, 2, 8, 16, 2, 2) \
+    TB_DECODE_VARIANT(2, 1, 2, 8, 16, 2, 10) TB_DECODE_VARIANT(2, 1, 2, 8, 16, 2, 13) TB_DECODE_VARIANT(2, 1, 2, 8, 16, 2, 15) \
     TB_DECODE_VARIANT(2, 4, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(2, 4, 1, 8, 16, 0, 3) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 0, 2) \
     TB_DECODE_VARIANT(4, 1, 1, 8, 16, 2, 2) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 2, 3) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 2, 4) \
     TB_DECODE_VARIANT(4, 1, 1, 8, 16, 2, 10) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 2, 11) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 2, 12) \
+    TB_DECODE_VARIANT(4, 1, 1, 8, 16, 2, 13) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 2, 14) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 2, 15) \
     TB_DECODE_VARIANT(4, 1, 1, 8, 16, 3, 2) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 3, 10) TB_DECODE_VARIANT(4, 1, 1, 8, 16, 3, 11) \
-    TB_DECODE_VARIANT(4, 1, 2, 8, 16, 2, 2) TB_DECODE_VARIANT(4, 1, 2, 8, 16, 2, 10) TB_DECODE_VARIANT(4, 4, 1, 8, 16, 0, 2) \
+    TB_DECODE_VARIANT(4, 1, 1, 8, 16, 3, 13) TB_DECODE_VARIANT(4, 1, 2, 8, 16, 2, 2) TB_DECODE_VARIANT(4, 1, 2, 8, 16, 2, 10) \
+    TB_DECODE_VARIANT(4, 1, 2, 8, 16, 2, 13) TB_DECODE_VARIANT(4, 1, 2, 8, 16, 2, 15) TB_DECODE_VARIANT(4, 4, 1, 8, 16, 0, 2) \
     TB_DECODE_VARIANT(4, 4, 1, 8, 16, 0, 3) TB_DECODE_VARIANT(4, 4, 2, 8, 16, 0, 2) TB_DECODE_VARIANT(4, 5, 1, 8, 16, 0, 2) \
     TB_DECODE_VARIANT(4, 5, 1, 8, 16, 0, 3) TB_DECODE_VARIANT(4, 5, 2, 8, 16, 0, 2) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 0, 2) \
     TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 2) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 3) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 4) \
     TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 10) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 11) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 12) \
+    TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 13) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 14) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 2, 15) \
     TB_DECODE_VARIANT(8, 1, 1, 8, 16, 3, 2) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 3, 10) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 3, 11) \
-    TB_DECODE_VARIANT(8, 1, 2, 8, 16, 2, 2) TB_DECODE_VARIANT(8, 4, 1, 8, 16, 0, 2) TB_DECODE_VARIANT(8, 4, 1, 8, 16, 0, 3)
+    TB_DECODE_VARIANT(8, 1, 1, 8, 16, 3, 13) TB_DECODE_VARIANT(8, 1, 2, 8, 16, 2, 2) TB_DECODE_VARIANT(8, 4, 1, 8, 16, 0, 2) \
+    TB_DECODE_VARIANT(8, 4, 1, 8, 16, 0, 3)
 /* the stream kernel (PP5: M = 1, the CUDA space only) */
 #define TB_DECODE_STREAM_VARIANTS \
     TB_DECODE_VARIANT(1, 1, 1, 4, 2, 0, 5) TB_DECODE_VARIANT(1, 1, 1, 5, 1, 4, 5) TB_DECODE_VARIANT(1, 1, 1, 5, 2, 0, 5) \

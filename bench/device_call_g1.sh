@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Device call g1 of 2026-12-02 (bench/results/device-log-2026-12-02-g.md): issue 13's run on one H200 — all 31
+# llama.cpp points and the 12 qwen36 shapes at M = 1 in ONE bench/decode_roofline.py run, over call f3's 54
+# candidates plus the 16 RG16 variants with x quantised once per launch (pp 13 / 14 / 15: the [prelaunch] kernel
+# tb_decode_prep, then pp 10 / 11 / 2's kernel copying x's int8 image; the dispatch's time is both kernels); every
+# timed variant is GPU-parity-checked; then GPU parity of the whole space at K = 5120 (the model-K test: 4 formats).
+# The candidates: bench/candidates/decode-issue13-2026-12-02-g.txt.
+# Usage (device): bash bench/device_call_g1.sh [TAG]      carry: [".whl"]      (3 files under $OUT)
+set -u
+tag=${1:-final-2026-12-02-g1}
+V=$(tr -d '\n' < "$(dirname "$0")/candidates/decode-issue13-2026-12-02-g.txt")
+BUDGET_S=${BUDGET_S:-570} ROOFLINE_TIMEOUT=${ROOFLINE_TIMEOUT:-480} TESTS_BOX=${TESTS_BOX:-80} TESTS_K=model_k \
+  FORMATS=Q4_0,IQ4_XS,Q4_K,Q8_0 VARIANTS=$V bash "$(dirname "$0")/device_k1n.sh" "$tag" roofline,tests | tail -70
