@@ -26,9 +26,9 @@ MAX_PARAM_VALUES = 64
 # (kb 5 for its tensor-core kernel: 4 x 3 x 2 x 5 x 4 x 4 x 9 points, each backend's space walked in ~0.6 s),
 # 20480 since its tenth pp value (19200 points; the space walk prunes at the first broken rule: ~0.35 s for
 # tb-decode's CUDA space, every built-in package and backend in ~0.6 s), 25600 since its RG16 K phases
-# (pp 10 / 11 / 12: 24960 points), 30720 since the same kernels with x quantised once per launch (pp 13 / 14 /
-# 15: 30720 points)
-MAX_POINTS = 30720
+# (pp 10 / 11 / 12: 24960 points), 34560 since the same kernels with x quantised once per launch (pp 13-17:
+# 34560 points)
+MAX_POINTS = 34560
 
 # names every expression may read besides the package's parameters and derived values
 PROBLEM_NAMES = frozenset({"n", "k", "m"})

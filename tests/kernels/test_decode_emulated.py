@@ -359,41 +359,47 @@ def test_tensor_core_k_phases_on_the_emulator(tmp_path: Path, fmt: str) -> None:
     _check(problem, results)
 
 
-# x quantised once per launch (PP 13 / 14 / 15: the [prelaunch] kernel tb_decode_prep, then PP 10 / 11 / 2's
-# kernel copying x's bytes instead of quantising x); the twin computes the same sums in the same order
+# x quantised once per launch (PP 13-17: the [prelaunch] kernel tb_decode_prep_rg*, then PP 10 / 11 / 2 / 5 / 9's
+# kernel copying x's image instead of quantising x); the twin computes the same sums in the same order
 PER_LAUNCH = {
     "MX4/KB1/RW1/U8/RG16/PG2/PP13": "MX4/KB1/RW1/U8/RG16/PG2/PP10",
     "MX2/KB1/RW1/U8/RG16/PG2/PP14": "MX2/KB1/RW1/U8/RG16/PG2/PP11",
     "MX4/KB1/RW2/U8/RG16/PG2/PP15": "MX4/KB1/RW2/U8/RG16/PG2/PP2",
     "MX8/KB1/RW1/U8/RG16/PG3/PP13": "MX8/KB1/RW1/U8/RG16/PG3/PP10",
+    "MX1/KB1/RW1/U6/RG2/PG0/PP16": "MX1/KB1/RW1/U6/RG2/PG0/PP5",  # the stream kernel: M = 1
+    "MX1/KB1/RW2/U5/RG1/PG3/PP17": "MX1/KB1/RW2/U5/RG1/PG3/PP9",
 }
 
 
-@pytest.mark.parametrize("fmt", ["Q4_0", "Q6_K", "IQ4_XS"])
+@pytest.mark.parametrize("fmt", ["Q4_0", "Q6_K", "IQ4_XS", "Q8_0"])
 def test_x_quantised_once_per_launch_on_the_emulator(tmp_path: Path, fmt: str) -> None:
-    """The prelaunch kernel writes RG16's image of x for the whole K and every workgroup copies its bytes:
-    bit for bit the numbers of the twin that quantises x itself (a byte of the image in the wrong place,
-    a scale pair of the wrong row of M, or a copy not waited for changes them; the workspace starts as
-    0xFF), at M = 2 with copies landing late, N = 300 (several row tiles per workgroup, the last partial)."""
-    pairs = {
-        name: twin
-        for name, twin in PER_LAUNCH.items()
-        if all(
-            DECODE.point_problems(DECODE.bindings(DECODE.parse(v, "cuda"), 300, K, 2, get_format(fmt), FACTS))
-            == []
-            for v in (name, twin)
-        )
-    }
-    assert len(pairs) >= 2, fmt
+    """The prelaunch kernel writes the variant's image of x for the whole K and every workgroup copies its
+    bytes: bit for bit the numbers of the twin that quantises x itself (a byte of the image in the wrong
+    place, a scale pair of the wrong row of M, or a copy not waited for changes them; the workspace starts
+    as 0xFF), at M = 2 (M = 1 for the stream kernel) with copies landing late, N = 300 (several row tiles
+    per workgroup, the last partial)."""
+
+    def rows(name: str) -> int:
+        return min(2, DECODE.parse(name, "cuda").params["mx"])
+
+    def fits(name: str) -> bool:
+        values = DECODE.bindings(DECODE.parse(name, "cuda"), 300, K, rows(name), get_format(fmt), FACTS)
+        return DECODE.point_problems(values) == []
+
+    pairs = {name: twin for name, twin in PER_LAUNCH.items() if fits(name) and fits(twin)}
+    assert len(pairs) >= 4 and {rows(n) for n in pairs} == {1, 2}, fmt
     assert all(DECODE.has_prelaunch(DECODE.parse(n, "cuda"), "cuda") for n in pairs)
     assert not any(DECODE.has_prelaunch(DECODE.parse(t, "cuda"), "cuda") for t in pairs.values())
     binary = _emulator(tmp_path, fmt, sorted({*pairs, *pairs.values()}))
-    problem = build_problem(fmt, 300, K, 2, seed=23, packed=False)
-    folder = tmp_path / "per-launch"
-    _write(folder, fmt, problem)
-    results = {}
-    for name, twin in pairs.items():
-        results[name] = _run(binary, fmt, name, problem, folder, late=True, prep=True)
-        results[twin] = _run(binary, fmt, twin, problem, folder, late=True)
-        assert np.array_equal(results[name], results[twin]), (name, twin)
-    _check(problem, results)
+    for m in (1, 2):
+        problem = build_problem(fmt, 300, K, m, seed=23, packed=False)
+        folder = tmp_path / f"per-launch-{m}"
+        _write(folder, fmt, problem)
+        results = {}
+        for name, twin in pairs.items():
+            if rows(name) != m:
+                continue
+            results[name] = _run(binary, fmt, name, problem, folder, late=True, prep=True)
+            results[twin] = _run(binary, fmt, twin, problem, folder, late=True)
+            assert np.array_equal(results[name], results[twin]), (name, twin)
+        _check(problem, results)

@@ -29,21 +29,27 @@ def test_decode_spaces() -> None:
     ring = [v.params for v in cuda if v.params["pp"] in (2, 3) and v.params["rg"] != 16]
     tc = [v.params for v in cuda if v.params["rg"] == 16]
     stream = [v.params for v in cuda if v.params["pp"] == 5]
+    stream_xq = [v.params for v in cuda if v.params["pp"] in (16, 17)]
+    assert [{**p, "pp": p["pp"] - 11 if p["pp"] == 16 else 9} for p in stream_xq] == [
+        v.params for v in cuda if v.params["pp"] in (5, 9)
+    ]
     # 147 (was 136): k3m's 4 points of the PP6 flat kernel (M = 1: U stages of a cp.async ring, PG 3 / 4),
     # k3i's 7 interleaved ring points (PP 7 / 8); 151: k3j's 4 MX4 RG16 split-K points for IQ4_XS GateUp M = 3
     # (KB5 RW1 PP2 / PP3: 544 KB4 blocks were 1.37 waves of 396 slots; KB4 / KB5 RW2 PP2: the one-slice RW2
     # grid ran 68 blocks, one per SM); 157: k3q's 6 PP9 points (the stream kernel with split waits, on 6 of
     # the PP5 points' (rg, rw, u, pg)); 174: the RG16 K phases (PP 10 / 11: MX2 / 4 / 8 x PG2 / 3; PP 12
     # and RW2 PP 10 to MX4: PG2); 190: the same with x quantised once per launch by the prelaunch kernel
-    # (PP 13 / 14 / 15 = PP 10 / 11 / 2: MX2 / 4 / 8 PG2, PP13 PG3 too, RW2 PP13 / PP15 to MX4)
+    # (PP 13 / 14 / 15 = PP 10 / 11 / 2: MX2 / 4 / 8 PG2, PP13 PG3 too, RW2 PP13 / PP15 to MX4); 204: the stream
+    # kernel's the same way (PP 16 / 17 = PP 5 / 9, each of their points)
     flat = [v.params for v in cuda if v.params["pp"] == 6]
     iw = [v.params for v in cuda if v.params["pp"] in (7, 8)]
     split = [v.params for v in cuda if v.params["pp"] == 9]
     assert len(ring) == 36 and len(tc) == 61 and len(stream) == 8 and len(flat) == 4 and len(iw) == 7
     assert len(split) == 6 and all({**p, "pp": 5} in stream for p in split)
-    assert len(cuda) == 190
+    assert len(cuda) == 204
     per_launch = [v for v in cuda if DECODE.has_prelaunch(v, "cuda")]
-    assert len(per_launch) == 16 and all(v.params["pp"] >= 13 for v in per_launch)
+    assert len(per_launch) == 30 and all(v.params["pp"] >= 13 for v in per_launch)
+    assert {DECODE.prelaunch_symbol(v) for v in per_launch} == {f"tb_decode_prep_rg{rg}" for rg in (1, 2, 16)}
     assert not any(DECODE.has_prelaunch(v, "rocm") for v in DECODE.space("rocm"))
     assert all(p["mx"] == p["kb"] == p["rg"] == p["rw"] == 1 and p["pg"] in (3, 4) for p in flat)
     assert all(p["kb"] == 1 and p["rg"] == 1 and p["mx"] in (2, 4) and p["pg"] in (2, 3) for p in iw)
@@ -75,8 +81,8 @@ def test_decode_spaces() -> None:
     assert host[4].family == "tb-decode"
     # every invalid GPU point names the rule that removes it
     invalid = DECODE.invalid_points("cuda")
-    # pp 0..15 (k3m added 6, k3i 7 and 8, k3q 9, the K phases 10, 11 and 12, x per launch 13-15), kb 1, 4, 5
-    assert len(invalid) == 4 * 3 * 2 * 5 * 4 * 4 * 16 - 190 and all(p["rule"] for p in invalid)
+    # pp 0..17 (k3m added 6, k3i 7 and 8, k3q 9, the K phases 10, 11 and 12, x per launch 13-17), kb 1, 4, 5
+    assert len(invalid) == 4 * 3 * 2 * 5 * 4 * 4 * 18 - 204 and all(p["rule"] for p in invalid)
     assert any(p["point"] == "MX4/KB1/RW1/U8/RG16/PG2/PP2" for p in DECODE.invalid_points("rocm"))
     assert any(p["point"] == "MX8/KB1/RW1/U4/RG1/PG0/PP1" and "mx != 8" in p["rule"] for p in invalid)
     assert any(p["point"] == "MX4/KB1/RW2/U2/RG1/PG0/PP2" for p in DECODE.invalid_points("rocm"))
@@ -121,7 +127,7 @@ def test_decode_source_default_list_is_the_gpu_space() -> None:
         r"TB_DECODE_VARIANT\(([^)]*)\)", text[start : text.index("#define TB_DECODE_FLAT_VARIANTS", start)]
     )
     assert [tuple(int(x) for x in item.split(",")) for item in stream] == [
-        tuple(v.params[p] for p in keys) for v in DECODE.space("cuda") if v.params["pp"] == 5
+        tuple(v.params[p] for p in keys) for v in DECODE.space("cuda") if v.params["pp"] in (5, 16)
     ]
     start = text.index("#define TB_DECODE_FLAT_VARIANTS")
     flat = re.findall(
@@ -133,7 +139,7 @@ def test_decode_source_default_list_is_the_gpu_space() -> None:
     start = text.index("#define TB_DECODE_SPLIT_VARIANTS")
     split = re.findall(r"TB_DECODE_VARIANT\(([^)]*)\)", text[start : text.index("#else", start)])
     assert [tuple(int(x) for x in item.split(",")) for item in split] == [
-        tuple(v.params[p] for p in keys) for v in DECODE.space("cuda") if v.params["pp"] == 9
+        tuple(v.params[p] for p in keys) for v in DECODE.space("cuda") if v.params["pp"] in (9, 17)
     ]
 
 

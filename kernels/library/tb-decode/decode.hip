@@ -196,7 +196,7 @@ TB_DEV void tbt_iq4_lookup(tb_u32 w, tb_u32 t0, tb_u32 t2, tb_u32 k3210, tb_u32 
 /* PP 7 / 8: the ring's estimate and blocks per SM at PP - 5 stages */
 #define TB_MINB_VG(RG, RW, U, KB, MX, PG, PP)                                                           \
     ((RG) == 16 ? TB_MINB_TC(RW, PG)                                                                    \
-                : (PP) == 5 || (PP) == 9 ? TB_MINB_STREAM(RW, U, PG)                                                 \
+                : (PP) == 5 || (PP) == 9 || (PP) == 16 || (PP) == 17 ? TB_MINB_STREAM(RW, U, PG)                                                 \
                 : (PP) == 6 ? TB_MINB_FLAT(PG)                                                          \
                 : (PP) == 7 || (PP) == 8 ? TB_MINB_RING(RW, U, MX, PG, (PP) - 5) : TB_MINB_V(RW, U, KB, MX, PG, PP))
 /* PP 6 (the flat kernel): PG blocks per SM where a chunk's scale is one word through the ring (Q4_0, Q4_1, Q8_0,
@@ -998,7 +998,7 @@ TB_DEV void tb_stage_x1(const tb_u32x4 *xf4, int b0, int nb, int c0, int nchunks
  * at the end of the previous batch), the second part right before the batch's dots, in the same basic block
  * (no per-chunk branch: m = 1), so ptxas tracks it on scoreboards of its own: the first part's dots run while the
  * second part is in flight. Same bytes, same order of the sums (bit-identical to PP 5). */
-template <int RG, int RW, int U, int MX, bool SPLIT = false>
+template <int RG, int RW, int U, int MX, bool SPLIT = false, bool XQ = false>
 __device__ TB_FORCEINLINE void tb_decode_stream(TB_DECODE_PARAMS) {
     typedef tb_work<RG, RW, U, 1, MX> W;
     static_assert(MX == 1, "the stream kernel serves M = 1");
@@ -1037,7 +1037,18 @@ __device__ TB_FORCEINLINE void tb_decode_stream(TB_DECODE_PARAMS) {
         for (int t = w.tid; t < 8 * rb; t += TB_THREADS) tb_cp_async16(tb_smem_addr(xf4 + t + (t >> 3)), src + 4 * t);
         tb_cp_commit();
     };
-    issue_x(0);
+    /* XQ (pp 16 / 17): x quantised once per launch (tb_decode_prep_rg1 / _rg2): its image, int8 slots then the
+     * scale pairs (contiguous in shared memory too), copied as it is, before the weights as x's first round */
+    auto issue_xq = [&]() {
+        const tb_u8 *gx = (const tb_u8 *)workspace;
+        const int bytes = m * TB_RUNS * w.nchunks * 16 + 8 * m * w.nxb;
+        for (int o = 16 * w.tid; o < bytes; o += 16 * TB_THREADS) tb_cp_async16(tb_smem_addr((tb_u8 *)xq + o), gx + o);
+        tb_cp_commit();
+    };
+    if constexpr (XQ)
+        issue_xq();
+    else
+        issue_x(0);
     /* SPLIT: chunks [0, H) of a batch to registers, its last chunk's payload by cp.async to the lane's own slots
      * after x's int8 (RW x 256 x 16 bytes, tunebase-kernel.toml smem), its meta to registers */
     constexpr int H = SPLIT ? U - 1 : U;
@@ -1071,7 +1082,11 @@ __device__ TB_FORCEINLINE void tb_decode_stream(TB_DECODE_PARAMS) {
     (void)bslot;
     int base = w.c0;
     if (unit0 < units) issue_batch(unit * RW, base);
-    for (int r0 = 0; r0 < w.nxb; r0 += XFB) {
+    if constexpr (XQ) {
+        tb_cp_wait<0>();
+        tb_sync(); /* every thread's copies of x have landed */
+    }
+    for (int r0 = 0; r0 < (XQ ? 0 : w.nxb); r0 += XFB) {
         if (r0 > 0) issue_x(r0);
         const int rb = w.nxb - r0 < XFB ? w.nxb - r0 : XFB;
         tb_cp_wait<0>();
@@ -1844,14 +1859,18 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
     tb_cp_wait<0>();
 }
 
-/* The [prelaunch] kernel of pp 13 / 14 / 15 (tunebase-kernel.toml): x quantised once per launch (issue 13: "not
- * per block") into the workspace as RG16's shared-memory image of the whole K, [K / 32][m][32 bytes] then
- * [m][K / 32] (xs, xs * xsum): tb_stage_x's rule and bits, one thread per float4 of x. The variant then copies
- * its K slice by cp.async (a third of fp32 x's bytes, no arithmetic) where pp 10 / 11 / 2 quantise x in every
- * workgroup (the H200, 2026-12-02 call f7: 7.6 us for the first row of M, 1.7-2.6 per further row, at the LM head) */
-extern "C" __global__ TB_LAUNCH_BOUNDS(TB_THREADS, 1) void tb_decode_prep(TB_DECODE_PARAMS) {
+/* The [prelaunch] kernels (tunebase-kernel.toml): x quantised once per launch (issue 13: "not per block") into the
+ * workspace as the variant's shared-memory image of the whole K: tb_stage_x's rule and bits, one thread per float4
+ * of x. RG16 (pp 13 / 14 / 15, tb_decode_prep_rg16): [K / 32][m][32 bytes] then [m][K / 32] (xs, xs * xsum); the
+ * stream kernel (pp 16 / 17, tb_decode_prep_rg1 / _rg2): [m][TB_RUNS][K chunks] 16-byte slots then the same pairs.
+ * The variant copies its image by cp.async (a third of fp32 x's bytes, no arithmetic) where pp 10 / 11 / 2 / 5 / 9
+ * quantise x in every workgroup (the H200, 2026-12-02 call f7: 7.6 us for the first row of M, 1.7-2.6 per further
+ * row, at the LM head) */
+template <bool TC>
+__device__ TB_FORCEINLINE void tb_decode_prep(TB_DECODE_PARAMS) {
     (void)qs, (void)qh, (void)sc, (void)y, (void)counters, (void)n, (void)tiles, (void)grid_x;
     const int nb = k / 32, total = 8 * nb * m;
+    const int nchunks = k / TB_BLOCK_WEIGHTS * TB_CHUNKS_PER_BLOCK;
     const int t = (int)TB_BID_X * TB_THREADS + (int)TB_TID;
     const bool on = t < total;
     tb_f4 v;
@@ -1862,7 +1881,16 @@ extern "C" __global__ TB_LAUNCH_BOUNDS(TB_THREADS, 1) void tb_decode_prep(TB_DEC
         v = *(const tb_f4 *)(x + (tb_size)i * (tb_size)k + (tb_size)b * 32 + 4 * (t & 7));
     }
     tb_u8 *ws = (tb_u8 *)workspace;
-    tb_quant_block<true>(v, on, t & 7, i, b, m, 0, nb, 0, 0, (tb_u32x4 *)ws, (float *)(ws + (tb_size)m * nb * 32));
+    tb_quant_block<TC>(v, on, t & 7, i, b, m, 0, nb, 0, nchunks, (tb_u32x4 *)ws, (float *)(ws + (tb_size)m * nb * 32));
+}
+extern "C" __global__ TB_LAUNCH_BOUNDS(TB_THREADS, 1) void tb_decode_prep_rg16(TB_DECODE_PARAMS) {
+    tb_decode_prep<true>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
+}
+extern "C" __global__ TB_LAUNCH_BOUNDS(TB_THREADS, 1) void tb_decode_prep_rg1(TB_DECODE_PARAMS) {
+    tb_decode_prep<false>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
+}
+extern "C" __global__ TB_LAUNCH_BOUNDS(TB_THREADS, 1) void tb_decode_prep_rg2(TB_DECODE_PARAMS) {
+    tb_decode_prep<false>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
 }
 #endif
 
@@ -1885,8 +1913,8 @@ __device__ TB_FORCEINLINE void tb_decode_pick(TB_DECODE_PARAMS) {
         static_assert(RG == 1 && KB == 1, "PP 7 / 8: full-wave rows, one K slice");
         tb_decode_ring_iw<RW, U, MX, PP - 5>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
         return;
-    } else if constexpr (PP == 5 || PP == 9) {
-        tb_decode_stream<RG, RW, U, MX, PP == 9>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
+    } else if constexpr (PP == 5 || PP == 9 || PP == 16 || PP == 17) {
+        tb_decode_stream<RG, RW, U, MX, PP == 9 || PP == 17, PP >= 16>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
         return;
     } else if constexpr (PP == 6) {
         static_assert(RG == 1 && RW == 1 && KB == 1 && MX == 1, "the flat kernel: M = 1, full-wave rows, one chunk a stage");
@@ -1983,19 +2011,24 @@ __device__ TB_FORCEINLINE void tb_decode_pick(TB_DECODE_PARAMS) {
     TB_DECODE_VARIANT(8, 1, 1, 8, 16, 3, 2) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 3, 10) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 3, 11) \
     TB_DECODE_VARIANT(8, 1, 1, 8, 16, 3, 13) TB_DECODE_VARIANT(8, 1, 2, 8, 16, 2, 2) TB_DECODE_VARIANT(8, 4, 1, 8, 16, 0, 2) \
     TB_DECODE_VARIANT(8, 4, 1, 8, 16, 0, 3)
-/* the stream kernel (PP5: M = 1, the CUDA space only) */
+/* the stream kernel (PP5: M = 1, the CUDA space only; PP16: x quantised once per launch) */
 #define TB_DECODE_STREAM_VARIANTS \
-    TB_DECODE_VARIANT(1, 1, 1, 4, 2, 0, 5) TB_DECODE_VARIANT(1, 1, 1, 5, 1, 4, 5) TB_DECODE_VARIANT(1, 1, 1, 5, 2, 0, 5) \
-    TB_DECODE_VARIANT(1, 1, 1, 6, 1, 3, 5) TB_DECODE_VARIANT(1, 1, 1, 6, 1, 4, 5) TB_DECODE_VARIANT(1, 1, 1, 6, 2, 0, 5) \
-    TB_DECODE_VARIANT(1, 1, 2, 5, 1, 0, 5) TB_DECODE_VARIANT(1, 1, 2, 5, 1, 3, 5)
+    TB_DECODE_VARIANT(1, 1, 1, 4, 2, 0, 5) TB_DECODE_VARIANT(1, 1, 1, 4, 2, 0, 16) TB_DECODE_VARIANT(1, 1, 1, 5, 1, 4, 5) \
+    TB_DECODE_VARIANT(1, 1, 1, 5, 1, 4, 16) TB_DECODE_VARIANT(1, 1, 1, 5, 2, 0, 5) TB_DECODE_VARIANT(1, 1, 1, 5, 2, 0, 16) \
+    TB_DECODE_VARIANT(1, 1, 1, 6, 1, 3, 5) TB_DECODE_VARIANT(1, 1, 1, 6, 1, 3, 16) TB_DECODE_VARIANT(1, 1, 1, 6, 1, 4, 5) \
+    TB_DECODE_VARIANT(1, 1, 1, 6, 1, 4, 16) TB_DECODE_VARIANT(1, 1, 1, 6, 2, 0, 5) TB_DECODE_VARIANT(1, 1, 1, 6, 2, 0, 16) \
+    TB_DECODE_VARIANT(1, 1, 2, 5, 1, 0, 5) TB_DECODE_VARIANT(1, 1, 2, 5, 1, 0, 16) TB_DECODE_VARIANT(1, 1, 2, 5, 1, 3, 5) \
+    TB_DECODE_VARIANT(1, 1, 2, 5, 1, 3, 16)
 /* the flat kernel (PP6: M = 1, the CUDA space only) */
 #define TB_DECODE_FLAT_VARIANTS \
     TB_DECODE_VARIANT(1, 1, 1, 4, 1, 4, 6) TB_DECODE_VARIANT(1, 1, 1, 6, 1, 3, 6) TB_DECODE_VARIANT(1, 1, 1, 8, 1, 3, 6) \
     TB_DECODE_VARIANT(1, 1, 1, 8, 1, 4, 6)
-/* PP 5 with split waits (PP9: M = 1, the CUDA space only) */
+/* PP 5 with split waits (PP9: M = 1, the CUDA space only; PP17: x quantised once per launch) */
 #define TB_DECODE_SPLIT_VARIANTS \
-    TB_DECODE_VARIANT(1, 1, 1, 4, 2, 0, 9) TB_DECODE_VARIANT(1, 1, 1, 5, 1, 4, 9) TB_DECODE_VARIANT(1, 1, 1, 6, 1, 3, 9) \
-    TB_DECODE_VARIANT(1, 1, 1, 6, 2, 0, 9) TB_DECODE_VARIANT(1, 1, 2, 5, 1, 0, 9) TB_DECODE_VARIANT(1, 1, 2, 5, 1, 3, 9)
+    TB_DECODE_VARIANT(1, 1, 1, 4, 2, 0, 9) TB_DECODE_VARIANT(1, 1, 1, 4, 2, 0, 17) TB_DECODE_VARIANT(1, 1, 1, 5, 1, 4, 9) \
+    TB_DECODE_VARIANT(1, 1, 1, 5, 1, 4, 17) TB_DECODE_VARIANT(1, 1, 1, 6, 1, 3, 9) TB_DECODE_VARIANT(1, 1, 1, 6, 1, 3, 17) \
+    TB_DECODE_VARIANT(1, 1, 1, 6, 2, 0, 9) TB_DECODE_VARIANT(1, 1, 1, 6, 2, 0, 17) TB_DECODE_VARIANT(1, 1, 2, 5, 1, 0, 9) \
+    TB_DECODE_VARIANT(1, 1, 2, 5, 1, 0, 17) TB_DECODE_VARIANT(1, 1, 2, 5, 1, 3, 9) TB_DECODE_VARIANT(1, 1, 2, 5, 1, 3, 17)
 #else
 #define TB_DECODE_IW_VARIANTS
 #define TB_DECODE_RING_VARIANTS
