@@ -359,8 +359,8 @@ def test_tensor_core_k_phases_on_the_emulator(tmp_path: Path, fmt: str) -> None:
     _check(problem, results)
 
 
-# x quantised once per launch (PP 13-17: the [prelaunch] kernel tb_decode_prep_rg*, then the kernel of PP 10 / 11 /
-# 2 / 5 / 9 copying x's image instead of quantising x); the twin computes the same sums in the same order
+# x quantised once per launch (PP 13-17: the [prelaunch] kernel tb_decode_prep_rg*, then the kernel of
+# PP 10 / 11 / 2 / 5 / 9 copying x's image instead of quantising x); the twin: the same sums in the same order
 PER_LAUNCH = {
     "MX4/KB1/RW1/U8/RG16/PG2/PP13": "MX4/KB1/RW1/U8/RG16/PG2/PP10",
     "MX2/KB1/RW1/U8/RG16/PG2/PP14": "MX2/KB1/RW1/U8/RG16/PG2/PP11",
