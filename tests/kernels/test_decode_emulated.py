@@ -403,3 +403,19 @@ def test_x_quantised_once_per_launch_on_the_emulator(tmp_path: Path, fmt: str) -
             results[twin] = _run(binary, fmt, twin, problem, folder, late=True)
             assert np.array_equal(results[name], results[twin]), (name, twin)
         _check(problem, results)
+
+
+@pytest.mark.parametrize("fmt", ["Q4_0", "Q4_K", "IQ4_XS"])
+def test_stream_kernel_at_m_above_one_on_the_emulator(tmp_path: Path, fmt: str) -> None:
+    """PP16 at M = 2 / 3 (MX2 / MX4; x's image copied whatever M, units interleaved over the grid's lane
+    groups): against the reference and a register kernel (same x, other summation order), copies late."""
+    names = [v.name for v in DECODE.space("cuda") if v.params["pp"] == 16 and v.params["mx"] > 1]
+    ref = {2: "MX2/KB1/RW1/U4/RG1/PG3/PP1", 3: "MX4/KB1/RW2/U2/RG1/PG3/PP1"}
+    binary = _emulator(tmp_path, fmt, sorted({*names, *ref.values()}))
+    for m in (2, 3):
+        problem, folder = _data(tmp_path, fmt, m)
+        mine = [n for n in names if m <= DECODE.parse(n, "cuda").params["mx"]]
+        assert mine, m
+        results = {ref[m]: _run(binary, fmt, ref[m], problem, folder)}
+        results.update({n: _run(binary, fmt, n, problem, folder, late=True, prep=True) for n in mine})
+        _check(problem, results)

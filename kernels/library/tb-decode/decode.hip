@@ -1001,7 +1001,7 @@ TB_DEV void tb_stage_x1(const tb_u32x4 *xf4, int b0, int nb, int c0, int nchunks
 template <int RG, int RW, int U, int MX, bool SPLIT = false, bool XQ = false>
 __device__ TB_FORCEINLINE void tb_decode_stream(TB_DECODE_PARAMS) {
     typedef tb_work<RG, RW, U, 1, MX> W;
-    static_assert(MX == 1, "the stream kernel serves M = 1");
+    static_assert(MX == 1 || (XQ && !SPLIT), "the stream kernel serves M = 1; M up to MX with x quantised per launch (PP16)");
     static_assert(W::V <= W::G, "the butterfly needs RW * MX <= lanes per row");
     constexpr int GPB = TB_WAVES * RG;                  /* lane groups per block */
     constexpr int STEP = W::G * U;
@@ -2011,14 +2011,15 @@ __device__ TB_FORCEINLINE void tb_decode_pick(TB_DECODE_PARAMS) {
     TB_DECODE_VARIANT(8, 1, 1, 8, 16, 3, 2) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 3, 10) TB_DECODE_VARIANT(8, 1, 1, 8, 16, 3, 11) \
     TB_DECODE_VARIANT(8, 1, 1, 8, 16, 3, 13) TB_DECODE_VARIANT(8, 1, 2, 8, 16, 2, 2) TB_DECODE_VARIANT(8, 4, 1, 8, 16, 0, 2) \
     TB_DECODE_VARIANT(8, 4, 1, 8, 16, 0, 3)
-/* the stream kernel (PP5: M = 1, the CUDA space only; PP16: x quantised once per launch) */
+/* the stream kernel (PP5: M = 1, the CUDA space only; PP16: x quantised once per launch, M up to MX) */
 #define TB_DECODE_STREAM_VARIANTS \
     TB_DECODE_VARIANT(1, 1, 1, 4, 2, 0, 5) TB_DECODE_VARIANT(1, 1, 1, 4, 2, 0, 16) TB_DECODE_VARIANT(1, 1, 1, 5, 1, 4, 5) \
     TB_DECODE_VARIANT(1, 1, 1, 5, 1, 4, 16) TB_DECODE_VARIANT(1, 1, 1, 5, 2, 0, 5) TB_DECODE_VARIANT(1, 1, 1, 5, 2, 0, 16) \
     TB_DECODE_VARIANT(1, 1, 1, 6, 1, 3, 5) TB_DECODE_VARIANT(1, 1, 1, 6, 1, 3, 16) TB_DECODE_VARIANT(1, 1, 1, 6, 1, 4, 5) \
     TB_DECODE_VARIANT(1, 1, 1, 6, 1, 4, 16) TB_DECODE_VARIANT(1, 1, 1, 6, 2, 0, 5) TB_DECODE_VARIANT(1, 1, 1, 6, 2, 0, 16) \
     TB_DECODE_VARIANT(1, 1, 2, 5, 1, 0, 5) TB_DECODE_VARIANT(1, 1, 2, 5, 1, 0, 16) TB_DECODE_VARIANT(1, 1, 2, 5, 1, 3, 5) \
-    TB_DECODE_VARIANT(1, 1, 2, 5, 1, 3, 16)
+    TB_DECODE_VARIANT(1, 1, 2, 5, 1, 3, 16) TB_DECODE_VARIANT(2, 1, 1, 5, 1, 3, 16) TB_DECODE_VARIANT(2, 1, 1, 6, 1, 3, 16) \
+    TB_DECODE_VARIANT(2, 1, 2, 5, 1, 3, 16) TB_DECODE_VARIANT(4, 1, 1, 5, 1, 3, 16) TB_DECODE_VARIANT(4, 1, 1, 6, 1, 3, 16)
 /* the flat kernel (PP6: M = 1, the CUDA space only) */
 #define TB_DECODE_FLAT_VARIANTS \
     TB_DECODE_VARIANT(1, 1, 1, 4, 1, 4, 6) TB_DECODE_VARIANT(1, 1, 1, 6, 1, 3, 6) TB_DECODE_VARIANT(1, 1, 1, 8, 1, 3, 6) \
