@@ -148,6 +148,22 @@ def test_decode_at_model_k_with_split_k(backend: CudaBackend, fmt: str) -> None:
     _all_pass(backend.run_task(spec(fmt, 2051, 5120, 1, variants=kept)), kept)
 
 
+PER_LAUNCH = tuple(v.name for v in DECODE.space("cuda") if DECODE.has_prelaunch(v, "cuda"))
+
+
+@pytest.mark.parametrize("fmt", DECODE.manifest.formats)
+@pytest.mark.parametrize("m", [1, 3])
+def test_decode_with_x_quantised_per_launch(backend: CudaBackend, fmt: str, m: int) -> None:
+    """PP 13-17 (the prelaunch kernel tb_decode_prep_rg*, then the variant copying x's image) at K = 5120
+    (whole K phases), every format: each dispatch is two launches and its parity is the pair's output."""
+    kept = _decode_kept(fmt, 1000, 5120, m)
+    mine = tuple(name for name in PER_LAUNCH if name in kept)
+    assert len(mine) >= 20, (fmt, len(mine))
+    result = backend.run_task(spec(fmt, 1000, 5120, m, variants=mine))
+    _all_pass(result, mine, m=m)
+    assert all("prelaunch" in result.artifact.resources[r.symbol] for r in result.results if r.error is None)
+
+
 @pytest.mark.parametrize("fmt", PREFILL.manifest.formats)  # the 9 first-wave formats, Q5_1 included
 @pytest.mark.parametrize("m", [200])
 def test_every_prefill_variant_passes_parity_and_is_timed(backend: CudaBackend, fmt: str, m: int) -> None:
