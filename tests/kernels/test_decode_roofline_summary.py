@@ -54,8 +54,9 @@ def test_variant_selection() -> None:
     ring = bench.select_variants("ring")
     # 147 (was 136): k3m's 4 points of the PP6 flat kernel and k3i's 7 interleaved ring points (PP 7, 8);
     # 157: k3j's 4 MX4 RG16 split-K points (KB5 RW1 PP2 / PP3, KB4 / KB5 RW2 PP2), k3q's 6 PP9 points (the
-    # stream kernel with split waits); 174: the RG16 K phases (PP 10 / 11 / 12)
-    assert len(every) == 174 and len(ring) == 36 and all(name.endswith(("/PP2", "/PP3")) for name in ring)
+    # stream kernel with split waits); 174: the RG16 K phases (PP 10 / 11 / 12); 209: x quantised once per
+    # launch (PP 13-17)
+    assert len(every) == 209 and len(ring) == 36 and all(name.endswith(("/PP2", "/PP3")) for name in ring)
     stream = bench.select_variants("stream")
     assert len(stream) == 8 and all(name.startswith("MX1/KB1/") and name.endswith("/PP5") for name in stream)
     flat = bench.select_variants("flat")
@@ -64,8 +65,8 @@ def test_variant_selection() -> None:
     assert len(iw) == 7 and all(name.endswith(("/PP7", "/PP8")) for name in iw) and not set(iw) & set(ring)
     assert len(bench.select_variants("registers")) == 68
     tc = bench.select_variants("tc")
-    # 45: k3j's 4 split-K points, the 17 K-phase ones (PP 10 / 11 / 12)
-    assert len(tc) == 45 and all("/RG16/" in name for name in tc) and not set(tc) & set(ring)
+    # 45: k3j's 4 split-K points, the 17 K-phase ones (PP 10 / 11 / 12); 61: + 16 with x per launch (PP 13-15)
+    assert len(tc) == 61 and all("/RG16/" in name for name in tc) and not set(tc) & set(ring)
     picked = bench.select_variants("MX4/KB1/RW2/U2/RG1/PG3/PP2,MX1/KB1/RW1/U8/RG1/PG3/PP0")
     assert picked == ("MX1/KB1/RW1/U8/RG1/PG3/PP0", "MX4/KB1/RW2/U2/RG1/PG3/PP2")
     try:

@@ -296,7 +296,7 @@ TB_DEV void tb_quant_block(const tb_f4 &w, bool on, int part, int i, int b, int 
         /* RG16: [block][row of M][lane quarter q][bytes 4q.., 16+4q..]: one 8-byte read per lane is
          * its B fragment (b0, b1) of mma m16n8k32; the lanes of a fragment read 256 contiguous bytes */
         (void)b0, (void)c0, (void)nchunks;
-        ((tb_u32 *)xq)[((tb_size)b * (tb_size)m + (tb_size)i) * 8 + 2 * (part & 3) + (part >> 2)] = word;
+        ((tb_u32 *)xq)[(b * m + i) * 8 + 2 * (part & 3) + (part >> 2)] = word;
     } else {
         int c, run;
         tb_half_slot(2 * (b0 + b) + (part >> 2), &c, &run);
@@ -307,9 +307,8 @@ TB_DEV void tb_quant_block(const tb_f4 &w, bool on, int part, int i, int b, int 
         const float xs = amax / 127.0f;
         /* RG16: dw * dx carries the unpacked operands' power-of-two factor (tb_i8mma.h
          * TBP_OPERAND_SCALE) on x's scale, so the weight scales decode without a multiply */
-        const tb_size at = 2 * ((tb_size)i * (tb_size)nb + (tb_size)b);
-        xm[at] = TC ? xs * TBP_OPERAND_SCALE : xs;
-        xm[at + 1] = xs * sum;
+        xm[2 * (i * nb + b)] = TC ? xs * TBP_OPERAND_SCALE : xs;
+        xm[2 * (i * nb + b) + 1] = xs * sum;
     }
 }
 
