@@ -165,6 +165,9 @@ def test_every_format_on_the_emulator(tmp_path: Path, fmt: str) -> None:
     _check(problem, results)
 
 
+PER_LAUNCH_SPACE = {v.name for v in DECODE.space("cuda") if DECODE.has_prelaunch(v, "cuda")}
+
+
 def test_tensor_core_space_on_the_emulator(tmp_path: Path) -> None:
     """Every RG16 variant (Q4_0, copies landing late) beside a dp4a kernel at M = 1, 2 and 3 (M < MX: the
     columns of absent rows of M are zeros), the MX8 ones at M = 8; N = 300: three row tiles of 128, so the
@@ -174,9 +177,10 @@ def test_tensor_core_space_on_the_emulator(tmp_path: Path) -> None:
     # 45 (was 24): k3j's MX4 split-K points, the K phases (PP 10 / 11: MX2 / 4 / 8 x PG2 / 3, PP 12 and RW2
     # PP 10 to MX4: PG2); the KB5 ones
     # need K % 1280 == 0: K = 2048 leaves them out here (test_tensor_core_fine_split_k_on_the_emulator runs
-    # them at K = 5120), MX4/KB4/RW2 stays (M = 1, 2, 3)
+    # them at K = 5120), MX4/KB4/RW2 stays (M = 1, 2, 3); 61: the 16 reading x quantised once per launch (PP
+    # 13-15, the prelaunch kernel first)
     space = [v.name for v in DECODE.space("cuda") if v.params["rg"] == 16]
-    assert len(space) == 45
+    assert len(space) == 61
     space = [name for name in space if DECODE.parse(name, "cuda").params["kb"] != 5]
     dp4a = {1: "MX1/KB1/RW1/U4/RG1/PG0/PP1", 2: "MX2/KB1/RW1/U4/RG1/PG3/PP1", 3: "MX4/KB1/RW1/U4/RG1/PG0/PP0"}
     binary = _emulator(tmp_path, "Q4_0", sorted(set(space) | set(dp4a.values())))
@@ -186,8 +190,13 @@ def test_tensor_core_space_on_the_emulator(tmp_path: Path) -> None:
         _write(folder, "Q4_0", problem)
         results = {dp4a[m]: _run(binary, "Q4_0", dp4a[m], problem, folder)} if m in dp4a else {}
         names = [name for name in space if m <= DECODE.parse(name, "cuda").params["mx"]]
-        assert len(names) == {1: 42, 2: 42, 3: 28, 8: 13}[m]
-        results.update({name: _run(binary, "Q4_0", name, problem, folder, late=True) for name in names})
+        assert len(names) == {1: 58, 2: 58, 3: 38, 8: 17}[m]
+        results.update(
+            {
+                name: _run(binary, "Q4_0", name, problem, folder, late=True, prep=name in PER_LAUNCH_SPACE)
+                for name in names
+            }
+        )
         _check(problem, results)
 
 
