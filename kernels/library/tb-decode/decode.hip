@@ -990,6 +990,15 @@ TB_DEV void tb_stage_x1(const tb_u32x4 *xf4, int b0, int nb, int c0, int nchunks
         xm[2 * b + 1] = xs * (float)sum;
     }
 }
+/* x quantised once per launch (pp 13-17, one K slice): the prelaunch kernel's image of x (tb_decode_prep: int8
+ * then the (xs, xs * xsum) pairs, 40 bytes per 32-block and row of M) is laid out as the kernel keeps it in shared
+ * memory, so it is copied as it is, 16 bytes per copy, as one cp.async group */
+TB_DEV void tb_copy_x_image(const float *workspace, tb_u8 *dst, int m, int nb, int tid) {
+    const tb_u8 *gx = (const tb_u8 *)workspace;
+    for (int o = 16 * tid; o < 40 * m * nb; o += 16 * TB_THREADS) tb_cp_async16(tb_smem_addr(dst + o), gx + o);
+    tb_cp_commit();
+}
+
 /* SPLIT (PP 9 = PP 5 with split waits, k3q): a batch is loaded in two parts, chunks [0, H) and [H, U). NVRTC 13.0
  * put every load that is in flight across a branch or loop (x's staging, the unit loop's back edge, the per-chunk
  * m check) on ONE scoreboard (SASS of Q4_0 RW2/U5: 20 loads on SB5, the first dot waiting for the last), so a wave
@@ -1038,14 +1047,8 @@ __device__ TB_FORCEINLINE void tb_decode_stream(TB_DECODE_PARAMS) {
     };
     /* XQ (pp 16 / 17): x quantised once per launch (tb_decode_prep_rg1 / _rg2): its image, int8 slots then the
      * scale pairs (contiguous in shared memory too), copied as it is, before the weights as x's first round */
-    auto issue_xq = [&]() {
-        const tb_u8 *gx = (const tb_u8 *)workspace;
-        const int bytes = m * TB_RUNS * w.nchunks * 16 + 8 * m * w.nxb;
-        for (int o = 16 * w.tid; o < bytes; o += 16 * TB_THREADS) tb_cp_async16(tb_smem_addr((tb_u8 *)xq + o), gx + o);
-        tb_cp_commit();
-    };
     if constexpr (XQ)
-        issue_xq();
+        tb_copy_x_image(workspace, (tb_u8 *)xq, m, w.nxb, w.tid);
     else
         issue_x(0);
     /* SPLIT: chunks [0, H) of a batch to registers, its last chunk's payload by cp.async to the lane's own slots
@@ -1821,18 +1824,9 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
 #pragma unroll
     for (int s = 0; s < S - 1; ++s) issue(s);
     if constexpr (XQ) {
-        /* x quantised once per launch (tb_decode_prep): this K slice's bytes of its image copied as they are,
-         * [block][row of M][32 bytes] contiguous, then each row of M's (xs, xs * xsum) pairs */
-        const tb_u8 *gx = (const tb_u8 *)workspace;
-        const int nbt = k / 32, qbytes = m * w.nxb * 32, sbytes = 8 * w.nxb;
-        for (int o = 16 * w.tid; o < qbytes; o += 16 * TB_THREADS)
-            tb_cp_async16(tb_smem_addr((tb_u8 *)xq + o), gx + (tb_size)w.xb0 * (tb_size)m * 32 + o);
-        for (int o = 16 * w.tid; o < m * sbytes; o += 16 * TB_THREADS) {
-            const int i = o / sbytes;
-            tb_cp_async16(tb_smem_addr((tb_u8 *)xm + o),
-                          gx + (tb_size)nbt * (tb_size)m * 32 + ((tb_size)i * nbt + w.xb0) * 8 + (o - i * sbytes));
-        }
-        tb_cp_commit();
+        /* x quantised once per launch (tb_decode_prep_rg16): [block][row of M][32 bytes], then each row of M's
+         * (xs, xs * xsum) pairs, as xq and xm lie here */
+        tb_copy_x_image(workspace, (tb_u8 *)xq, m, w.nxb, w.tid);
         tb_cp_wait<0>();
     } else {
         tb_stage_x<TB_XP(MX), true>(x, m, k, w.xb0, w.nxb, w.c0, w.nchunks, xq, xm);
