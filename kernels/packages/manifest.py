@@ -7,6 +7,7 @@ checked against the names they may use, so a restriction naming an unknown param
 
 from __future__ import annotations
 
+import itertools
 import re
 import tomllib
 from typing import Annotated, Literal
@@ -199,6 +200,29 @@ def _template_fields(template: str) -> set[str]:
     return set(re.findall(r"\{([A-Za-z_][A-Za-z0-9_]*)\}", template))
 
 
+def _when_evaluation_problems(manifest: Manifest, source: str) -> list[tuple[str, str]]:
+    """``prelaunch.when`` evaluated at every parameter combination (it reads parameters only).
+
+    Why: an expression that parses but fails on some variant (``pp // 0``, ``log2(pp - 1)``) would otherwise
+    fail every task that plans that variant, long after the upload was accepted.
+    """
+    try:
+        expression = parse(source)
+    except ExpressionError:
+        return []  # reported by the name check
+    if not expression.names <= set(manifest.params):
+        return []
+    names = sorted(expression.names)
+    for values in itertools.product(*(manifest.params[name] for name in names)):
+        bindings = dict(zip(names, values, strict=True))
+        try:
+            expression.evaluate(bindings)
+        except ExpressionError as error:
+            at = ", ".join(f"{name}={value}" for name, value in bindings.items())
+            return [("prelaunch.when", f"fails at {at}: {error}")]
+    return []
+
+
 def semantic_problems(manifest: Manifest) -> list[tuple[str, str]]:
     """Checks across keys: names used by expressions and templates exist, roles are complete."""
     from kernels.formats.registry import FORMATS
@@ -298,6 +322,7 @@ def semantic_problems(manifest: Manifest) -> list[tuple[str, str]]:
                 check(f"prelaunch.{axis}.{index}", source, launch_names)
         check("prelaunch.shared_bytes", pre.shared_bytes, launch_names)
         check("prelaunch.when", pre.when, params)
+        found.extend(_when_evaluation_problems(manifest, pre.when))
         unknown = _template_fields(pre.symbol) - params
         if unknown:
             found.append(("prelaunch.symbol", f"unknown parameter(s) {', '.join(sorted(unknown))}"))

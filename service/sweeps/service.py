@@ -17,6 +17,7 @@ from service.kernel_store import PackageNotFound, resolve
 from service.observed import OfferedPoint, mark_offered, offered_points
 from service.sweeps.availability import Presence, waiting_warnings
 from service.sweeps.planning import PlannedTask, plan_tasks
+from service.sweeps.runnable import unrunnable_point_problems
 from service.sweeps.skip_spilling import variants_per_format
 from service.sweeps.spec import SpecProblem, SweepSpec
 
@@ -66,6 +67,8 @@ def submit_sweep(
     variants, warnings, problems = variants_per_format(
         session, spec, package, spec.resolved_variants(package)
     )
+    planned = plan_tasks(spec)
+    problems.extend(unrunnable_point_problems(spec, package, variants, planned))
     if problems:
         raise InvalidSpec(problems)
     spec_json = spec.model_dump(mode="json")
@@ -83,7 +86,7 @@ def submit_sweep(
         status="queued",
         submitted_by=submitted_by,
     )
-    sweep.tasks = [_new_task(spec, package, t, variants[t.format]) for t in plan_tasks(spec)]
+    sweep.tasks = [_new_task(spec, package, t, variants[t.format]) for t in planned]
     observed_tasks, observed_ids = _observed_tasks(session, spec, package, sweep.tasks, variants)
     sweep.tasks.extend(observed_tasks)
     session.add(sweep)

@@ -211,3 +211,24 @@ def test_a_missing_row_is_named_in_its_404(populated: Populated) -> None:
         response = reader.get(path)
         assert response.status_code == 404, (path, response.text)
         assert response.json()["error"]["message"] == message, path
+
+
+def test_a_sweep_with_points_no_variant_can_run_is_422(populated: Populated) -> None:
+    """MX1 variants are compiled for M = 1 only (tb-decode's rule `m <= mx`): at M = 2 nothing could run."""
+    submitter = populated.client(populated.submit_token)
+    before = submitter.get("/v1/sweeps").json()["total"]
+    spec = {
+        "arch": "sm_90", "phase": "decode", "formats": ["Q4_0"], "m": [1, 2],
+        "shapes": [{"name": "Unrunnable", "n": 4096, "k": 4096}],
+        "variants": ["MX1/KB1/RW2/U5/RG1/PG0/PP16", "MX1/KB1/RW1/U5/RG1/PG4/PP17"],
+    }  # fmt: skip
+    refused = submitter.post("/v1/sweeps", json=spec)
+    assert refused.status_code == 422, refused.text
+    fields = refused.json()["error"]["fields"]
+    assert [f["field"] for f in fields] == ["variants"], fields
+    assert "1 planned point(s): Q4_0 Unrunnable (4096x4096) m=2" in fields[0]["message"], fields
+    assert submitter.get("/v1/sweeps").json()["total"] == before
+    # the same variants at M = 1 only are accepted
+    accepted = submitter.post("/v1/sweeps", json={**spec, "m": [1]})
+    assert accepted.status_code == 202, accepted.text
+    assert submitter.post(f"/v1/sweeps/{accepted.json()['id']}/cancel").status_code in (200, 202)

@@ -164,6 +164,16 @@ BAD_PACKAGES: dict[str, tuple[Callable[[], bytes], int, str, str]] = {
         "prelaunch.when",
         "unknown name(s) m",
     ),
+    "prelaunch when that fails on a variant": (
+        _manifest_edit(
+            'shared_bytes = "0"\n',
+            'shared_bytes = "0"\n\n[prelaunch]\nsymbol = "prep"\ngrid = ["1", "1", "1"]\n'
+            'when = "ROWS // (VGPR_CAP - 24) > 1"\n',
+        ),
+        422,
+        "prelaunch.when",
+        "fails at ROWS=1, VGPR_CAP=24",
+    ),
     "source file missing": (
         _manifest_edit('hip = ["rows.hip"]', 'hip = ["gone.hip"]'),
         422,
