@@ -21,7 +21,7 @@ import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -49,7 +49,14 @@ PARITY_SAMPLE_ABOVE = 1 << 26  # weights; above this the reference covers a seed
 PARITY_SAMPLE_ROWS = 512
 
 ArgValue = tuple[str, int | float]  # ("ptr" | "i32" | "u32" | "i64" | "f32", value)
-Prelaunch = tuple[Any, Geometry]  # the package's [prelaunch] kernel handle and its launch geometry
+
+
+class Prelaunch(NamedTuple):
+    """The [prelaunch] kernel handle, its launch geometry, and whether the variant may overlap it."""
+
+    kernel: Any
+    geometry: Geometry
+    overlap: bool = False  # [prelaunch] overlap: programmatic dependent launch of the variant (CUDA)
 
 
 class Device(Protocol):
@@ -76,6 +83,13 @@ class Device(Protocol):
         """One synchronous, untimed launch (parity runs, the prepare kernel)."""
         ...
 
+    def launch_overlapped(
+        self, pre: Prelaunch, kernel: Any, geometry: Geometry, args: list[ArgValue]
+    ) -> None:
+        """The parity run of a ``pre.overlap`` variant, launched as its timed dispatches launch it (CUDA:
+        one graph, the variant a programmatic dependent launch), so a read before the wait shows in parity."""
+        ...
+
     def dispatcher(
         self,
         name: str,
@@ -87,7 +101,8 @@ class Device(Protocol):
         """A timed dispatch of one variant reading weight copy ``i``; returns the device time in ns.
 
         With ``pre`` the dispatch is two launches, the prelaunch kernel then the variant (same arguments),
-        and its device time is the sum of both kernels' times.
+        and its device time is the sum of both kernels' times; with ``pre.overlap`` (CUDA) the two are one
+        graph whose variant launch is a programmatic dependent one, and the time is their span.
         """
         ...
 
@@ -296,7 +311,11 @@ def run_task(
                     symbol = package.prelaunch_symbol(variant)
                     result.error = f"prelaunch kernel {symbol} did not compile or load"
                     continue
-                pre = (compiled.prelaunch[variant.name], package.prelaunch_geometry(values))
+                pre = Prelaunch(
+                    compiled.prelaunch[variant.name],
+                    package.prelaunch_geometry(values),
+                    package.prelaunch_overlaps(backend),
+                )
             runnable.append((variant, values, package.geometry(values), pre))
         except ExpressionError as error:
             result.error = f"manifest expression failed: {error}"
@@ -329,16 +348,19 @@ def run_task(
                 resources.update({"grid": list(geometry.grid), "block": list(geometry.block)})
                 if pre is not None:
                     resources["prelaunch"] = {
-                        **device.resources(pre[0], pre[1]),
-                        "grid": list(pre[1].grid),
-                        "block": list(pre[1].block),
+                        **device.resources(pre.kernel, pre.geometry),
+                        "grid": list(pre.geometry.grid),
+                        "block": list(pre.geometry.block),
                     }
                 if result.symbol:
                     compiled.artifact.resources.setdefault(result.symbol, {}).update(resources)
                 device.fill_nan_f32(y_ptr, spec.m * spec.n)
-                if pre is not None:
-                    device.launch(pre[0], pre[1], by_copy[0])
-                device.launch(kernel, geometry, by_copy[0])
+                if pre is not None and pre.overlap:
+                    device.launch_overlapped(pre, kernel, geometry, by_copy[0])
+                else:
+                    if pre is not None:
+                        device.launch(pre.kernel, pre.geometry, by_copy[0])
+                    device.launch(kernel, geometry, by_copy[0])
                 output = device.download(y_ptr, (spec.m, spec.n), np.float32)
                 result.parity = problem.check(output, tolerance)
                 fn = device.dispatcher(variant.name, kernel, geometry, by_copy, pre=pre)

@@ -116,6 +116,15 @@ class PrelaunchSection(_Strict):
     when: ExpressionText = Field(
         "1", description="over the variant's parameters: only the variants where it is true have it"
     )
+    overlap: bool = Field(
+        False,
+        description=(
+            "CUDA: the variant is a programmatic dependent launch in one graph with the prelaunch kernel "
+            "(sm_90 griddepcontrol), so it may start before the prelaunch kernel ends: it must execute "
+            "griddepcontrol.wait before it reads what the prelaunch kernel writes. The dispatch's device "
+            "time is then the span from the prelaunch kernel's start to the variant's end"
+        ),
+    )
 
 
 class Manifest(_Strict):

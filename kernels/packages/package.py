@@ -388,6 +388,11 @@ class KernelPackage:
         pre = self.prelaunch_for(backend)
         return pre is not None and bool(parse(pre.when).evaluate(dict(variant.params)))
 
+    def prelaunch_overlaps(self, backend: str) -> bool:
+        """Whether the variant may start while the prelaunch kernel runs (``overlap``; CUDA only)."""
+        pre = self.prelaunch_for(backend)
+        return pre is not None and pre.overlap and backend == "cuda"
+
     def prelaunch_symbol(self, variant: Variant) -> str:
         pre = self.manifest.prelaunch
         if pre is None:
@@ -453,7 +458,7 @@ class KernelPackage:
             "table": None if m.table is None else {"struct": m.table.struct, "fields": list(m.table.fields)},
             "prelaunch": None if m.prelaunch is None else {
                 "symbol": m.prelaunch.symbol, "backends": list(m.prelaunch.backends) or "all",
-                "when": m.prelaunch.when,
+                "when": m.prelaunch.when, "overlap": m.prelaunch.overlap,
             },
         }  # fmt: skip
 

@@ -142,3 +142,24 @@ def test_a_prelaunch_kernel_adds_its_record_to_the_dispatch() -> None:
     # a record missing inside a dispatch: not trusted
     rows = {"A": [Dispatch(0, 999, 50_000, 0)]}
     assert pair_times(rows, ["A"], [KernelRecord("k", 0, 5, 0)], {"A": [7]}, {"A": 2}) == {"A": "cuda-events"}
+
+
+def test_an_overlapped_prelaunch_dispatch_is_timed_by_its_span() -> None:
+    """[prelaunch] overlap: the variant may start before the prelaunch kernel ends (one graph, programmatic
+    dependent launch), so the sum of the two records would count the overlap twice: the span is the time."""
+    rows = {"A": [Dispatch(0, 999, 50_000, 0)], "B": [Dispatch(1, 999, 50_000, 0)]}
+    launch_log = ["A", "A", "B"]
+    # A's prelaunch kernel runs 100..1600 ns, its variant 400..7400 (it started 1.2 us before the first ended)
+    records = [
+        KernelRecord("prep", 100, 1_600, 5),
+        KernelRecord("main", 400, 7_400, 5),
+        KernelRecord("b", 0, 8, 6),
+    ]
+    clocks = pair_times(rows, launch_log, records, {"A": [1], "B": [3]}, {"A": 2, "B": 1}, span={"A"})
+    assert clocks == {"A": "cupti", "B": "cupti"}
+    assert rows["A"][0].device_ns == 7_300  # 7400 - 100, not 1500 + 7000
+    assert rows["B"][0].device_ns == 8
+    # without overlap the same records are summed
+    rows = {"A": [Dispatch(0, 999, 50_000, 0)]}
+    pair_times(rows, ["A", "A"], records[:2], {"A": [1]}, {"A": 2})
+    assert rows["A"][0].device_ns == 8_500

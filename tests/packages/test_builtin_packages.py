@@ -33,10 +33,11 @@ def test_decode_spaces() -> None:
     assert [{**p, "pp": p["pp"] - 11 if p["pp"] == 16 else 9} for p in stream_xq if p["mx"] == 1] == [
         v.params for v in cuda if v.params["pp"] in (5, 9)
     ]
-    # and PP16 at M = 2 / 4 (x's image copied whatever M): MX2 RW1 / RW2, MX4 RW1 (MX4 RW2 spills), PG3
-    assert sorted((p["mx"], p["rw"], p["u"]) for p in stream_xq if p["mx"] > 1) == [
-        (2, 1, 5), (2, 1, 6), (2, 2, 5), (4, 1, 5), (4, 1, 6),
-    ] and all(p["pp"] == 16 and p["pg"] == 3 for p in stream_xq if p["mx"] > 1)  # fmt: skip
+    # and PP16 at M = 2 / 4 (x's image copied whatever M): MX2 RW1 / RW2, MX4 RW1 at PG3 (MX4 RW2 spills
+    # there), MX4 RW2 at PG2 (128 registers)
+    assert sorted((p["mx"], p["rw"], p["u"], p["pg"]) for p in stream_xq if p["mx"] > 1) == [
+        (2, 1, 5, 3), (2, 1, 6, 3), (2, 2, 5, 3), (4, 1, 5, 3), (4, 1, 6, 3), (4, 2, 5, 2),
+    ] and all(p["pp"] == 16 for p in stream_xq if p["mx"] > 1)  # fmt: skip
     # 147 (was 136): k3m's 4 points of the PP6 flat kernel (M = 1: U stages of a cp.async ring, PG 3 / 4),
     # k3i's 7 interleaved ring points (PP 7 / 8); 151: k3j's 4 MX4 RG16 split-K points for IQ4_XS GateUp M = 3
     # (KB5 RW1 PP2 / PP3: 544 KB4 blocks were 1.37 waves of 396 slots; KB4 / KB5 RW2 PP2: the one-slice RW2
@@ -44,15 +45,15 @@ def test_decode_spaces() -> None:
     # the PP5 points' (rg, rw, u, pg)); 174: the RG16 K phases (PP 10 / 11: MX2 / 4 / 8 x PG2 / 3; PP 12
     # and RW2 PP 10 to MX4: PG2); 190: the same with x quantised once per launch by the prelaunch kernel
     # (PP 13 / 14 / 15 = PP 10 / 11 / 2: MX2 / 4 / 8 PG2, PP13 PG3 too, RW2 PP13 / PP15 to MX4); 204: the
-    # stream kernel's the same way (PP 16 / 17 = PP 5 / 9, each of their points); 209: PP16 at M = 2 / 4
+    # stream kernel's the same way (PP 16 / 17 = PP 5 / 9, each of their points); 209: PP16 at M = 2 / 4; 210: PP16 MX4/RW2 at 2 blocks per SM (PG2)
     flat = [v.params for v in cuda if v.params["pp"] == 6]
     iw = [v.params for v in cuda if v.params["pp"] in (7, 8)]
     split = [v.params for v in cuda if v.params["pp"] == 9]
     assert len(ring) == 36 and len(tc) == 61 and len(stream) == 8 and len(flat) == 4 and len(iw) == 7
     assert len(split) == 6 and all({**p, "pp": 5} in stream for p in split)
-    assert len(cuda) == 209
+    assert len(cuda) == 210
     per_launch = [v for v in cuda if DECODE.has_prelaunch(v, "cuda")]
-    assert len(per_launch) == 35 and all(v.params["pp"] >= 13 for v in per_launch)
+    assert len(per_launch) == 36 and all(v.params["pp"] >= 13 for v in per_launch)
     assert {DECODE.prelaunch_symbol(v) for v in per_launch} == {f"tb_decode_prep_rg{rg}" for rg in (1, 2, 16)}
     assert not any(DECODE.has_prelaunch(v, "rocm") for v in DECODE.space("rocm"))
     assert all(p["mx"] == p["kb"] == p["rg"] == p["rw"] == 1 and p["pg"] in (3, 4) for p in flat)
@@ -86,7 +87,7 @@ def test_decode_spaces() -> None:
     # every invalid GPU point names the rule that removes it
     invalid = DECODE.invalid_points("cuda")
     # pp 0..17 (k3m added 6, k3i 7 and 8, k3q 9, the K phases 10, 11 and 12, x per launch 13-17), kb 1, 4, 5
-    assert len(invalid) == 4 * 3 * 2 * 5 * 4 * 4 * 18 - 209 and all(p["rule"] for p in invalid)
+    assert len(invalid) == 4 * 3 * 2 * 5 * 4 * 4 * 18 - 210 and all(p["rule"] for p in invalid)
     assert any(p["point"] == "MX4/KB1/RW1/U8/RG16/PG2/PP2" for p in DECODE.invalid_points("rocm"))
     assert any(p["point"] == "MX8/KB1/RW1/U4/RG1/PG0/PP1" and "mx != 8" in p["rule"] for p in invalid)
     assert any(p["point"] == "MX4/KB1/RW2/U2/RG1/PG0/PP2" for p in DECODE.invalid_points("rocm"))

@@ -70,6 +70,8 @@ class CudaDevice:
         self._event_ns: dict[str, list[int]] = {}
         self._records: list[cupti_profiler.KernelRecord] = []
         self._kernels_per_dispatch: dict[str, int] = {}
+        self._span_timed: set[str] = set()  # variants whose dispatch is one graph of overlapping kernels
+        self._graphs: list[cd.LaunchGraph] = []
 
     def alloc(self, nbytes: int) -> int:
         ptr = cd.mem_alloc(max(1, nbytes))
@@ -100,6 +102,19 @@ class CudaDevice:
         cd.launch(kernel.function, geometry.grid, geometry.block, cd.KernelArgs(args), geometry.shared_bytes)
         cd.synchronize()
 
+    def launch_overlapped(
+        self, pre: Prelaunch, kernel: Any, geometry: Geometry, args: list[ArgValue]
+    ) -> None:
+        steps = [(pre.kernel, pre.geometry), (kernel, geometry)]
+        for step_kernel, step_geometry in steps:
+            allow_shared(step_kernel.function, step_geometry.shared_bytes)
+        graph = overlap_graph(steps, cd.KernelArgs(args))
+        try:
+            graph.launch()
+            cd.synchronize()
+        finally:
+            graph.close()
+
     def dispatcher(
         self,
         name: str,
@@ -111,10 +126,12 @@ class CudaDevice:
         packed = [cd.KernelArgs(args) for args in args_by_copy]
         events = self._event_ns.setdefault(name, [])
         log = self._launch_log
-        steps = [(kernel, geometry)] if pre is None else [pre, (kernel, geometry)]
+        steps = [(kernel, geometry)] if pre is None else [(pre.kernel, pre.geometry), (kernel, geometry)]
         for step_kernel, step_geometry in steps:
             allow_shared(step_kernel.function, step_geometry.shared_bytes)
         self._kernels_per_dispatch[name] = len(steps)
+        if pre is not None and pre.overlap:
+            return self._graph_dispatcher(name, steps, packed)
 
         def dispatch(buffer_index: int) -> int:
             timer = self._timer
@@ -123,6 +140,29 @@ class CudaDevice:
             for step_kernel, g in steps:
                 cd.launch(step_kernel.function, g.grid, g.block, packed[buffer_index], g.shared_bytes)
                 log.append(name)
+            elapsed = timer.stop_ns()
+            events.append(elapsed)
+            return elapsed
+
+        return dispatch
+
+    def _graph_dispatcher(
+        self, name: str, steps: list[tuple[Any, Geometry]], packed: list[cd.KernelArgs]
+    ) -> DispatchFn:
+        """The prelaunch kernel and the variant as one graph per weight copy, the variant a programmatic
+        dependent launch: timed as the span of the two kernels (pair_times)."""
+        graphs = [overlap_graph(steps, args) for args in packed]
+        self._graphs.extend(graphs)
+        self._span_timed.add(name)
+        events = self._event_ns.setdefault(name, [])
+        log = self._launch_log
+
+        def dispatch(buffer_index: int) -> int:
+            timer = self._timer
+            assert timer is not None, "dispatch outside timing()"
+            timer.start()
+            graphs[buffer_index].launch()
+            log.extend([name] * len(steps))
             elapsed = timer.stop_ns()
             events.append(elapsed)
             return elapsed
@@ -146,7 +186,12 @@ class CudaDevice:
 
     def attach(self, dispatches: dict[str, list[Dispatch]]) -> dict[str, str]:
         return pair_times(
-            dispatches, self._launch_log, self._records, self._event_ns, self._kernels_per_dispatch
+            dispatches,
+            self._launch_log,
+            self._records,
+            self._event_ns,
+            self._kernels_per_dispatch,
+            span=self._span_timed,
         )
 
     def resources(self, kernel: Any, geometry: Geometry) -> dict[str, object]:
@@ -222,6 +267,11 @@ class CudaDevice:
         self._launch_log.clear()
         self._event_ns.clear()
         self._kernels_per_dispatch.clear()
+        self._span_timed.clear()
+        graphs, self._graphs = self._graphs, []
+        for graph in graphs:
+            with suppress(cd.CudaError):
+                graph.close()
         failure: cd.CudaError | None = None
         for ptr in owned:
             try:
@@ -446,6 +496,17 @@ class CudaBackend:
                 cd.check(cd.driver.cuModuleUnload(mod.module), "cuModuleUnload")
 
 
+def overlap_graph(steps: list[tuple[Any, Geometry]], args: cd.KernelArgs) -> cd.LaunchGraph:
+    """The launches of one dispatch as a graph, each after the first a programmatic dependent launch."""
+    return cd.LaunchGraph(
+        [
+            cd.GraphStep(k.function, g.grid, g.block, g.shared_bytes, dependent=index > 0)
+            for index, (k, g) in enumerate(steps)
+        ],
+        args,
+    )
+
+
 def allow_shared(function: Any, shared_bytes: int) -> None:
     """Opt a kernel in to more than 48 KiB of dynamic shared memory (sm_90 allows up to 227 KiB per
     block); without it such a launch fails. Idempotent, so every launch path may call it."""
@@ -461,26 +522,33 @@ def pair_times(
     records: list[cupti_profiler.KernelRecord],
     event_ns: dict[str, list[int]],
     kernels_per_dispatch: dict[str, int] | None = None,
+    span: set[str] | frozenset[str] = frozenset(),
 ) -> dict[str, str]:
     """device_ns := CUPTI kernel duration (paired with launches in order), event_ns := event time.
 
     A variant with a prelaunch kernel logs two launches per dispatch (``kernels_per_dispatch``): its
-    device time is the sum of both records. Returns, per variant, which clock device_ns came from:
+    device time is the sum of both records, or, for the variants in ``span`` (launched as one graph whose
+    kernels may overlap), the first start to the last end. Returns, per variant, which clock device_ns
+    came from:
     'cupti', or 'cuda-events' when CUPTI is missing or its record count does not match the launches
     (then it is not trusted).
     """
-    per_kernel: dict[str, list[int]] = {name: [] for name in event_ns}
+    per_kernel: dict[str, list[cupti_profiler.KernelRecord]] = {name: [] for name in event_ns}
     cupti_ok = bool(records) and len(records) == len(launch_log)
     if cupti_ok:
         for name, record in zip(launch_log, records, strict=True):
-            per_kernel.setdefault(name, []).append(record.duration_ns)
+            per_kernel.setdefault(name, []).append(record)
     per_variant: dict[str, list[int]] = {}
-    for name, durations in per_kernel.items():
+    for name, kernels in per_kernel.items():
         step = max(1, (kernels_per_dispatch or {}).get(name, 1))
-        if len(durations) % step:
+        if len(kernels) % step:
             per_variant[name] = []  # a partial dispatch: do not trust the pairing
             continue
-        per_variant[name] = [sum(durations[i : i + step]) for i in range(0, len(durations), step)]
+        groups = [kernels[i : i + step] for i in range(0, len(kernels), step)]
+        if name in span:
+            per_variant[name] = [max(r.end_ns for r in g) - min(r.start_ns for r in g) for g in groups]
+        else:
+            per_variant[name] = [sum(r.duration_ns for r in g) for g in groups]
     clocks: dict[str, str] = {}
     for name, rows in dispatches.items():
         if not rows:

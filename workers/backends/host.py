@@ -174,6 +174,13 @@ class HostDevice:
     def launch(self, kernel: Any, geometry: Geometry, args: list[ArgValue]) -> None:
         kernel.call(*(value for _, value in args))
 
+    def launch_overlapped(
+        self, pre: Prelaunch, kernel: Any, geometry: Geometry, args: list[ArgValue]
+    ) -> None:
+        """The host runs the two in turn (overlap is a CUDA launch mode)."""
+        self.launch(pre.kernel, pre.geometry, args)
+        self.launch(kernel, geometry, args)
+
     def dispatcher(
         self,
         name: str,
@@ -183,7 +190,7 @@ class HostDevice:
         pre: Prelaunch | None = None,
     ) -> DispatchFn:
         timed = kernel.timed
-        timed_pre = None if pre is None else pre[0].timed
+        timed_pre = None if pre is None else pre.kernel.timed
         values = [[value for _, value in args] for args in args_by_copy]
 
         def dispatch(buffer_index: int) -> int:

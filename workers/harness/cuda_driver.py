@@ -189,3 +189,75 @@ def launch(
         driver.cuLaunchKernel(function, *grid, *block, shared_bytes, stream, args.params, 0),
         "cuLaunchKernel",
     )
+
+
+def launch_dependent(
+    function: Any,
+    grid: tuple[int, int, int],
+    block: tuple[int, int, int],
+    args: KernelArgs,
+    shared_bytes: int,
+    stream: Any,
+) -> None:
+    """A programmatic dependent launch (sm_90): the kernel may start once every block of the previous
+    kernel in ``stream`` has executed ``griddepcontrol.launch_dependents`` (or exited); it sees that kernel's
+    writes only after its own ``griddepcontrol.wait``."""
+    config = driver.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = grid
+    config.blockDimX, config.blockDimY, config.blockDimZ = block
+    config.sharedMemBytes = shared_bytes
+    config.hStream = stream
+    attribute = driver.CUlaunchAttribute()
+    attribute.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    attribute.value.programmaticStreamSerializationAllowed = 1
+    config.attrs = [attribute]
+    config.numAttrs = 1
+    check(driver.cuLaunchKernelEx(config, function, args.params, 0), "cuLaunchKernelEx")
+
+
+@dataclass
+class GraphStep:
+    function: Any
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int
+    dependent: bool = False  # a programmatic dependent launch on the step before it
+
+
+class LaunchGraph:
+    """Kernel launches captured once into an executable CUDA graph, replayed by one ``cuGraphLaunch``.
+
+    Why: a programmatic dependent launch only overlaps its predecessor when both are queued before the
+    first one runs; launched one by one from Python, the second arrives microseconds after the first
+    ended. A graph queues them together, as an engine's CUDA graph does.
+    """
+
+    def __init__(self, steps: list[GraphStep], args: KernelArgs) -> None:
+        flags = driver.CUstream_flags.CU_STREAM_NON_BLOCKING
+        stream = check(driver.cuStreamCreate(flags), "cuStreamCreate")
+        graph = None
+        try:
+            mode = driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+            check(driver.cuStreamBeginCapture(stream, mode), "cuStreamBeginCapture")
+            try:
+                for step in steps:
+                    if step.dependent:
+                        launch_dependent(
+                            step.function, step.grid, step.block, args, step.shared_bytes, stream
+                        )
+                    else:
+                        launch(step.function, step.grid, step.block, args, step.shared_bytes, stream)
+            finally:
+                graph = check(driver.cuStreamEndCapture(stream), "cuStreamEndCapture")
+            self.exec = check(driver.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+        finally:
+            if graph is not None:
+                driver.cuGraphDestroy(graph)
+            driver.cuStreamDestroy(stream)
+        self._args = args  # the captured launches copied the parameter values; kept for symmetry of lifetime
+
+    def launch(self, stream: Any = 0) -> None:
+        check(driver.cuGraphLaunch(self.exec, stream), "cuGraphLaunch")
+
+    def close(self) -> None:
+        driver.cuGraphExecDestroy(self.exec)

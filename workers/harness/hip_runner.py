@@ -267,6 +267,13 @@ class HipDevice:
         self._launch(kernel, geometry, args, "parity" if isinstance(kernel, HipKernel) else "prepare", 0)
         check(_hip().hipDeviceSynchronize(), "hipDeviceSynchronize")
 
+    def launch_overlapped(
+        self, pre: Prelaunch, kernel: Any, geometry: Geometry, args: list[ArgValue]
+    ) -> None:
+        """HIP runs the two in turn (overlap is a CUDA launch mode)."""
+        self.launch(pre.kernel, pre.geometry, args)
+        self.launch(kernel, geometry, args)
+
     def dispatcher(
         self,
         name: str,
@@ -276,7 +283,7 @@ class HipDevice:
         pre: Prelaunch | None = None,
     ) -> DispatchFn:
         hip = _hip()
-        steps = [(kernel, geometry)] if pre is None else [pre, (kernel, geometry)]
+        steps = [(kernel, geometry)] if pre is None else [(pre.kernel, pre.geometry), (kernel, geometry)]
 
         def dispatch(buffer_index: int) -> int:
             assert self._events is not None, "dispatch outside timing()"

@@ -110,5 +110,6 @@ class KernelTrace:
         finally:
             KernelTrace._sink = None
             KernelTrace._lock.release()
-        self.records.sort(key=lambda r: r.correlation_id)
+        # a graph's kernels share its launch's correlation id: its kernels in the order they started
+        self.records.sort(key=lambda r: (r.correlation_id, r.start_ns))
         return list(self.records)

@@ -245,6 +245,11 @@ TB_DEV void tb_ldsm4(unsigned addr, tb_u32 &r0, tb_u32 &r1, tb_u32 &r2, tb_u32 &
                  : "memory");
 }
 TB_DEV void tb_syncwarp(void) { __syncwarp(); }
+/* [prelaunch] overlap (sm_90 programmatic dependent launch): the prelaunch kernel lets the variant start at once;
+ * the variant waits for the prelaunch grid's completion and its writes before it reads the workspace. Launched
+ * without the attribute (the table consumer, a plain stream) both are no-ops */
+TB_DEV void tb_griddep_launch(void) { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+TB_DEV void tb_griddep_wait(void) { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 extern __shared__ __align__(16) tb_u8 tb_dsmem[];
 #define TB_DSMEM tb_dsmem
 #elif defined(TB_CUDA_EMULATION)
@@ -1047,10 +1052,7 @@ __device__ TB_FORCEINLINE void tb_decode_stream(TB_DECODE_PARAMS) {
     };
     /* XQ (pp 16 / 17): x quantised once per launch (tb_decode_prep_rg1 / _rg2): its image, int8 slots then the
      * scale pairs (contiguous in shared memory too), copied as it is, before the weights as x's first round */
-    if constexpr (XQ)
-        tb_copy_x_image(workspace, (tb_u8 *)xq, m, w.nxb, w.tid);
-    else
-        issue_x(0);
+    if constexpr (!XQ) issue_x(0);
     /* SPLIT: chunks [0, H) of a batch to registers, its last chunk's payload by cp.async to the lane's own slots
      * after x's int8 (RW x 256 x 16 bytes, tunebase-kernel.toml smem), its meta to registers */
     constexpr int H = SPLIT ? U - 1 : U;
@@ -1085,6 +1087,9 @@ __device__ TB_FORCEINLINE void tb_decode_stream(TB_DECODE_PARAMS) {
     int base = w.c0;
     if (unit0 < units) issue_batch(unit * RW, base);
     if constexpr (XQ) {
+        /* the first batch is in flight; x's image is the prelaunch kernel's output: wait for it (overlap), copy */
+        tb_griddep_wait();
+        tb_copy_x_image(workspace, (tb_u8 *)xq, m, w.nxb, w.tid);
         tb_cp_wait<0>();
         tb_sync(); /* every thread's copies of x have landed */
     }
@@ -1825,7 +1830,8 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
     for (int s = 0; s < S - 1; ++s) issue(s);
     if constexpr (XQ) {
         /* x quantised once per launch (tb_decode_prep_rg16): [block][row of M][32 bytes], then each row of M's
-         * (xs, xs * xsum) pairs, as xq and xm lie here */
+         * (xs, xs * xsum) pairs, as xq and xm lie here; the prelaunch grid's writes waited for first (overlap) */
+        tb_griddep_wait();
         tb_copy_x_image(workspace, (tb_u8 *)xq, m, w.nxb, w.tid);
         tb_cp_wait<0>();
     } else {
@@ -1862,6 +1868,7 @@ __device__ TB_FORCEINLINE void tb_decode_tc(TB_DECODE_PARAMS) {
 template <bool TC>
 __device__ TB_FORCEINLINE void tb_decode_prep(TB_DECODE_PARAMS) {
     (void)qs, (void)qh, (void)sc, (void)y, (void)counters, (void)n, (void)tiles, (void)grid_x;
+    tb_griddep_launch(); /* the variant may start now: it waits for this grid before it reads the workspace */
     const int nb = k / 32, total = 8 * nb * m;
     const int nchunks = k / TB_BLOCK_WEIGHTS * TB_CHUNKS_PER_BLOCK;
     const int t = (int)TB_BID_X * TB_THREADS + (int)TB_TID;
@@ -2012,7 +2019,8 @@ __device__ TB_FORCEINLINE void tb_decode_pick(TB_DECODE_PARAMS) {
     TB_DECODE_VARIANT(1, 1, 1, 6, 1, 4, 16) TB_DECODE_VARIANT(1, 1, 1, 6, 2, 0, 5) TB_DECODE_VARIANT(1, 1, 1, 6, 2, 0, 16) \
     TB_DECODE_VARIANT(1, 1, 2, 5, 1, 0, 5) TB_DECODE_VARIANT(1, 1, 2, 5, 1, 0, 16) TB_DECODE_VARIANT(1, 1, 2, 5, 1, 3, 5) \
     TB_DECODE_VARIANT(1, 1, 2, 5, 1, 3, 16) TB_DECODE_VARIANT(2, 1, 1, 5, 1, 3, 16) TB_DECODE_VARIANT(2, 1, 1, 6, 1, 3, 16) \
-    TB_DECODE_VARIANT(2, 1, 2, 5, 1, 3, 16) TB_DECODE_VARIANT(4, 1, 1, 5, 1, 3, 16) TB_DECODE_VARIANT(4, 1, 1, 6, 1, 3, 16)
+    TB_DECODE_VARIANT(2, 1, 2, 5, 1, 3, 16) TB_DECODE_VARIANT(4, 1, 1, 5, 1, 3, 16) TB_DECODE_VARIANT(4, 1, 1, 6, 1, 3, 16) \
+    TB_DECODE_VARIANT(4, 1, 2, 5, 1, 2, 16)
 /* the flat kernel (PP6: M = 1, the CUDA space only) */
 #define TB_DECODE_FLAT_VARIANTS \
     TB_DECODE_VARIANT(1, 1, 1, 4, 1, 4, 6) TB_DECODE_VARIANT(1, 1, 1, 6, 1, 3, 6) TB_DECODE_VARIANT(1, 1, 1, 8, 1, 3, 6) \
