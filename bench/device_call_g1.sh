@@ -10,5 +10,5 @@
 set -u
 tag=${1:-final-2026-12-02-g1}
 V=$(tr -d '\n' < "${CANDIDATES:-$(dirname "$0")/candidates/decode-issue13-2026-12-02-g.txt}")
-BUDGET_S=${BUDGET_S:-570} ROOFLINE_TIMEOUT=${ROOFLINE_TIMEOUT:-480} TESTS_BOX=${TESTS_BOX:-80} TESTS_K=model_k \
+BUDGET_S=${BUDGET_S:-570} ROOFLINE_TIMEOUT=${ROOFLINE_TIMEOUT:-480} TESTS_BOX=${TESTS_BOX:-80} TESTS_K=${TESTS_K:-model_k} \
   FORMATS=Q4_0,IQ4_XS,Q4_K,Q8_0 VARIANTS=$V bash "$(dirname "$0")/device_k1n.sh" "$tag" "${STAGES:-roofline,tests}" | tail -70
