@@ -266,6 +266,7 @@ def launch_table(
             workspace=[sizes[i] for i in slots], zero=[int(args_spec[i].zero) for i in slots],
             pre=None if pre is None else {
                 "grid": list(pre.grid), "block": list(pre.block), "shared": pre.shared_bytes,
+                "overlap": package.prelaunch_overlaps("cuda"),
             },
         )  # fmt: skip
         out.append(entry)
@@ -340,8 +341,9 @@ def consumer_source(
         g, b = lt["grid"], lt["block"]
         pre = lt.get("pre")  # the [prelaunch] kernel, launched before the variant with its arguments
         pg, pb = (pre["grid"], pre["block"]) if pre else ([0, 0, 0], [0, 0, 0])
+        pre_mode = 0 if pre is None else 2 if pre.get("overlap") else 1
         return (f"{{1, {{{g[0]}u, {g[1]}u, {g[2]}u}}, {{{b[0]}u, {b[1]}u, {b[2]}u}}, {lt['shared']}u, "
-                f"{len(lt['args'])}, {{{args}}}, {{{ws}}}, {{{zero}}}, {int(pre is not None)}, "
+                f"{len(lt['args'])}, {{{args}}}, {{{ws}}}, {{{zero}}}, {pre_mode}, "
                 f"{{{pg[0]}u, {pg[1]}u, {pg[2]}u}}, {{{pb[0]}u, {pb[1]}u, {pb[2]}u}}, "
                 f"{pre['shared'] if pre else 0}u}}")  # fmt: skip
 

@@ -45,7 +45,8 @@ def test_decode_spaces() -> None:
     # the PP5 points' (rg, rw, u, pg)); 174: the RG16 K phases (PP 10 / 11: MX2 / 4 / 8 x PG2 / 3; PP 12
     # and RW2 PP 10 to MX4: PG2); 190: the same with x quantised once per launch by the prelaunch kernel
     # (PP 13 / 14 / 15 = PP 10 / 11 / 2: MX2 / 4 / 8 PG2, PP13 PG3 too, RW2 PP13 / PP15 to MX4); 204: the
-    # stream kernel's the same way (PP 16 / 17 = PP 5 / 9, each of their points); 209: PP16 at M = 2 / 4; 210: PP16 MX4/RW2 at 2 blocks per SM (PG2)
+    # stream kernel's the same way (PP 16 / 17 = PP 5 / 9, each of their points); 209: PP16 at M = 2 / 4;
+    # 210: PP16 MX4/RW2 at 2 blocks per SM (PG2)
     flat = [v.params for v in cuda if v.params["pp"] == 6]
     iw = [v.params for v in cuda if v.params["pp"] in (7, 8)]
     split = [v.params for v in cuda if v.params["pp"] == 9]

@@ -121,7 +121,9 @@ def test_launch_geometry_and_arguments_follow_the_manifest() -> None:
     # x quantised once per launch (pp 13): the prelaunch kernel's geometry travels with the launch, and the
     # first workspace holds x's int8 image (40 bytes per 32-block and row of M), passed to both kernels
     xq = next(lt for lt in launches if lt["ok"] and lt["variant"].endswith("/PP13"))
-    assert xq["pre"] == {"grid": [-(-2 * 2048 // 4 // 256), 1, 1], "block": [256, 1, 1], "shared": 0}
+    assert xq["pre"] == {
+        "grid": [-(-2 * 2048 // 4 // 256), 1, 1], "block": [256, 1, 1], "shared": 0, "overlap": True,
+    }  # fmt: skip
     assert xq["workspace"] == [40 * 2 * (2048 // 32), 0] and xq["args"][5][1] == 5
 
 
