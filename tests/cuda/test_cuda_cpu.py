@@ -3,6 +3,7 @@ rotation sizing, CUPTI/event pairing, and that the embedded worker stays host-on
 
 from __future__ import annotations
 
+import json
 import struct
 from pathlib import Path
 
@@ -163,3 +164,30 @@ def test_an_overlapped_prelaunch_dispatch_is_timed_by_its_span() -> None:
     rows = {"A": [Dispatch(0, 999, 50_000, 0)]}
     pair_times(rows, ["A", "A"], records[:2], {"A": [1]}, {"A": 2})
     assert rows["A"][0].device_ns == 8_500
+
+
+def test_dumped_records_show_how_an_overlapped_dispatch_lay(tmp_path: Path) -> None:
+    """TUNEBASE_CUPTI_RECORDS's JSON lines, read back by bench/overlap_records.py: gap < 0 means overlap."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    import overlap_records
+
+    from workers.backends.cuda import dump_records
+
+    records = [
+        KernelRecord("tb_decode_prep_rg1", 0, 1_500, 1),
+        KernelRecord("tb_decode_mx1_kb1_rw2_u5_rg1_pg0_pp16", 600, 7_600, 1),
+        KernelRecord("tb_decode_mx1_kb1_rw1_u5_rg1_pg4_pp5", 9_000, 15_000, 2),
+        KernelRecord("tb_decode_prep_rg1", 20_000, 21_400, 3),
+        KernelRecord("tb_decode_mx1_kb1_rw2_u5_rg1_pg0_pp16", 22_000, 29_000, 3),
+    ]
+    log = ["A", "A", "B", "A", "A"]
+    path = tmp_path / "records.jsonl"
+    dump_records(path, log, records)
+    summary = overlap_records.summarize([json.loads(line) for line in path.read_text().splitlines()])
+    assert set(summary) == {"A"}  # B has no prelaunch kernel
+    a = summary["A"]
+    assert a["dispatches"] == 2 and a["overlapped"] == 1
+    assert a["gap_us"] == -0.15 and a["span_us"] == 8.3 and a["sum_us"] == 8.45  # medians of two
+    assert overlap_records.main([str(tmp_path / "missing.jsonl")]) == 2

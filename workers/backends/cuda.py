@@ -9,6 +9,8 @@ optional imports: without them ``detect()`` returns None and nothing else runs.
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -185,6 +187,9 @@ class CudaDevice:
             self._timer = None
 
     def attach(self, dispatches: dict[str, list[Dispatch]]) -> dict[str, str]:
+        dump = os.environ.get("TUNEBASE_CUPTI_RECORDS")
+        if dump and len(self._records) == len(self._launch_log):
+            dump_records(Path(dump), self._launch_log, self._records)
         return pair_times(
             dispatches,
             self._launch_log,
@@ -494,6 +499,20 @@ class CudaBackend:
         for mod in modules.values():
             with suppress(cd.CudaError):
                 cd.check(cd.driver.cuModuleUnload(mod.module), "cuModuleUnload")
+
+
+def dump_records(path: Path, launch_log: list[str], records: list[cupti_profiler.KernelRecord]) -> None:
+    """Append every CUPTI kernel record of a timing session, with the variant it was paired with, as JSON
+    lines (TUNEBASE_CUPTI_RECORDS=path): how the kernels of an overlapped dispatch really lay in time."""
+    with path.open("a") as out:
+        for name, record in zip(launch_log, records, strict=True):
+            row = {
+                "variant": name,
+                "kernel": record.name,
+                "start_ns": record.start_ns,
+                "end_ns": record.end_ns,
+            }
+            out.write(json.dumps(row) + "\n")
 
 
 def overlap_graph(steps: list[tuple[Any, Geometry]], args: cd.KernelArgs) -> cd.LaunchGraph:
