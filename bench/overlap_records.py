@@ -18,14 +18,20 @@ from pathlib import Path
 from typing import Any
 
 PRELAUNCH_PREFIXES = ("tb_decode_prep", "tb_prefill_prep")
+SESSION_GAP_NS = 200_000_000  # records further apart than this belong to different timing sessions (points)
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, float | int]]:
-    """Pairs (prelaunch record, the variant's next record) per variant, in the order they were logged."""
+    """Pairs (prelaunch record, the variant's next record) per timing session (one task: one point) and
+    variant, in the order they were logged; keys 'session N: variant'."""
     pending: dict[str, dict[str, Any]] = {}
     pairs: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {}
+    session, last_ns = 0, None
     for row in rows:
-        name = row["variant"]
+        if last_ns is not None and row["start_ns"] - last_ns > SESSION_GAP_NS:
+            session += 1
+        last_ns = row["start_ns"]
+        name = f"session {session}: {row['variant']}"
         if row["kernel"].startswith(PRELAUNCH_PREFIXES):
             pending[name] = row
         elif name in pending:

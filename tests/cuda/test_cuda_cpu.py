@@ -186,8 +186,8 @@ def test_dumped_records_show_how_an_overlapped_dispatch_lay(tmp_path: Path) -> N
     path = tmp_path / "records.jsonl"
     dump_records(path, log, records)
     summary = overlap_records.summarize([json.loads(line) for line in path.read_text().splitlines()])
-    assert set(summary) == {"A"}  # B has no prelaunch kernel
-    a = summary["A"]
+    assert set(summary) == {"session 0: A"}  # B has no prelaunch kernel
+    a = summary["session 0: A"]
     assert a["dispatches"] == 2 and a["overlapped"] == 1
     assert a["gap_us"] == -0.15 and a["span_us"] == 8.3 and a["sum_us"] == 8.45  # medians of two
     assert overlap_records.main([str(tmp_path / "missing.jsonl")]) == 2
