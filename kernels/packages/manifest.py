@@ -29,7 +29,7 @@ MAX_PARAM_VALUES = 64
 # tb-decode's CUDA space, every built-in package and backend in ~0.6 s), 25600 since its RG16 K phases
 # (pp 10 / 11 / 12: 24960 points), 34560 since the same kernels with x quantised once per launch (pp 13-17:
 # 34560 points)
-MAX_POINTS = 34560
+MAX_POINTS = 38400
 
 # names every expression may read besides the package's parameters and derived values
 PROBLEM_NAMES = frozenset({"n", "k", "m"})

@@ -55,8 +55,8 @@ def test_variant_selection() -> None:
     # 147 (was 136): k3m's 4 points of the PP6 flat kernel and k3i's 7 interleaved ring points (PP 7, 8);
     # 157: k3j's 4 MX4 RG16 split-K points (KB5 RW1 PP2 / PP3, KB4 / KB5 RW2 PP2), k3q's 6 PP9 points (the
     # stream kernel with split waits); 174: the RG16 K phases (PP 10 / 11 / 12); 209: x quantised once per
-    # launch (PP 13-17); 210: PP16 MX4/RW2 PG2
-    assert len(every) == 210 and len(ring) == 36 and all(name.endswith(("/PP2", "/PP3")) for name in ring)
+    # launch (PP 13-17); 210: PP16 MX4/RW2 PG2; 217: PP18 / 19
+    assert len(every) == 217 and len(ring) == 36 and all(name.endswith(("/PP2", "/PP3")) for name in ring)
     stream = bench.select_variants("stream")
     assert len(stream) == 8 and all(name.startswith("MX1/KB1/") and name.endswith("/PP5") for name in stream)
     flat = bench.select_variants("flat")

@@ -67,7 +67,7 @@ def test_families(settings: Settings, read_token: str) -> None:
     spaces = decode["backends"]
     # cuda: 136 + k3m's 4 PP6 flat kernels + k3i's 7 PP 7 / 8 interleaved ring kernels + k3j's 4 RG16
     # split-K kernels + k3q's 6 PP9 (the stream kernel with split waits)
-    assert spaces["rocm"]["count"] == 68 and spaces["host"]["count"] == 6 and spaces["cuda"]["count"] == 210
+    assert spaces["rocm"]["count"] == 68 and spaces["host"]["count"] == 6 and spaces["cuda"]["count"] == 217
     assert spaces["host"]["variants"][0] == {
         "name": "MX4/KB1/RW1/U4/RG1/PG0/PP0",
         "params": {"mx": 4, "kb": 1, "rw": 1, "u": 4, "rg": 1, "pg": 0, "pp": 0},

@@ -46,15 +46,15 @@ def test_decode_spaces() -> None:
     # and RW2 PP 10 to MX4: PG2); 190: the same with x quantised once per launch by the prelaunch kernel
     # (PP 13 / 14 / 15 = PP 10 / 11 / 2: MX2 / 4 / 8 PG2, PP13 PG3 too, RW2 PP13 / PP15 to MX4); 204: the
     # stream kernel's the same way (PP 16 / 17 = PP 5 / 9, each of their points); 209: PP16 at M = 2 / 4;
-    # 210: PP16 MX4/RW2 at 2 blocks per SM (PG2)
+    # 210: PP16 MX4/RW2 at 2 blocks per SM (PG2); 217: PP18 / 19 (x read from the workspace, M = 1)
     flat = [v.params for v in cuda if v.params["pp"] == 6]
     iw = [v.params for v in cuda if v.params["pp"] in (7, 8)]
     split = [v.params for v in cuda if v.params["pp"] == 9]
     assert len(ring) == 36 and len(tc) == 61 and len(stream) == 8 and len(flat) == 4 and len(iw) == 7
     assert len(split) == 6 and all({**p, "pp": 5} in stream for p in split)
-    assert len(cuda) == 210
+    assert len(cuda) == 217
     per_launch = [v for v in cuda if DECODE.has_prelaunch(v, "cuda")]
-    assert len(per_launch) == 36 and all(v.params["pp"] >= 13 for v in per_launch)
+    assert len(per_launch) == 43 and all(v.params["pp"] >= 13 for v in per_launch)
     assert {DECODE.prelaunch_symbol(v) for v in per_launch} == {f"tb_decode_prep_rg{rg}" for rg in (1, 2, 16)}
     assert not any(DECODE.has_prelaunch(v, "rocm") for v in DECODE.space("rocm"))
     assert all(p["mx"] == p["kb"] == p["rg"] == p["rw"] == 1 and p["pg"] in (3, 4) for p in flat)
@@ -88,7 +88,7 @@ def test_decode_spaces() -> None:
     # every invalid GPU point names the rule that removes it
     invalid = DECODE.invalid_points("cuda")
     # pp 0..17 (k3m added 6, k3i 7 and 8, k3q 9, the K phases 10, 11 and 12, x per launch 13-17), kb 1, 4, 5
-    assert len(invalid) == 4 * 3 * 2 * 5 * 4 * 4 * 18 - 210 and all(p["rule"] for p in invalid)
+    assert len(invalid) == 4 * 3 * 2 * 5 * 4 * 4 * 20 - 217 and all(p["rule"] for p in invalid)
     assert any(p["point"] == "MX4/KB1/RW1/U8/RG16/PG2/PP2" for p in DECODE.invalid_points("rocm"))
     assert any(p["point"] == "MX8/KB1/RW1/U4/RG1/PG0/PP1" and "mx != 8" in p["rule"] for p in invalid)
     assert any(p["point"] == "MX4/KB1/RW2/U2/RG1/PG0/PP2" for p in DECODE.invalid_points("rocm"))
@@ -133,7 +133,7 @@ def test_decode_source_default_list_is_the_gpu_space() -> None:
         r"TB_DECODE_VARIANT\(([^)]*)\)", text[start : text.index("#define TB_DECODE_FLAT_VARIANTS", start)]
     )
     assert [tuple(int(x) for x in item.split(",")) for item in stream] == [
-        tuple(v.params[p] for p in keys) for v in DECODE.space("cuda") if v.params["pp"] in (5, 16)
+        tuple(v.params[p] for p in keys) for v in DECODE.space("cuda") if v.params["pp"] in (5, 16, 18)
     ]
     start = text.index("#define TB_DECODE_FLAT_VARIANTS")
     flat = re.findall(
@@ -145,7 +145,7 @@ def test_decode_source_default_list_is_the_gpu_space() -> None:
     start = text.index("#define TB_DECODE_SPLIT_VARIANTS")
     split = re.findall(r"TB_DECODE_VARIANT\(([^)]*)\)", text[start : text.index("#else", start)])
     assert [tuple(int(x) for x in item.split(",")) for item in split] == [
-        tuple(v.params[p] for p in keys) for v in DECODE.space("cuda") if v.params["pp"] in (9, 17)
+        tuple(v.params[p] for p in keys) for v in DECODE.space("cuda") if v.params["pp"] in (9, 17, 19)
     ]
 
 

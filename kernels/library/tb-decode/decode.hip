@@ -196,7 +196,7 @@ TB_DEV void tbt_iq4_lookup(tb_u32 w, tb_u32 t0, tb_u32 t2, tb_u32 k3210, tb_u32 
 /* PP 7 / 8: the ring's estimate and blocks per SM at PP - 5 stages */
 #define TB_MINB_VG(RG, RW, U, KB, MX, PG, PP)                                                           \
     ((RG) == 16 ? TB_MINB_TC(RW, PG)                                                                    \
-                : (PP) == 5 || (PP) == 9 || (PP) == 16 || (PP) == 17 ? TB_MINB_STREAM(RW, U, PG)                                                 \
+                : (PP) == 5 || (PP) == 9 || ((PP) >= 16 && (PP) <= 19) ? TB_MINB_STREAM(RW, U, PG)                                                 \
                 : (PP) == 6 ? TB_MINB_FLAT(PG)                                                          \
                 : (PP) == 7 || (PP) == 8 ? TB_MINB_RING(RW, U, MX, PG, (PP) - 5) : TB_MINB_V(RW, U, KB, MX, PG, PP))
 /* PP 6 (the flat kernel): PG blocks per SM where a chunk's scale is one word through the ring (Q4_0, Q4_1, Q8_0,
@@ -1011,10 +1011,14 @@ TB_DEV void tb_copy_x_image(const float *workspace, tb_u8 *dst, int m, int nb, i
  * at the end of the previous batch), the second part right before the batch's dots, in the same basic block
  * (no per-chunk branch: m = 1), so ptxas tracks it on scoreboards of its own: the first part's dots run while the
  * second part is in flight. Same bytes, same order of the sums (bit-identical to PP 5). */
-template <int RG, int RW, int U, int MX, bool SPLIT = false, bool XQ = false>
+/* XG (pp 18 / 19 = pp 16 / 17): x's image is read where the prelaunch kernel wrote it (global memory, through L1)
+ * instead of copied into shared memory: after griddepcontrol.wait the first dots need no bulk copy and no barrier
+ * (call h2's CUPTI records: wait, then copy, then the first dot was the critical path of GDN Z / Out) */
+template <int RG, int RW, int U, int MX, bool SPLIT = false, bool XQ = false, bool XG = false>
 __device__ TB_FORCEINLINE void tb_decode_stream(TB_DECODE_PARAMS) {
     typedef tb_work<RG, RW, U, 1, MX> W;
     static_assert(MX == 1 || (XQ && !SPLIT), "the stream kernel serves M = 1; M up to MX with x quantised per launch (PP16)");
+    static_assert(XQ || !XG, "x read from global memory is x quantised per launch");
     static_assert(W::V <= W::G, "the butterfly needs RW * MX <= lanes per row");
     constexpr int GPB = TB_WAVES * RG;                  /* lane groups per block */
     constexpr int STEP = W::G * U;
@@ -1025,7 +1029,7 @@ __device__ TB_FORCEINLINE void tb_decode_stream(TB_DECODE_PARAMS) {
     /* dynamic shared memory: [x fp32: min(K, TB_STREAM_XF) floats, a float4 of padding after every 32][x int8 of the
      * K slice: 1.25 bytes per weight] */
     tb_u32x4 *xf4 = (tb_u32x4 *)TB_DSMEM;
-    tb_u32x4 *xq = xf4 + 9 * (w.nxb < TB_STREAM_XF / 32 ? w.nxb : TB_STREAM_XF / 32);
+    tb_u32x4 *xq = XG ? (tb_u32x4 *)workspace : xf4 + 9 * (w.nxb < TB_STREAM_XF / 32 ? w.nxb : TB_STREAM_XF / 32);
     float *xm = (float *)(xq + m * TB_RUNS * w.nchunks);
     w.xq = xq, w.xm = xm;
 
@@ -1057,7 +1061,7 @@ __device__ TB_FORCEINLINE void tb_decode_stream(TB_DECODE_PARAMS) {
      * after x's int8 (RW x 256 x 16 bytes, tunebase-kernel.toml smem), its meta to registers */
     constexpr int H = SPLIT ? U - 1 : U;
     tb_batch<RW, U> a;
-    tb_u32x4 *bslot = (tb_u32x4 *)(((unsigned long long)(xm + 2 * m * w.nxb) + 15ull) & ~15ull);
+    tb_u32x4 *bslot = XG ? xf4 : (tb_u32x4 *)(((unsigned long long)(xm + 2 * m * w.nxb) + 15ull) & ~15ull);
     /* the batch's loads: the last chunk's meta first (the first part's wait covers it: issued early, it is not the
      * last to land), the first part, the last chunk's payload copies */
     auto issue_batch = [&](int row0, int b0) {
@@ -1089,9 +1093,11 @@ __device__ TB_FORCEINLINE void tb_decode_stream(TB_DECODE_PARAMS) {
     if constexpr (XQ) {
         /* the first batch is in flight; x's image is the prelaunch kernel's output: wait for it (overlap), copy */
         tb_griddep_wait();
-        tb_copy_x_image(workspace, (tb_u8 *)xq, m, w.nxb, w.tid);
-        tb_cp_wait<0>();
-        tb_sync(); /* every thread's copies of x have landed */
+        if constexpr (!XG) {
+            tb_copy_x_image(workspace, (tb_u8 *)xq, m, w.nxb, w.tid);
+            tb_cp_wait<0>();
+            tb_sync(); /* every thread's copies of x have landed */
+        }
     }
     for (int r0 = 0; r0 < (XQ ? 0 : w.nxb); r0 += XFB) {
         if (r0 > 0) issue_x(r0);
@@ -1913,8 +1919,8 @@ __device__ TB_FORCEINLINE void tb_decode_pick(TB_DECODE_PARAMS) {
         static_assert(RG == 1 && KB == 1, "PP 7 / 8: full-wave rows, one K slice");
         tb_decode_ring_iw<RW, U, MX, PP - 5>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
         return;
-    } else if constexpr (PP == 5 || PP == 9 || PP == 16 || PP == 17) {
-        tb_decode_stream<RG, RW, U, MX, PP == 9 || PP == 17, PP >= 16>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
+    } else if constexpr (PP == 5 || PP == 9 || (PP >= 16 && PP <= 19)) {
+        tb_decode_stream<RG, RW, U, MX, PP == 9 || PP == 17 || PP == 19, PP >= 16, PP >= 18>(qs, qh, sc, x, y, workspace, counters, m, n, k, tiles, grid_x);
         return;
     } else if constexpr (PP == 6) {
         static_assert(RG == 1 && RW == 1 && KB == 1 && MX == 1, "the flat kernel: M = 1, full-wave rows, one chunk a stage");
@@ -2015,12 +2021,13 @@ __device__ TB_FORCEINLINE void tb_decode_pick(TB_DECODE_PARAMS) {
 #define TB_DECODE_STREAM_VARIANTS \
     TB_DECODE_VARIANT(1, 1, 1, 4, 2, 0, 5) TB_DECODE_VARIANT(1, 1, 1, 4, 2, 0, 16) TB_DECODE_VARIANT(1, 1, 1, 5, 1, 4, 5) \
     TB_DECODE_VARIANT(1, 1, 1, 5, 1, 4, 16) TB_DECODE_VARIANT(1, 1, 1, 5, 2, 0, 5) TB_DECODE_VARIANT(1, 1, 1, 5, 2, 0, 16) \
-    TB_DECODE_VARIANT(1, 1, 1, 6, 1, 3, 5) TB_DECODE_VARIANT(1, 1, 1, 6, 1, 3, 16) TB_DECODE_VARIANT(1, 1, 1, 6, 1, 4, 5) \
-    TB_DECODE_VARIANT(1, 1, 1, 6, 1, 4, 16) TB_DECODE_VARIANT(1, 1, 1, 6, 2, 0, 5) TB_DECODE_VARIANT(1, 1, 1, 6, 2, 0, 16) \
-    TB_DECODE_VARIANT(1, 1, 2, 5, 1, 0, 5) TB_DECODE_VARIANT(1, 1, 2, 5, 1, 0, 16) TB_DECODE_VARIANT(1, 1, 2, 5, 1, 3, 5) \
-    TB_DECODE_VARIANT(1, 1, 2, 5, 1, 3, 16) TB_DECODE_VARIANT(2, 1, 1, 5, 1, 3, 16) TB_DECODE_VARIANT(2, 1, 1, 6, 1, 3, 16) \
-    TB_DECODE_VARIANT(2, 1, 2, 5, 1, 3, 16) TB_DECODE_VARIANT(4, 1, 1, 5, 1, 3, 16) TB_DECODE_VARIANT(4, 1, 1, 6, 1, 3, 16) \
-    TB_DECODE_VARIANT(4, 1, 2, 5, 1, 2, 16)
+    TB_DECODE_VARIANT(1, 1, 1, 5, 2, 0, 18) TB_DECODE_VARIANT(1, 1, 1, 6, 1, 3, 5) TB_DECODE_VARIANT(1, 1, 1, 6, 1, 3, 16) \
+    TB_DECODE_VARIANT(1, 1, 1, 6, 1, 3, 18) TB_DECODE_VARIANT(1, 1, 1, 6, 1, 4, 5) TB_DECODE_VARIANT(1, 1, 1, 6, 1, 4, 16) \
+    TB_DECODE_VARIANT(1, 1, 1, 6, 2, 0, 5) TB_DECODE_VARIANT(1, 1, 1, 6, 2, 0, 16) TB_DECODE_VARIANT(1, 1, 2, 5, 1, 0, 5) \
+    TB_DECODE_VARIANT(1, 1, 2, 5, 1, 0, 16) TB_DECODE_VARIANT(1, 1, 2, 5, 1, 0, 18) TB_DECODE_VARIANT(1, 1, 2, 5, 1, 3, 5) \
+    TB_DECODE_VARIANT(1, 1, 2, 5, 1, 3, 16) TB_DECODE_VARIANT(1, 1, 2, 5, 1, 3, 18) TB_DECODE_VARIANT(2, 1, 1, 5, 1, 3, 16) \
+    TB_DECODE_VARIANT(2, 1, 1, 6, 1, 3, 16) TB_DECODE_VARIANT(2, 1, 2, 5, 1, 3, 16) TB_DECODE_VARIANT(4, 1, 1, 5, 1, 3, 16) \
+    TB_DECODE_VARIANT(4, 1, 1, 6, 1, 3, 16) TB_DECODE_VARIANT(4, 1, 2, 5, 1, 2, 16)
 /* the flat kernel (PP6: M = 1, the CUDA space only) */
 #define TB_DECODE_FLAT_VARIANTS \
     TB_DECODE_VARIANT(1, 1, 1, 4, 1, 4, 6) TB_DECODE_VARIANT(1, 1, 1, 6, 1, 3, 6) TB_DECODE_VARIANT(1, 1, 1, 8, 1, 3, 6) \
@@ -2029,8 +2036,9 @@ __device__ TB_FORCEINLINE void tb_decode_pick(TB_DECODE_PARAMS) {
 #define TB_DECODE_SPLIT_VARIANTS \
     TB_DECODE_VARIANT(1, 1, 1, 4, 2, 0, 9) TB_DECODE_VARIANT(1, 1, 1, 4, 2, 0, 17) TB_DECODE_VARIANT(1, 1, 1, 5, 1, 4, 9) \
     TB_DECODE_VARIANT(1, 1, 1, 5, 1, 4, 17) TB_DECODE_VARIANT(1, 1, 1, 6, 1, 3, 9) TB_DECODE_VARIANT(1, 1, 1, 6, 1, 3, 17) \
-    TB_DECODE_VARIANT(1, 1, 1, 6, 2, 0, 9) TB_DECODE_VARIANT(1, 1, 1, 6, 2, 0, 17) TB_DECODE_VARIANT(1, 1, 2, 5, 1, 0, 9) \
-    TB_DECODE_VARIANT(1, 1, 2, 5, 1, 0, 17) TB_DECODE_VARIANT(1, 1, 2, 5, 1, 3, 9) TB_DECODE_VARIANT(1, 1, 2, 5, 1, 3, 17)
+    TB_DECODE_VARIANT(1, 1, 1, 6, 1, 3, 19) TB_DECODE_VARIANT(1, 1, 1, 6, 2, 0, 9) TB_DECODE_VARIANT(1, 1, 1, 6, 2, 0, 17) \
+    TB_DECODE_VARIANT(1, 1, 2, 5, 1, 0, 9) TB_DECODE_VARIANT(1, 1, 2, 5, 1, 0, 17) TB_DECODE_VARIANT(1, 1, 2, 5, 1, 0, 19) \
+    TB_DECODE_VARIANT(1, 1, 2, 5, 1, 3, 9) TB_DECODE_VARIANT(1, 1, 2, 5, 1, 3, 17) TB_DECODE_VARIANT(1, 1, 2, 5, 1, 3, 19)
 #else
 #define TB_DECODE_IW_VARIANTS
 #define TB_DECODE_RING_VARIANTS
