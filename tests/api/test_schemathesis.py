@@ -24,7 +24,10 @@ from tests.conftest import REPO, LiveServer, _postgres_database, start_server, s
 from tests.reliability.seed import seed_dispatches
 
 CONFIG = Path(__file__).with_name("schemathesis.toml")
-SHORT = {"max_examples": "6", "max_time": "120"}
+SHORT = {
+    "max_examples": "6",
+    "max_time": "60",
+}  # make test; LONG (Postgres, a million rows) in make test-full
 LONG = {"max_examples": "50", "max_time": "300"}
 SEED_MEASUREMENTS, SEED_ROWS_EACH = 500, 2_100  # 1,050,000 dispatch rows
 

@@ -37,7 +37,9 @@ def _isa(artifact_dir: Path, arch: str, fmt: str) -> list[dict[str, object]]:
     return list(reports)
 
 
-@pytest.mark.parametrize("fmt", ["Q4_0", "Q4_K"])
+@pytest.mark.parametrize(
+    "fmt", ["Q4_0", pytest.param("Q4_K", marks=pytest.mark.slow)]
+)  # Q4_K: 45 s, test-full
 def test_gfx906_occupancy_varies_across_the_space_without_spills(artifact_dir: Path, fmt: str) -> None:
     reports = _isa(artifact_dir, "gfx906", fmt)
     waves = {int(r["waves_per_simd"]) for r in reports}  # type: ignore[call-overload]

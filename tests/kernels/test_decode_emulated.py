@@ -168,6 +168,7 @@ def test_every_format_on_the_emulator(tmp_path: Path, fmt: str) -> None:
 PER_LAUNCH_SPACE = {v.name for v in DECODE.space("cuda") if DECODE.has_prelaunch(v, "cuda")}
 
 
+@pytest.mark.slow  # 90 s on 2 cores: make test-full; make test keeps the split-K and x-per-launch RG16 ones
 def test_tensor_core_space_on_the_emulator(tmp_path: Path) -> None:
     """Every RG16 variant (Q4_0, copies landing late) beside a dp4a kernel at M = 1, 2 and 3 (M < MX: the
     columns of absent rows of M are zeros), the MX8 ones at M = 8; N = 300: three row tiles of 128, so the
@@ -382,7 +383,15 @@ PER_LAUNCH = {
 }
 
 
-@pytest.mark.parametrize("fmt", ["Q4_0", "Q6_K", "IQ4_XS", "Q8_0"])
+@pytest.mark.parametrize(
+    "fmt",
+    [
+        "Q4_0",
+        "IQ4_XS",
+        pytest.param("Q6_K", marks=pytest.mark.slow),
+        pytest.param("Q8_0", marks=pytest.mark.slow),
+    ],
+)
 def test_x_quantised_once_per_launch_on_the_emulator(tmp_path: Path, fmt: str) -> None:
     """The prelaunch kernel writes the variant's image of x for the whole K and every workgroup copies its
     bytes: bit for bit the numbers of the twin that quantises x itself (a byte of the image in the wrong
