@@ -22,7 +22,7 @@ demo: venv
 	$(VENV)/bin/tunebase demo
 
 test: venv system
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=30
 
 test-full: venv system compose-test
 	$(PY) -m pytest -q -m 'not gpu and not compose' -p no:cacheprovider

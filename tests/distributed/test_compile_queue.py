@@ -23,7 +23,7 @@ from workers.harness import cuda_driver as cd
 
 pytestmark = pytest.mark.postgres
 
-CUDA_VARIANTS = ["MX1/KB1/RW1/U2/RG1/PG0/PP1", "MX1/KB1/RW1/U2/RG1/PG2/PP1"]
+CUDA_VARIANTS = ["MX1/KB1/RW1/U2/RG1/PG2/PP1", "MX2/KB1/RW1/U2/RG1/PG2/PP1"]  # M = 1 both, M = 2 the MX2
 
 
 def start_compile_worker(
