@@ -107,10 +107,7 @@ class CudaDevice:
     def launch_overlapped(
         self, pre: Prelaunch, kernel: Any, geometry: Geometry, args: list[ArgValue]
     ) -> None:
-        steps = [(pre.kernel, pre.geometry), (kernel, geometry)]
-        for step_kernel, step_geometry in steps:
-            allow_shared(step_kernel.function, step_geometry.shared_bytes)
-        graph = overlap_graph(steps, cd.KernelArgs(args))
+        graph = overlap_graph(launch_steps(kernel, geometry, pre), cd.KernelArgs(args))
         try:
             graph.launch()
             cd.synchronize()
@@ -125,45 +122,28 @@ class CudaDevice:
         args_by_copy: list[list[ArgValue]],
         pre: Prelaunch | None = None,
     ) -> DispatchFn:
+        """With ``pre.overlap`` the prelaunch kernel and the variant are one graph per weight copy, the
+        variant a programmatic dependent launch, timed as the span of the two kernels (pair_times)."""
         packed = [cd.KernelArgs(args) for args in args_by_copy]
         events = self._event_ns.setdefault(name, [])
         log = self._launch_log
-        steps = [(kernel, geometry)] if pre is None else [(pre.kernel, pre.geometry), (kernel, geometry)]
-        for step_kernel, step_geometry in steps:
-            allow_shared(step_kernel.function, step_geometry.shared_bytes)
+        steps = launch_steps(kernel, geometry, pre)
         self._kernels_per_dispatch[name] = len(steps)
+        graphs: list[cd.LaunchGraph] = []
         if pre is not None and pre.overlap:
-            return self._graph_dispatcher(name, steps, packed)
+            graphs = [overlap_graph(steps, args) for args in packed]
+            self._graphs.extend(graphs)
+            self._span_timed.add(name)
 
         def dispatch(buffer_index: int) -> int:
             timer = self._timer
             assert timer is not None, "dispatch outside timing()"
             timer.start()
-            for step_kernel, g in steps:
-                cd.launch(step_kernel.function, g.grid, g.block, packed[buffer_index], g.shared_bytes)
-                log.append(name)
-            elapsed = timer.stop_ns()
-            events.append(elapsed)
-            return elapsed
-
-        return dispatch
-
-    def _graph_dispatcher(
-        self, name: str, steps: list[tuple[Any, Geometry]], packed: list[cd.KernelArgs]
-    ) -> DispatchFn:
-        """The prelaunch kernel and the variant as one graph per weight copy, the variant a programmatic
-        dependent launch: timed as the span of the two kernels (pair_times)."""
-        graphs = [overlap_graph(steps, args) for args in packed]
-        self._graphs.extend(graphs)
-        self._span_timed.add(name)
-        events = self._event_ns.setdefault(name, [])
-        log = self._launch_log
-
-        def dispatch(buffer_index: int) -> int:
-            timer = self._timer
-            assert timer is not None, "dispatch outside timing()"
-            timer.start()
-            graphs[buffer_index].launch()
+            if graphs:
+                graphs[buffer_index].launch()
+            else:
+                for step_kernel, g in steps:
+                    cd.launch(step_kernel.function, g.grid, g.block, packed[buffer_index], g.shared_bytes)
             log.extend([name] * len(steps))
             elapsed = timer.stop_ns()
             events.append(elapsed)
@@ -513,6 +493,15 @@ def dump_records(path: Path, launch_log: list[str], records: list[cupti_profiler
                 "end_ns": record.end_ns,
             }
             out.write(json.dumps(row) + "\n")
+
+
+def launch_steps(kernel: Any, geometry: Geometry, pre: Prelaunch | None) -> list[tuple[Any, Geometry]]:
+    """The kernels one dispatch launches, in order (the prelaunch kernel first), opted in to the shared
+    memory they ask."""
+    steps = [(kernel, geometry)] if pre is None else [(pre.kernel, pre.geometry), (kernel, geometry)]
+    for step_kernel, step_geometry in steps:
+        allow_shared(step_kernel.function, step_geometry.shared_bytes)
+    return steps
 
 
 def overlap_graph(steps: list[tuple[Any, Geometry]], args: cd.KernelArgs) -> cd.LaunchGraph:

@@ -254,7 +254,6 @@ class LaunchGraph:
             if graph is not None:
                 driver.cuGraphDestroy(graph)
             driver.cuStreamDestroy(stream)
-        self._args = args  # the captured launches copied the parameter values; kept for symmetry of lifetime
 
     def launch(self, stream: Any = 0) -> None:
         check(driver.cuGraphLaunch(self.exec, stream), "cuGraphLaunch")
