@@ -8,6 +8,7 @@ checked against the names they may use, so a restriction naming an unknown param
 from __future__ import annotations
 
 import itertools
+import math
 import re
 import tomllib
 from typing import Annotated, Literal
@@ -222,6 +223,8 @@ def _when_evaluation_problems(manifest: Manifest, source: str) -> list[tuple[str
     if not expression.names <= set(manifest.params):
         return []
     names = sorted(expression.names)
+    if math.prod(len(manifest.params[name]) for name in names) > MAX_POINTS:
+        return []  # the space is too large to load at all: the points check reports it, nothing is enumerated
     for values in itertools.product(*(manifest.params[name] for name in names)):
         bindings = dict(zip(names, values, strict=True))
         try:

@@ -140,6 +140,24 @@ def _manifest_edit(old: str, new: str) -> Callable[[], bytes]:
     return lambda: package_tar(replace=_manifest(old, new))
 
 
+def _huge_space_with_a_when() -> bytes:
+    """Three more parameters of 64 values (262144 x 8 points) and a `when` over them that fails at B = 63:
+    refused for the space's size alone; `when` is not enumerated over a product past the points limit (16
+    parameters of 64 values would never end)."""
+    text = package_files()["tunebase-kernel.toml"].decode()
+    values = "[" + ", ".join(str(i) for i in range(64)) + "]"
+    for old, new in (
+        ("VGPR_CAP = [0, 24]\n", f"VGPR_CAP = [0, 24]\nA = {values}\nB = {values}\nC = {values}\n"),
+        ('name = "R{ROWS}/V{VGPR_CAP}"', 'name = "R{ROWS}/V{VGPR_CAP}/A{A}/B{B}/C{C}"'),
+        ('shared_bytes = "0"\n',
+         'shared_bytes = "0"\n\n[prelaunch]\nsymbol = "prep"\ngrid = ["1", "1", "1"]\n'
+         'when = "A // (B - 63) + C >= 0"\n'),
+    ):  # fmt: skip
+        assert old in text
+        text = text.replace(old, new, 1)
+    return package_tar(replace={"tunebase-kernel.toml": text.encode()})
+
+
 # case: (archive, status, field (the manifest key or the archive member), words in the message)
 BAD_PACKAGES: dict[str, tuple[Callable[[], bytes], int, str, str]] = {
     "missing manifest": (_without_manifest, 422, "body", "no tunebase-kernel.toml"),
@@ -173,6 +191,12 @@ BAD_PACKAGES: dict[str, tuple[Callable[[], bytes], int, str, str]] = {
         422,
         "prelaunch.when",
         "fails at ROWS=1, VGPR_CAP=24",
+    ),
+    "prelaunch when over a space too large to load": (
+        _huge_space_with_a_when,
+        422,
+        "params",
+        "the space has",
     ),
     "source file missing": (
         _manifest_edit('hip = ["rows.hip"]', 'hip = ["gone.hip"]'),
